@@ -1,0 +1,464 @@
+//! The issuer's lock table: locks, leases, lock-delay and first-come first-served waiters.
+//!
+//! A pure state machine. Every call takes `now` (milliseconds on the caller's monotonic
+//! clock); nothing here reads a clock, sleeps or touches a disk. Timers are deadlines in
+//! a heap: the caller asks [`LockTable::next_wakeup`] when to call [`LockTable::poll`].
+//!
+//! Calls may cause things to happen to *other* requests (a release hands the lock to the
+//! first waiter, an expiry ends a lease, a waiter runs out of patience). Those are queued
+//! as [`Event`]s; the caller drains them with [`LockTable::drain_events`] after every
+//! call and must make each [`Event::Granted`] durable before telling the waiter.
+//!
+//! ## Invariants
+//! - At most one live lease per lock; a lock is granted only when it has no live lease,
+//!   its lock-delay has passed and no earlier waiter is queued for it.
+//! - Every grant of lock `L` gets `last_epoch(L) + 1`: epochs per lock strictly increase.
+//! - Waiters are served in arrival order.
+//!
+//! ## Not guaranteed here
+//! - Durability: a grant is only a proposal until the caller has recorded it.
+//! - Expiry is decided by the caller's clock. A holder whose process pauses may believe it
+//!   still holds a lease this table has already expired; that is what fencing is for.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+
+use palisade_token::Epoch;
+
+use crate::Millis;
+
+/// Identifies a lease; chosen by the caller, unique across restarts.
+pub type LeaseId = String;
+
+/// Identifies a queued waiter.
+pub type Ticket = u64;
+
+/// Table settings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableConfig {
+    /// After a lease *expires* (not on release) its lock stays ungrantable this long, for
+    /// resources that cannot check tokens.
+    pub lock_delay_ms: Millis,
+}
+
+/// A request to acquire a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireRequest {
+    pub lock: String,
+    pub holder: String,
+    pub ttl_ms: Millis,
+    /// How long to queue if the lock is taken; 0 answers at once.
+    pub wait_ms: Millis,
+    /// Id for the lease, if one is granted.
+    pub lease_id: LeaseId,
+}
+
+/// A lease handed out by the table (not yet durable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub lock: String,
+    pub holder: String,
+    pub epoch: Epoch,
+    pub lease_id: LeaseId,
+    pub ttl_ms: Millis,
+}
+
+/// The immediate answer to an acquisition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcquireOutcome {
+    Granted(Grant),
+    /// Queued; the answer comes later as an [`Event`] for this ticket.
+    Queued(Ticket),
+    /// Taken. `holder` is None while the lock sits in its lock-delay.
+    Held {
+        holder: Option<String>,
+        retry_after_ms: Millis,
+    },
+}
+
+/// Something that happened as a consequence of a call or of time passing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A queued waiter got the lock.
+    Granted { ticket: Ticket, grant: Grant },
+    /// A queued waiter's wait ran out.
+    TimedOut {
+        ticket: Ticket,
+        holder: Option<String>,
+        retry_after_ms: Millis,
+    },
+    /// A lease ran past its deadline without renewal.
+    Expired {
+        lease_id: LeaseId,
+        lock: String,
+        epoch: Epoch,
+    },
+}
+
+/// A lease that is no longer live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("lease expired or unknown")]
+pub struct LeaseExpired;
+
+/// A live lease, as seen from outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    pub lease_id: LeaseId,
+    pub lock: String,
+    pub holder: String,
+    pub epoch: Epoch,
+    pub ttl_ms: Millis,
+    pub remaining_ms: Millis,
+}
+
+/// A lock, as seen from outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LockView {
+    pub lock: String,
+    /// Last epoch issued (0 if never acquired).
+    pub epoch: Epoch,
+    /// The live lease, if any.
+    pub lease: Option<LeaseView>,
+    pub waiters: usize,
+}
+
+#[derive(Debug)]
+struct Lease {
+    id: LeaseId,
+    holder: String,
+    epoch: Epoch,
+    ttl_ms: Millis,
+    deadline: Millis,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    ticket: Ticket,
+    lease_id: LeaseId,
+    holder: String,
+    ttl_ms: Millis,
+    give_up_at: Millis,
+}
+
+#[derive(Debug, Default)]
+struct Lock {
+    last_epoch: Epoch,
+    lease: Option<Lease>,
+    delay_until: Millis,
+    queue: VecDeque<Waiter>,
+}
+
+/// The lock table. See the module docs.
+#[derive(Debug, Default)]
+pub struct LockTable {
+    config: TableConfig,
+    locks: HashMap<String, Lock>,
+    /// Lease id -> lock name, for keepalive and release by id.
+    leases: HashMap<LeaseId, String>,
+    /// Ticket -> lock name, for cancelling a waiter.
+    waiters: HashMap<Ticket, String>,
+    next_ticket: Ticket,
+    /// (deadline, lock): when the lock needs another look. Entries go stale when a lease
+    /// is renewed or released; a stale entry only causes a harmless extra look.
+    timers: BinaryHeap<Reverse<(Millis, String)>>,
+    events: Vec<Event>,
+}
+
+impl LockTable {
+    pub fn new(config: TableConfig) -> Self {
+        LockTable {
+            config,
+            ..Default::default()
+        }
+    }
+
+    /// Rebuilds the table after a restart. Each recorded lease is honoured for a full TTL
+    /// from `now`: the table cannot know how long it was down, so it assumes the holder
+    /// may still be working. When several leases are recorded for one lock, only the one
+    /// with the highest epoch can still be live.
+    pub fn restore(
+        &mut self,
+        now: Millis,
+        epochs: impl IntoIterator<Item = (String, Epoch)>,
+        leases: impl IntoIterator<Item = Grant>,
+    ) {
+        for (name, epoch) in epochs {
+            let lock = self.locks.entry(name).or_default();
+            lock.last_epoch = lock.last_epoch.max(epoch);
+        }
+        for grant in leases {
+            let lock = self.locks.entry(grant.lock.clone()).or_default();
+            lock.last_epoch = lock.last_epoch.max(grant.epoch);
+            if lock.lease.as_ref().is_some_and(|l| l.epoch >= grant.epoch) {
+                continue;
+            }
+            if let Some(old) = lock.lease.take() {
+                self.leases.remove(&old.id);
+            }
+            let deadline = now.saturating_add(grant.ttl_ms);
+            lock.lease = Some(Lease {
+                id: grant.lease_id.clone(),
+                holder: grant.holder,
+                epoch: grant.epoch,
+                ttl_ms: grant.ttl_ms,
+                deadline,
+            });
+            self.leases.insert(grant.lease_id, grant.lock.clone());
+            self.timers.push(Reverse((deadline, grant.lock)));
+        }
+    }
+
+    /// Tries to acquire a lock; grants at once, queues (if `wait_ms > 0`) or refuses.
+    pub fn acquire(&mut self, now: Millis, req: AcquireRequest) -> AcquireOutcome {
+        self.settle(now, &req.lock);
+        let lock = self.locks.entry(req.lock.clone()).or_default();
+        let free = lock.lease.is_none() && lock.delay_until <= now && lock.queue.is_empty();
+        if free {
+            let grant = Self::grant(lock, &req.lock, req.lease_id, req.holder, req.ttl_ms, now);
+            self.leases.insert(grant.lease_id.clone(), req.lock.clone());
+            self.timers
+                .push(Reverse((now.saturating_add(grant.ttl_ms), req.lock)));
+            return AcquireOutcome::Granted(grant);
+        }
+        if req.wait_ms == 0 {
+            let (holder, retry_after_ms) = Self::busy(lock, now);
+            return AcquireOutcome::Held {
+                holder,
+                retry_after_ms,
+            };
+        }
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        let give_up_at = now.saturating_add(req.wait_ms);
+        lock.queue.push_back(Waiter {
+            ticket,
+            lease_id: req.lease_id,
+            holder: req.holder,
+            ttl_ms: req.ttl_ms,
+            give_up_at,
+        });
+        self.waiters.insert(ticket, req.lock.clone());
+        self.timers.push(Reverse((give_up_at, req.lock)));
+        AcquireOutcome::Queued(ticket)
+    }
+
+    /// Renews a lease for a full TTL from `now`.
+    pub fn keepalive(&mut self, now: Millis, lease_id: &str) -> Result<LeaseView, LeaseExpired> {
+        let name = self.leases.get(lease_id).cloned().ok_or(LeaseExpired)?;
+        self.settle(now, &name);
+        let lock = self.locks.get_mut(&name).ok_or(LeaseExpired)?;
+        let lease = lock
+            .lease
+            .as_mut()
+            .filter(|l| l.id == lease_id)
+            .ok_or(LeaseExpired)?;
+        lease.deadline = now.saturating_add(lease.ttl_ms);
+        let deadline = lease.deadline;
+        let view = Self::lease_view(&name, lease, now);
+        self.timers.push(Reverse((deadline, name)));
+        Ok(view)
+    }
+
+    /// Releases a live lease; the lock passes to the first waiter (no lock-delay).
+    pub fn release(&mut self, now: Millis, lease_id: &str) -> Result<LeaseView, LeaseExpired> {
+        let name = self.leases.get(lease_id).cloned().ok_or(LeaseExpired)?;
+        self.settle(now, &name);
+        let lock = self.locks.get_mut(&name).ok_or(LeaseExpired)?;
+        if lock.lease.as_ref().is_none_or(|l| l.id != lease_id) {
+            return Err(LeaseExpired);
+        }
+        let lease = lock.lease.take().ok_or(LeaseExpired)?;
+        self.leases.remove(lease_id);
+        let view = Self::lease_view(&name, &lease, now);
+        self.settle(now, &name);
+        Ok(view)
+    }
+
+    /// Withdraws a queued waiter (it gave up or went away). Unknown tickets are ignored.
+    pub fn cancel(&mut self, ticket: Ticket) {
+        if let Some(name) = self.waiters.remove(&ticket) {
+            if let Some(lock) = self.locks.get_mut(&name) {
+                lock.queue.retain(|w| w.ticket != ticket);
+            }
+        }
+    }
+
+    /// Processes every deadline that has passed.
+    pub fn poll(&mut self, now: Millis) {
+        while let Some(Reverse((when, _))) = self.timers.peek() {
+            if *when > now {
+                break;
+            }
+            if let Some(Reverse((_, name))) = self.timers.pop() {
+                self.settle(now, &name);
+            }
+        }
+    }
+
+    /// When [`poll`](Self::poll) next has something to do.
+    pub fn next_wakeup(&self) -> Option<Millis> {
+        self.timers.peek().map(|Reverse((when, _))| *when)
+    }
+
+    /// Takes the events produced since the last call.
+    pub fn drain_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// A lock's state (epoch 0 and no lease for a lock never acquired).
+    pub fn status(&mut self, now: Millis, name: &str) -> LockView {
+        self.settle(now, name);
+        match self.locks.get(name) {
+            Some(lock) => Self::lock_view(name, lock, now),
+            None => LockView {
+                lock: name.to_owned(),
+                epoch: 0,
+                lease: None,
+                waiters: 0,
+            },
+        }
+    }
+
+    /// Every known lock with a name starting with `prefix`, sorted, at most `limit`.
+    pub fn list(&mut self, now: Millis, prefix: &str, limit: usize) -> Vec<LockView> {
+        self.poll(now);
+        let mut names: Vec<&String> = self
+            .locks
+            .keys()
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        names.sort();
+        names.truncate(limit);
+        names
+            .into_iter()
+            .filter_map(|n| self.locks.get(n).map(|l| Self::lock_view(n, l, now)))
+            .collect()
+    }
+
+    /// The live lease with this id, if any.
+    pub fn lease(&mut self, now: Millis, lease_id: &str) -> Option<LeaseView> {
+        let name = self.leases.get(lease_id).cloned()?;
+        self.settle(now, &name);
+        let lock = self.locks.get(&name)?;
+        lock.lease
+            .as_ref()
+            .filter(|l| l.id == lease_id)
+            .map(|l| Self::lease_view(&name, l, now))
+    }
+
+    /// Number of live leases.
+    pub fn live_leases(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Brings one lock up to date: expire its lease, drop waiters whose wait ran out, end
+    /// its lock-delay, and hand it to the first waiter if it is free.
+    fn settle(&mut self, now: Millis, name: &str) {
+        let Some(lock) = self.locks.get_mut(name) else {
+            return;
+        };
+        if let Some(lease) = lock.lease.take_if(|l| l.deadline <= now) {
+            self.leases.remove(&lease.id);
+            if self.config.lock_delay_ms > 0 {
+                lock.delay_until = lease.deadline.saturating_add(self.config.lock_delay_ms);
+                self.timers
+                    .push(Reverse((lock.delay_until, name.to_owned())));
+            }
+            self.events.push(Event::Expired {
+                lease_id: lease.id,
+                lock: name.to_owned(),
+                epoch: lease.epoch,
+            });
+        }
+        if lock.queue.iter().any(|w| w.give_up_at <= now) {
+            let (holder, retry_after_ms) = Self::busy(lock, now);
+            let (gone, kept): (VecDeque<Waiter>, VecDeque<Waiter>) =
+                lock.queue.drain(..).partition(|w| w.give_up_at <= now);
+            lock.queue = kept;
+            for waiter in gone {
+                self.waiters.remove(&waiter.ticket);
+                self.events.push(Event::TimedOut {
+                    ticket: waiter.ticket,
+                    holder: holder.clone(),
+                    retry_after_ms,
+                });
+            }
+        }
+        if lock.lease.is_none() && lock.delay_until <= now {
+            if let Some(w) = lock.queue.pop_front() {
+                self.waiters.remove(&w.ticket);
+                let grant = Self::grant(lock, name, w.lease_id, w.holder, w.ttl_ms, now);
+                self.leases.insert(grant.lease_id.clone(), name.to_owned());
+                self.timers
+                    .push(Reverse((now.saturating_add(grant.ttl_ms), name.to_owned())));
+                self.events.push(Event::Granted {
+                    ticket: w.ticket,
+                    grant,
+                });
+            }
+        }
+    }
+
+    fn grant(
+        lock: &mut Lock,
+        name: &str,
+        lease_id: LeaseId,
+        holder: String,
+        ttl_ms: Millis,
+        now: Millis,
+    ) -> Grant {
+        lock.last_epoch += 1;
+        lock.lease = Some(Lease {
+            id: lease_id.clone(),
+            holder: holder.clone(),
+            epoch: lock.last_epoch,
+            ttl_ms,
+            deadline: now.saturating_add(ttl_ms),
+        });
+        Grant {
+            lock: name.to_owned(),
+            holder,
+            epoch: lock.last_epoch,
+            lease_id,
+            ttl_ms,
+        }
+    }
+
+    /// Who holds a busy lock, and a hint for when to retry.
+    fn busy(lock: &Lock, now: Millis) -> (Option<String>, Millis) {
+        match &lock.lease {
+            Some(lease) => (
+                Some(lease.holder.clone()),
+                lease.deadline.saturating_sub(now),
+            ),
+            None => (None, lock.delay_until.saturating_sub(now)),
+        }
+    }
+
+    fn lease_view(name: &str, lease: &Lease, now: Millis) -> LeaseView {
+        LeaseView {
+            lease_id: lease.id.clone(),
+            lock: name.to_owned(),
+            holder: lease.holder.clone(),
+            epoch: lease.epoch,
+            ttl_ms: lease.ttl_ms,
+            remaining_ms: lease.deadline.saturating_sub(now),
+        }
+    }
+
+    fn lock_view(name: &str, lock: &Lock, now: Millis) -> LockView {
+        LockView {
+            lock: name.to_owned(),
+            epoch: lock.last_epoch,
+            lease: lock
+                .lease
+                .as_ref()
+                .filter(|l| l.deadline > now)
+                .map(|l| Self::lease_view(name, l, now)),
+            waiters: lock.queue.len(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
