@@ -1,0 +1,204 @@
+//! # Storage: where Palisade's promises become durable
+//!
+//! One trait, [`Backend`], covers both roles that need a disk:
+//!
+//! - the **issuer's records**: the last epoch issued per lock and the live lease records,
+//!   so that after a crash no epoch is reissued and leases granted before the crash are
+//!   honoured for a full TTL;
+//! - the **fenced store**: namespaces of keys, each guarded by the lock of the same name,
+//!   with the namespace's high-water mark stored beside its data.
+//!
+//! Every fenced mutation is one [`FencedOp`]: the backend reads the namespace's mark, runs
+//! the gate rule ([`palisade_core::gate::admit`]), checks the operation's preconditions
+//! and, only if all pass, writes the new mark and the mutation **in one transaction**,
+//! then makes it durable before answering. A distributed backend can express the same as
+//! one compare-and-put transaction (compare the mark's and the key's revisions, put both).
+//!
+//! The embedded backend ([`redb_backend::RedbBackend`]) keeps everything in one redb file,
+//! owned by a single writer thread that does group commit: it takes every operation
+//! waiting in its queue, applies them one after another inside one write transaction,
+//! commits with one fsync, and only then answers each caller.
+//!
+//! ## Invariants
+//! - "Ok" means fsync'd. A crash may lose only operations that were never acknowledged.
+//! - A rejected operation writes nothing (not the mark, not the data, not an idempotency
+//!   record).
+//! - After an I/O error the backend latches into a failed state and refuses every later
+//!   write with [`StorageError::Failed`] (fail-stop): it never continues from a state it
+//!   cannot vouch for.
+//! - There is no unfenced write path: the trait offers no way to change a namespace
+//!   without passing the gate.
+//!
+//! ## What this layer does not do
+//! - It does not verify token signatures or check that a token names the namespace's lock;
+//!   the server does that before building a [`FencedOp`]. The backend trusts the epoch it
+//!   is given.
+//! - It does not look at the lock table to decide anything: a namespace learns a newer
+//!   epoch only by seeing it in an operation (S10).
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use palisade_core::gate::{GateError, HighWater, Policy};
+use palisade_token::Epoch;
+
+pub mod redb_backend;
+
+/// A lease as the issuer records it, so it can be honoured after a restart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRecord {
+    pub lease_id: String,
+    pub lock: String,
+    pub holder: String,
+    pub epoch: Epoch,
+    pub ttl_ms: u64,
+}
+
+/// What the issuer needs back after a restart.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IssuerState {
+    /// Last epoch issued, per lock.
+    pub epochs: Vec<(String, Epoch)>,
+    /// Leases that were live (not released) when last recorded.
+    pub leases: Vec<LeaseRecord>,
+}
+
+/// A precondition on the key's current revision.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Precondition {
+    #[default]
+    None,
+    /// The key must exist with exactly this revision (`If-Match`).
+    Revision(u64),
+    /// The key must not exist (`If-None-Match: *`).
+    Absent,
+}
+
+/// The mutation a fenced operation carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Put {
+        key: String,
+        value: Bytes,
+        precondition: Precondition,
+    },
+    Delete {
+        key: String,
+        precondition: Precondition,
+    },
+    /// Barrier: advance the high-water mark, write no data.
+    Fence,
+}
+
+/// An idempotency key with a fingerprint of the request it was first used for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Idempotency {
+    pub key: String,
+    /// Digest of the request (method, key, value, preconditions); a reuse of the key for a
+    /// different request is refused with [`ApplyError::IdempotencyConflict`].
+    pub fingerprint: String,
+}
+
+/// One fenced mutation of namespace `namespace`, already verified to carry a genuine
+/// token for the lock of the same name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FencedOp {
+    pub namespace: String,
+    pub epoch: Epoch,
+    pub seq: Option<u64>,
+    pub policy: Policy,
+    pub idempotency: Option<Idempotency>,
+    pub action: Action,
+}
+
+/// The outcome of an admitted operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Applied {
+    /// Store revision of the write (for a fence: the store's current revision).
+    pub revision: u64,
+    /// The epoch the operation carried.
+    pub epoch: Epoch,
+    /// The namespace's mark after the operation.
+    pub high_water: HighWater,
+    /// True when this outcome was replayed from an earlier request with the same
+    /// idempotency key, and nothing was applied now.
+    #[serde(default)]
+    pub replayed: bool,
+}
+
+/// A stored value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Bytes,
+    /// Store revision of the write that produced this value.
+    pub revision: u64,
+    /// Epoch carried by that write.
+    pub epoch: Epoch,
+}
+
+/// Storage failures. Not the caller's fault; the backend may be latched failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StorageError {
+    /// An I/O or database error happened; the backend refuses writes from now on.
+    #[error("storage failed: {0}")]
+    Failed(String),
+    /// The backend is shutting down.
+    #[error("storage is shut down")]
+    Closed,
+}
+
+/// Why a fenced operation was not applied. In every case nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Gate(#[from] GateError),
+    #[error("revision mismatch (current revision {current:?})")]
+    RevisionMismatch { current: Option<u64> },
+    #[error("key not found")]
+    NotFound,
+    #[error("idempotency key reused for a different request")]
+    IdempotencyConflict,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// A durable backend for the issuer's records and the fenced store.
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    /// Reads back the issuer's records (at startup).
+    async fn load_issuer(&self) -> Result<IssuerState, StorageError>;
+
+    /// Durably records a grant: raises the lock's last epoch to `lease.epoch` (never
+    /// lowers it) and stores the lease record. Returns once fsync'd.
+    async fn record_grant(&self, lease: LeaseRecord) -> Result<(), StorageError>;
+
+    /// Removes a lease record (released or expired). Removing an unknown lease is Ok.
+    async fn remove_lease(&self, lease_id: &str) -> Result<(), StorageError>;
+
+    /// Gate + mutation in one durable transaction.
+    async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError>;
+
+    /// Reads one key.
+    async fn get(&self, namespace: &str, key: &str) -> Result<Option<Entry>, StorageError>;
+
+    /// Lists keys of a namespace starting with `prefix`, in order, at most `limit`.
+    async fn list(
+        &self,
+        namespace: &str,
+        prefix: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StorageError>;
+
+    /// The namespace's high-water mark (default if never written).
+    async fn high_water(&self, namespace: &str) -> Result<HighWater, StorageError>;
+
+    /// Whether the backend has latched a failure.
+    fn is_failed(&self) -> bool;
+
+    /// Graceful shutdown: stops taking writes, finishes and answers the ones already
+    /// queued, and releases the backend's resources (for a file: so it can be opened
+    /// again). Later calls on any handle answer [`StorageError::Closed`]. Idempotent. The
+    /// default does nothing, for backends with nothing to release.
+    async fn close(&self) {}
+}

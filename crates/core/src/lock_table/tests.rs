@@ -1,6 +1,9 @@
 use super::*;
 use proptest::prelude::*;
 
+/// Per lock: (last epoch, live lease id and deadline, unused).
+type Model = HashMap<String, (Epoch, Option<(String, Millis)>, Millis)>;
+
 fn req(lock: &str, holder: &str, ttl_ms: Millis, wait_ms: Millis, id: &str) -> AcquireRequest {
     AcquireRequest {
         lock: lock.into(),
@@ -222,13 +225,13 @@ proptest! {
         let mut now = 0;
         let mut next_id = 0u32;
         // Per lock: (last epoch, lease id, deadline of the live grant or None when released)
-        let mut model: HashMap<String, (Epoch, Option<(String, Millis)>, Millis)> = HashMap::new();
+        let mut model: Model = HashMap::new();
         let mut lease_ids: Vec<String> = Vec::new();
         let mut tickets: Vec<Ticket> = Vec::new();
         let mut queued_order: HashMap<String, Vec<Ticket>> = HashMap::new();
         let mut ttl_of: HashMap<String, Millis> = HashMap::new();
 
-        let mut check_grant = |g: &Grant, now: Millis, model: &mut HashMap<String, (Epoch, Option<(String, Millis)>, Millis)>| -> Result<(), TestCaseError> {
+        let check_grant = |g: &Grant, now: Millis, model: &mut Model| -> Result<(), TestCaseError> {
             let entry = model.entry(g.lock.clone()).or_insert((0, None, 0));
             prop_assert_eq!(g.epoch, entry.0 + 1, "epochs must count up by one");
             if let Some((_, deadline)) = &entry.1 {

@@ -1,0 +1,139 @@
+//! Tokens a client made or edited itself never pass the gate (S14), and leave the store
+//! exactly as it was.
+
+mod common;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use base64::Engine;
+use common::{code, Http, Server};
+use serde_json::Value;
+
+/// Rewrites the epoch inside a genuine token, keeping its signature.
+fn with_epoch(token: &str, epoch: u64) -> String {
+    let parts: Vec<&str> = token.split('.').collect();
+    assert_eq!(parts.len(), 3);
+    let mut claims: Value = serde_json::from_slice(&B64.decode(parts[1]).unwrap()).unwrap();
+    claims["e"] = epoch.into();
+    let payload = B64.encode(serde_json::to_vec(&claims).unwrap());
+    format!("{}.{}.{}", parts[0], payload, parts[2])
+}
+
+#[tokio::test]
+async fn forged_tokens_are_rejected_and_change_nothing() {
+    let server = Server::start(&[]);
+    let http = Http::new(&server.url);
+    let genuine = http.acquire("vault", "owner", 60_000).await;
+    let token = genuine["token"].as_str().unwrap();
+    let (status, _) = http.put("vault", "k", Some(token), "genuine").await;
+    assert_eq!(status, 200);
+
+    let keys = http
+        .send(http.client.get(format!("{}/v1/keys", server.url)))
+        .await
+        .1;
+    let key_id = keys["keys"][0]["key_id"].as_str().unwrap().to_owned();
+    assert!(token.contains('.'));
+
+    let stranger = palisade_token::Signer::generate();
+    let other_lock = http.acquire("other", "owner", 60_000).await;
+    let cases: Vec<(&str, String, u16, &str)> = vec![
+        (
+            "epoch edited upwards",
+            with_epoch(token, 1_000_000),
+            400,
+            "invalid_token",
+        ),
+        (
+            "signed by another key",
+            stranger.issue("vault", 1_000_000, "mallory"),
+            400,
+            "invalid_token",
+        ),
+        (
+            "another key claiming our key id",
+            {
+                let forged = stranger.issue("vault", 99, "mallory");
+                let parts: Vec<&str> = forged.split('.').collect();
+                let mut claims: Value =
+                    serde_json::from_slice(&B64.decode(parts[1]).unwrap()).unwrap();
+                claims["k"] = key_id.clone().into();
+                format!(
+                    "pal1.{}.{}",
+                    B64.encode(serde_json::to_vec(&claims).unwrap()),
+                    parts[2]
+                )
+            },
+            400,
+            "invalid_token",
+        ),
+        (
+            "genuine token for another lock",
+            other_lock["token"].as_str().unwrap().to_owned(),
+            403,
+            "wrong_lock",
+        ),
+        (
+            "truncated signature",
+            token[..token.len() - 4].to_owned(),
+            400,
+            "invalid_token",
+        ),
+    ];
+    for (what, forged, status, expected) in cases {
+        let (got, body) = http.put("vault", "k", Some(&forged), "forged").await;
+        assert_eq!((got, code(&body)), (status, expected), "{what}: {body}");
+        // Same for delete and the barrier.
+        let (got, body) = http
+            .send(
+                http.client
+                    .delete(format!("{}/v1/kv/vault/k", server.url))
+                    .header("Fencing-Token", &forged),
+            )
+            .await;
+        assert_eq!(
+            (got, code(&body)),
+            (status, expected),
+            "{what} (delete): {body}"
+        );
+        let (got, body) = http
+            .send(
+                http.client
+                    .post(format!("{}/v1/fences/vault", server.url))
+                    .header("Fencing-Token", &forged),
+            )
+            .await;
+        assert_eq!(
+            (got, code(&body)),
+            (status, expected),
+            "{what} (fence): {body}"
+        );
+        assert_eq!(
+            http.get_value("vault", "k").await.as_deref(),
+            Some("genuine"),
+            "{what}"
+        );
+        assert_eq!(http.high_water("vault").await, 1, "{what}");
+    }
+
+    // The online check agrees.
+    let (status, check) = http
+        .send(
+            http.client
+                .post(format!("{}/v1/tokens/check", server.url))
+                .json(&serde_json::json!({"token": with_epoch(token, 5)})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(check["genuine"], false);
+    let (_, check) = http
+        .send(
+            http.client
+                .post(format!("{}/v1/tokens/check", server.url))
+                .json(&serde_json::json!({"token": token})),
+        )
+        .await;
+    assert_eq!(check["genuine"], true);
+    assert_eq!(check["current"], true);
+    assert_eq!(check["lease_alive"], true);
+    assert_eq!(check["epoch"], 1);
+}

@@ -1,0 +1,286 @@
+//! Decoding the server's error bodies into [`Error`].
+//!
+//! Every server error is `{"error":{"code":"<stable code>","message":"...", ...extra}}`
+//! (docs/api.md). Codes a caller is expected to branch on get their own variant, carrying
+//! their extra fields as typed values: "you are fenced" is [`Error::Stale`], not a string
+//! to grep. Codes this version does not know become [`Error::Api`], so a newer server
+//! never makes an older client fail to decode.
+
+use reqwest::StatusCode;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use crate::Error;
+
+#[derive(Deserialize)]
+struct Envelope {
+    error: Body,
+}
+
+#[derive(Deserialize)]
+struct Body {
+    code: String,
+    #[serde(default)]
+    message: String,
+    #[serde(flatten)]
+    extra: Map<String, Value>,
+}
+
+/// The longest slice of a non-JSON error body quoted back in [`Error::Decode`].
+const SNIPPET_LEN: usize = 200;
+
+/// Turns a non-success answer into an [`Error`].
+///
+/// A body that is not the documented envelope (a proxy's HTML page, an empty 404 from a
+/// wrong base URL) is a [`Error::Decode`], never a guessed code: in particular an empty
+/// 404 must not read as "key not found".
+pub(crate) fn decode_error(status: StatusCode, body: &[u8]) -> Error {
+    match serde_json::from_slice::<Envelope>(body) {
+        Ok(envelope) => from_body(status, envelope.error),
+        Err(_) => {
+            let text = String::from_utf8_lossy(body);
+            let snippet: String = text.chars().take(SNIPPET_LEN).collect();
+            Error::Decode(format!(
+                "HTTP {} with a non-JSON error body: {snippet:?}",
+                status.as_u16()
+            ))
+        }
+    }
+}
+
+fn from_body(status: StatusCode, body: Body) -> Error {
+    let u64_field = |name: &str| body.extra.get(name).and_then(Value::as_u64);
+    let decoded = match body.code.as_str() {
+        "stale_token" => match (u64_field("high_water"), u64_field("epoch")) {
+            (Some(high_water), Some(epoch)) => Some(Error::Stale { high_water, epoch }),
+            _ => None,
+        },
+        "stale_sequence" => match (
+            u64_field("high_water"),
+            u64_field("high_water_seq"),
+            u64_field("epoch"),
+            u64_field("seq"),
+        ) {
+            (Some(high_water), Some(high_water_seq), Some(epoch), Some(seq)) => {
+                Some(Error::StaleSequence {
+                    high_water,
+                    high_water_seq,
+                    epoch,
+                    seq,
+                })
+            }
+            _ => None,
+        },
+        "lock_held" => match (body.extra.get("holder"), u64_field("retry_after_ms")) {
+            (Some(Value::String(h)), Some(retry_after_ms)) => Some(Error::LockHeld {
+                holder: Some(h.clone()),
+                retry_after_ms,
+            }),
+            (Some(Value::Null) | None, Some(retry_after_ms)) => Some(Error::LockHeld {
+                holder: None,
+                retry_after_ms,
+            }),
+            _ => None,
+        },
+        "revision_mismatch" => match body.extra.get("current_revision") {
+            Some(Value::Null) | None => Some(Error::RevisionMismatch {
+                current_revision: None,
+            }),
+            Some(v) => v.as_u64().map(|r| Error::RevisionMismatch {
+                current_revision: Some(r),
+            }),
+        },
+        "wrong_lock" => match body.extra.get("token_lock") {
+            Some(Value::String(lock)) => Some(Error::WrongLock(lock.clone())),
+            _ => None,
+        },
+        "lease_expired" => Some(Error::LeaseExpired),
+        "not_found" => Some(Error::NotFound),
+        "missing_token" => Some(Error::MissingToken),
+        "invalid_token" => Some(Error::InvalidToken(body.message.clone())),
+        "payload_too_large" => Some(Error::PayloadTooLarge),
+        "idempotency_conflict" => Some(Error::IdempotencyConflict),
+        "storage_failed" => Some(Error::StorageFailed),
+        "bad_request" => Some(Error::BadRequest(body.message.clone())),
+        _ => None,
+    };
+    // A known code whose extra fields are missing or mistyped falls back to the generic
+    // variant rather than inventing values (a zero high-water mark would be a lie).
+    decoded.unwrap_or(Error::Api {
+        status: status.as_u16(),
+        code: body.code,
+        message: body.message,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(status: u16, body: &str) -> Error {
+        decode_error(StatusCode::from_u16(status).unwrap(), body.as_bytes())
+    }
+
+    #[test]
+    fn stale_token_carries_high_water_and_epoch() {
+        let e = decode(
+            409,
+            r#"{"error":{"code":"stale_token","message":"m","high_water":2,"epoch":1}}"#,
+        );
+        assert!(matches!(
+            e,
+            Error::Stale {
+                high_water: 2,
+                epoch: 1
+            }
+        ));
+        assert_eq!(e.code(), "stale_token");
+        assert!(e.is_fenced());
+    }
+
+    #[test]
+    fn stale_sequence_carries_all_four_fields() {
+        let e = decode(
+            409,
+            r#"{"error":{"code":"stale_sequence","message":"m","high_water":3,
+                "high_water_seq":9,"epoch":3,"seq":9}}"#,
+        );
+        assert!(matches!(
+            e,
+            Error::StaleSequence {
+                high_water: 3,
+                high_water_seq: 9,
+                epoch: 3,
+                seq: 9
+            }
+        ));
+    }
+
+    #[test]
+    fn lock_held_with_and_without_holder() {
+        let e = decode(
+            409,
+            r#"{"error":{"code":"lock_held","message":"m","holder":"h1","retry_after_ms":250}}"#,
+        );
+        assert!(
+            matches!(e, Error::LockHeld { holder: Some(ref h), retry_after_ms: 250 } if h == "h1")
+        );
+        let e = decode(
+            409,
+            r#"{"error":{"code":"lock_held","message":"m","holder":null,"retry_after_ms":5}}"#,
+        );
+        assert!(matches!(
+            e,
+            Error::LockHeld {
+                holder: None,
+                retry_after_ms: 5
+            }
+        ));
+    }
+
+    #[test]
+    fn revision_mismatch_null_and_number() {
+        let e = decode(
+            412,
+            r#"{"error":{"code":"revision_mismatch","message":"m","current_revision":null}}"#,
+        );
+        assert!(matches!(
+            e,
+            Error::RevisionMismatch {
+                current_revision: None
+            }
+        ));
+        let e = decode(
+            412,
+            r#"{"error":{"code":"revision_mismatch","message":"m","current_revision":7}}"#,
+        );
+        assert!(matches!(
+            e,
+            Error::RevisionMismatch {
+                current_revision: Some(7)
+            }
+        ));
+    }
+
+    #[test]
+    fn simple_codes_map_to_their_variants() {
+        let cases: &[(u16, &str)] = &[
+            (404, "lease_expired"),
+            (404, "not_found"),
+            (400, "missing_token"),
+            (413, "payload_too_large"),
+            (422, "idempotency_conflict"),
+            (503, "storage_failed"),
+        ];
+        for (status, code) in cases {
+            let body = format!(r#"{{"error":{{"code":"{code}","message":"x"}}}}"#);
+            let e = decode(*status, &body);
+            assert_eq!(e.code(), *code);
+            assert!(
+                !matches!(e, Error::Api { .. }),
+                "{code} fell through to Api"
+            );
+        }
+    }
+
+    #[test]
+    fn messages_are_kept_for_invalid_token_and_bad_request() {
+        let e = decode(
+            400,
+            r#"{"error":{"code":"invalid_token","message":"bad signature"}}"#,
+        );
+        assert!(matches!(e, Error::InvalidToken(ref m) if m == "bad signature"));
+        let e = decode(
+            400,
+            r#"{"error":{"code":"bad_request","message":"ttl_ms too big"}}"#,
+        );
+        assert!(matches!(e, Error::BadRequest(ref m) if m == "ttl_ms too big"));
+    }
+
+    #[test]
+    fn wrong_lock_carries_the_tokens_lock() {
+        let e = decode(
+            403,
+            r#"{"error":{"code":"wrong_lock","message":"m","token_lock":"a"}}"#,
+        );
+        assert!(matches!(e, Error::WrongLock(ref l) if l == "a"));
+    }
+
+    #[test]
+    fn unknown_code_is_api_with_status() {
+        let e = decode(
+            405,
+            r#"{"error":{"code":"method_not_allowed","message":"no"}}"#,
+        );
+        match e {
+            Error::Api {
+                status,
+                ref code,
+                ref message,
+            } => {
+                assert_eq!(
+                    (status, code.as_str(), message.as_str()),
+                    (405, "method_not_allowed", "no")
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(e.code(), "method_not_allowed");
+    }
+
+    #[test]
+    fn known_code_with_missing_fields_does_not_invent_values() {
+        let e = decode(409, r#"{"error":{"code":"stale_token","message":"m"}}"#);
+        assert!(matches!(e, Error::Api { status: 409, .. }));
+        assert_eq!(e.code(), "stale_token");
+    }
+
+    #[test]
+    fn non_json_bodies_are_decode_errors() {
+        for body in ["", "<html>bad gateway</html>", r#"{"code":"not_found"}"#] {
+            let e = decode(404, body);
+            assert!(matches!(e, Error::Decode(_)), "{body:?} gave {e:?}");
+            assert_eq!(e.code(), "decode");
+        }
+    }
+}

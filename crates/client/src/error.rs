@@ -1,0 +1,134 @@
+//! The client's error type: one variant per error a caller is expected to branch on,
+//! carrying the server's extra fields as typed values, plus [`Error::Api`] for codes this
+//! version does not know. Decoding lives in `decode.rs`.
+
+/// Everything a Palisade call can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `stale_token`: the resource has admitted a newer epoch; this holder is fenced off.
+    #[error("stale token: epoch {epoch} is below the high-water mark {high_water}")]
+    Stale { high_water: u64, epoch: u64 },
+    /// `stale_sequence`: in a `sequence` namespace, (epoch, seq) did not strictly increase.
+    #[error(
+        "stale sequence: ({epoch}, {seq}) is not above the high-water mark \
+         ({high_water}, {high_water_seq})"
+    )]
+    StaleSequence {
+        high_water: u64,
+        high_water_seq: u64,
+        epoch: u64,
+        seq: u64,
+    },
+    /// `lock_held`: someone else holds the lock. `holder` is `None` while the lock sits in
+    /// its lock-delay after an expiry.
+    #[error("lock held by {}; retry after {retry_after_ms} ms", holder.as_deref().unwrap_or("nobody (lock-delay)"))]
+    LockHeld {
+        holder: Option<String>,
+        retry_after_ms: u64,
+    },
+    /// `lease_expired`: the lease expired or was released; it cannot be renewed.
+    #[error("lease expired or released")]
+    LeaseExpired,
+    /// `not_found`: the key does not exist (only surfaced where absence is an error).
+    #[error("not found")]
+    NotFound,
+    /// `missing_token`: a mutation arrived without a fencing token.
+    #[error("missing fencing token")]
+    MissingToken,
+    /// `invalid_token`: the token did not verify; carries the server's message.
+    #[error("invalid token: {0}")]
+    InvalidToken(String),
+    /// `wrong_lock`: the token is genuine but for another lock; carries that lock's name.
+    #[error("token is for lock {0:?}, not for this namespace")]
+    WrongLock(String),
+    /// `revision_mismatch`: an `If-Match` / `If-None-Match` precondition failed.
+    #[error("revision mismatch: {}", match current_revision {
+        Some(r) => format!("the key is at revision {r}"),
+        None => "the key does not exist".to_owned(),
+    })]
+    RevisionMismatch { current_revision: Option<u64> },
+    /// `payload_too_large`: the value exceeds the server's limit.
+    #[error("payload too large")]
+    PayloadTooLarge,
+    /// `idempotency_conflict`: the idempotency key was used before for a different request.
+    #[error("idempotency key reused for a different request")]
+    IdempotencyConflict,
+    /// `storage_failed`: the server latched a storage failure and refuses writes.
+    #[error("server storage failed")]
+    StorageFailed,
+    /// `bad_request`, from the server or raised locally before sending (e.g. a key that
+    /// cannot be expressed in a URL).
+    #[error("bad request: {0}")]
+    BadRequest(String),
+    /// Any other well-formed JSON error, e.g. `method_not_allowed` or a code newer than
+    /// this client.
+    #[error("{code} (HTTP {status}): {message}")]
+    Api {
+        status: u16,
+        code: String,
+        message: String,
+    },
+    /// The request did not complete: connection refused, timeout, reset.
+    ///
+    /// For a mutation this means the outcome is unknown: it may have been applied.
+    ///
+    /// The message includes the whole cause chain (reqwest's own message stops at "error
+    /// sending request"), so it is not repeated as `source()`.
+    #[error("request failed: {}", cause_chain(.0))]
+    Transport(reqwest::Error),
+    /// The server answered something this client cannot read.
+    #[error("undecodable response: {0}")]
+    Decode(String),
+}
+
+impl Error {
+    /// The stable machine code: the wire code for server errors, `"transport"` and
+    /// `"decode"` for failures on this side.
+    pub fn code(&self) -> &str {
+        match self {
+            Error::Stale { .. } => "stale_token",
+            Error::StaleSequence { .. } => "stale_sequence",
+            Error::LockHeld { .. } => "lock_held",
+            Error::LeaseExpired => "lease_expired",
+            Error::NotFound => "not_found",
+            Error::MissingToken => "missing_token",
+            Error::InvalidToken(_) => "invalid_token",
+            Error::WrongLock(_) => "wrong_lock",
+            Error::RevisionMismatch { .. } => "revision_mismatch",
+            Error::PayloadTooLarge => "payload_too_large",
+            Error::IdempotencyConflict => "idempotency_conflict",
+            Error::StorageFailed => "storage_failed",
+            Error::BadRequest(_) => "bad_request",
+            Error::Api { code, .. } => code,
+            Error::Transport(_) => "transport",
+            Error::Decode(_) => "decode",
+        }
+    }
+
+    /// True when the server positively said this holder's epoch is fenced off.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, Error::Stale { .. } | Error::StaleSequence { .. })
+    }
+}
+
+impl From<reqwest::Error> for Error {
+    fn from(err: reqwest::Error) -> Self {
+        Error::Transport(err)
+    }
+}
+
+/// `err: cause: cause ...`, skipping a cause whose text its parent already contains.
+fn cause_chain(err: &reqwest::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = std::error::Error::source(err);
+    while let Some(c) = cause {
+        let part = c.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cause = c.source();
+    }
+    text
+}

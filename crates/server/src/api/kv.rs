@@ -1,0 +1,329 @@
+//! Fenced store routes: the gate's front door.
+//!
+//! For every mutation: find the token (missing -> `missing_token`), verify it (cached;
+//! failure -> `invalid_token`), check it names this namespace's lock (`wrong_lock`), then
+//! hand one [`FencedOp`] to storage, which runs the high-water comparison and the
+//! mutation in one durable transaction. Nothing is written before all of that passed.
+
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use palisade_storage::{Action, Applied, FencedOp, Idempotency, Precondition};
+
+use super::{lock_name, path, read_body, ApiError, AppState};
+
+const MAX_KEY_LEN: usize = 1024;
+const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
+
+fn check_key(key: &str) -> Result<(), ApiError> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(ApiError::bad_request(format!(
+            "keys are 1 to {MAX_KEY_LEN} bytes"
+        )));
+    }
+    if key.chars().any(char::is_control) {
+        return Err(ApiError::bad_request(
+            "keys may not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+/// Reads an optional header as text; a header that is not visible ASCII is refused.
+fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    headers
+        .get(name)
+        .map(|v| {
+            v.to_str()
+                .map(str::trim)
+                .map_err(|_| ApiError::bad_request(format!("header {name} is not visible ASCII")))
+        })
+        .transpose()
+}
+
+/// Everything a mutation carries besides its action.
+struct Fencing {
+    epoch: u64,
+    seq: Option<u64>,
+    idempotency_key: Option<String>,
+}
+
+/// Verifies the token and reads the fencing headers.
+fn fencing(state: &AppState, lock: &str, headers: &HeaderMap) -> Result<Fencing, ApiError> {
+    let token = match headers.get("fencing-token") {
+        None => return Err(ApiError::missing_token()),
+        Some(v) => v
+            .to_str()
+            .map_err(|_| ApiError::invalid_token("token is not visible ASCII"))?
+            .trim(),
+    };
+    if token.is_empty() {
+        return Err(ApiError::missing_token());
+    }
+    let claims = state.verifier.verify(token)?;
+    if claims.lock != lock {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "wrong_lock",
+            format!("token is for lock {:?}, not {lock:?}", claims.lock),
+        )
+        .with("token_lock", claims.lock.clone()));
+    }
+    let seq = header_text(headers, "fencing-seq")?
+        .map(|s| {
+            s.parse::<u64>()
+                .map_err(|_| ApiError::bad_request("Fencing-Seq must be an unsigned integer"))
+        })
+        .transpose()?;
+    let idempotency_key = header_text(headers, "idempotency-key")?
+        .map(|k| {
+            let ok = !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN;
+            ok.then(|| k.to_owned()).ok_or_else(|| {
+                ApiError::bad_request(format!(
+                    "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} characters"
+                ))
+            })
+        })
+        .transpose()?;
+    Ok(Fencing {
+        epoch: claims.epoch,
+        seq,
+        idempotency_key,
+    })
+}
+
+/// Reads `If-Match: "<revision>"` or `If-None-Match: *`.
+fn precondition(headers: &HeaderMap) -> Result<Precondition, ApiError> {
+    let if_match = header_text(headers, "if-match")?;
+    let if_none_match = header_text(headers, "if-none-match")?;
+    match (if_match, if_none_match) {
+        (Some(_), Some(_)) => Err(ApiError::bad_request(
+            "use If-Match or If-None-Match, not both",
+        )),
+        (Some(tag), None) => tag
+            .trim_matches('"')
+            .parse::<u64>()
+            .map(Precondition::Revision)
+            .map_err(|_| ApiError::bad_request("If-Match must be a revision: \"<number>\"")),
+        (None, Some("*")) => Ok(Precondition::Absent),
+        (None, Some(_)) => Err(ApiError::bad_request("If-None-Match supports only *")),
+        (None, None) => Ok(Precondition::None),
+    }
+}
+
+/// Digest identifying a request, so one idempotency key cannot be reused for another.
+fn fingerprint(
+    method: &str,
+    key: &str,
+    epoch: u64,
+    seq: Option<u64>,
+    pre: Precondition,
+    value: &[u8],
+) -> String {
+    let mut h = Sha256::new();
+    h.update(method.as_bytes());
+    h.update([0]);
+    h.update(key.as_bytes());
+    h.update([0]);
+    h.update(epoch.to_be_bytes());
+    h.update(format!("{seq:?}{pre:?}").as_bytes());
+    h.update([0]);
+    h.update(value);
+    hex::encode(&h.finalize()[..16])
+}
+
+async fn apply(
+    state: &AppState,
+    lock: String,
+    f: Fencing,
+    fp: String,
+    action: Action,
+) -> Result<Response, ApiError> {
+    let op = FencedOp {
+        policy: state.policies.policy(&lock),
+        namespace: lock,
+        epoch: f.epoch,
+        seq: f.seq,
+        idempotency: f.idempotency_key.map(|key| Idempotency {
+            key,
+            fingerprint: fp,
+        }),
+        action,
+    };
+    let applied = state.backend.apply(op).await?;
+    Ok(written(applied))
+}
+
+#[derive(Serialize)]
+pub struct WriteAnswer {
+    revision: u64,
+    epoch: u64,
+}
+
+fn written(applied: Applied) -> Response {
+    let mut response = Json(WriteAnswer {
+        revision: applied.revision,
+        epoch: applied.epoch,
+    })
+    .into_response();
+    if applied.replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    response
+}
+
+pub async fn put(
+    State(state): State<AppState>,
+    params: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let (lock, key) = path(params)?;
+    lock_name(&lock)?;
+    check_key(&key)?;
+    let f = fencing(&state, &lock, &headers)?;
+    let pre = precondition(&headers)?;
+    let value = read_body(&headers, body, state.max_value_bytes).await?;
+    let fp = fingerprint("PUT", &key, f.epoch, f.seq, pre, &value);
+    let action = Action::Put {
+        key,
+        value,
+        precondition: pre,
+    };
+    apply(&state, lock, f, fp, action).await
+}
+
+pub async fn delete(
+    State(state): State<AppState>,
+    params: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let (lock, key) = path(params)?;
+    lock_name(&lock)?;
+    check_key(&key)?;
+    let f = fencing(&state, &lock, &headers)?;
+    let pre = precondition(&headers)?;
+    let fp = fingerprint("DELETE", &key, f.epoch, f.seq, pre, b"");
+    let action = Action::Delete {
+        key,
+        precondition: pre,
+    };
+    apply(&state, lock, f, fp, action).await
+}
+
+#[derive(Serialize)]
+pub struct FenceAnswer {
+    lock: String,
+    high_water: u64,
+    epoch: u64,
+}
+
+pub async fn fence(
+    State(state): State<AppState>,
+    lock: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Json<FenceAnswer>, ApiError> {
+    let lock = path(lock)?;
+    lock_name(&lock)?;
+    let f = fencing(&state, &lock, &headers)?;
+    let fp = fingerprint("FENCE", "", f.epoch, f.seq, Precondition::None, b"");
+    let op = FencedOp {
+        policy: state.policies.policy(&lock),
+        namespace: lock.clone(),
+        epoch: f.epoch,
+        seq: f.seq,
+        idempotency: f.idempotency_key.map(|key| Idempotency {
+            key,
+            fingerprint: fp,
+        }),
+        action: Action::Fence,
+    };
+    let applied = state.backend.apply(op).await?;
+    Ok(Json(FenceAnswer {
+        lock,
+        high_water: applied.high_water.epoch,
+        epoch: applied.epoch,
+    }))
+}
+
+#[derive(Serialize)]
+pub struct HighWaterAnswer {
+    lock: String,
+    high_water: u64,
+    seq: u64,
+    policy: String,
+}
+
+pub async fn high_water(
+    State(state): State<AppState>,
+    lock: Result<Path<String>, PathRejection>,
+) -> Result<Json<HighWaterAnswer>, ApiError> {
+    let lock = path(lock)?;
+    lock_name(&lock)?;
+    let hw = state.backend.high_water(&lock).await?;
+    Ok(Json(HighWaterAnswer {
+        policy: state.policies.policy(&lock).to_string(),
+        lock,
+        high_water: hw.epoch,
+        seq: hw.seq,
+    }))
+}
+
+pub async fn get(
+    State(state): State<AppState>,
+    params: Result<Path<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (lock, key) = path(params)?;
+    lock_name(&lock)?;
+    check_key(&key)?;
+    let entry = state
+        .backend
+        .get(&lock, &key)
+        .await?
+        .ok_or_else(|| ApiError::not_found("no such key"))?;
+    let mut response = entry.value.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", entry.revision)) {
+        headers.insert(header::ETAG, etag);
+    }
+    headers.insert("fencing-epoch", HeaderValue::from(entry.epoch));
+    Ok(response)
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+    limit: Option<usize>,
+}
+
+#[derive(Serialize)]
+pub struct KeyList {
+    lock: String,
+    keys: Vec<String>,
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    lock: Result<Path<String>, PathRejection>,
+    query: Result<Query<ListQuery>, QueryRejection>,
+) -> Result<Json<KeyList>, ApiError> {
+    let lock = path(lock)?;
+    lock_name(&lock)?;
+    let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
+    let limit = query.limit.unwrap_or(1000).min(10_000);
+    let keys = state.backend.list(&lock, &query.prefix, limit).await?;
+    Ok(Json(KeyList { lock, keys }))
+}

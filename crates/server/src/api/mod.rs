@@ -1,0 +1,132 @@
+//! The v1 HTTP API: routes, shared state and request parsing helpers.
+//!
+//! Handlers never use axum's default extractors for anything a client controls in a way
+//! that could produce a non-JSON error: bodies, paths and queries are parsed here and
+//! every failure becomes an [`ApiError`] with a stable code.
+
+pub mod error;
+mod kv;
+mod locks;
+mod tokens;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+
+use palisade_storage::Backend;
+use palisade_token::{validate_lock_name, Verifier};
+
+use crate::config::NamespacePolicies;
+use crate::issuer::Issuer;
+pub use error::ApiError;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub issuer: Arc<Issuer>,
+    pub backend: Arc<dyn Backend>,
+    pub verifier: Arc<Verifier>,
+    pub policies: Arc<NamespacePolicies>,
+    pub max_value_bytes: usize,
+}
+
+/// Largest JSON body accepted by the lock routes.
+const MAX_JSON_BODY: usize = 64 * 1024;
+
+/// Builds the router.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(health))
+        .route("/v1/locks", get(locks::list))
+        .route("/v1/locks/{lock}", get(locks::status))
+        .route("/v1/locks/{lock}/acquire", post(locks::acquire))
+        .route("/v1/leases/{lease_id}/keepalive", post(locks::keepalive))
+        .route("/v1/leases/{lease_id}/release", post(locks::release))
+        .route("/v1/keys", get(tokens::keys))
+        .route("/v1/tokens/check", post(tokens::check))
+        .route("/v1/kv/{lock}", get(kv::list))
+        .route(
+            "/v1/kv/{lock}/{*key}",
+            get(kv::get).put(kv::put).delete(kv::delete),
+        )
+        .route("/v1/fences/{lock}", get(kv::high_water).post(kv::fence))
+        .fallback(not_found)
+        .layer(axum::middleware::map_response(json_method_not_allowed))
+        .with_state(state)
+}
+
+async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
+    if state.backend.is_failed() {
+        return ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "storage_failed",
+            "storage has failed; the server refuses writes",
+        )
+        .into_response();
+    }
+    Json(serde_json::json!({"status": "ok"})).into_response()
+}
+
+async fn not_found() -> ApiError {
+    ApiError::not_found("no such route")
+}
+
+/// axum answers a known path with an unsupported method with an empty 405; give it the
+/// same JSON error shape as everything else.
+async fn json_method_not_allowed(response: Response) -> Response {
+    if response.status() == StatusCode::METHOD_NOT_ALLOWED {
+        return ApiError::method_not_allowed().into_response();
+    }
+    response
+}
+
+/// Unpacks a path extraction, turning a rejection into `bad_request`.
+fn path<T>(extracted: Result<axum::extract::Path<T>, PathRejection>) -> Result<T, ApiError> {
+    extracted
+        .map(|p| p.0)
+        .map_err(|e| ApiError::bad_request(format!("bad path: {}", e.body_text())))
+}
+
+/// Checks a lock name from a path.
+fn lock_name(name: &str) -> Result<(), ApiError> {
+    validate_lock_name(name).map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// Reads a whole body, refusing more than `limit` bytes with `payload_too_large`.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::payload_too_large(limit));
+    }
+    match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => Ok(bytes),
+        Err(e) => {
+            let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+            while let Some(err) = source {
+                if err.is::<http_body_util::LengthLimitError>() {
+                    return Err(ApiError::payload_too_large(limit));
+                }
+                source = err.source();
+            }
+            Err(ApiError::bad_request(format!(
+                "cannot read request body: {e}"
+            )))
+        }
+    }
+}
+
+/// Reads and parses a JSON body.
+async fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
+    let bytes = read_body(headers, body, MAX_JSON_BODY).await?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("bad JSON body: {e}")))
+}

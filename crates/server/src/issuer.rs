@@ -1,0 +1,351 @@
+//! The issuer: the lock table plus durability and waiting.
+//!
+//! [`palisade_core::lock_table::LockTable`] decides; this module makes its decisions
+//! durable and delivers them. The table sits behind a `std::sync::Mutex` that is never
+//! held across an `.await`: each call locks, asks the table, takes the resulting events
+//! and unlocks, and only then talks to storage.
+//!
+//! A grant is answered only after [`Backend::record_grant`] returned, i.e. after the
+//! epoch (and the lease record) reached the disk. If that fails, the grant is withdrawn
+//! from the table and the caller gets `storage_failed`; the epoch it would have had is
+//! burnt, never reused (the table has moved past it).
+//!
+//! Waiters (`wait_ms > 0`) park on a oneshot channel keyed by their ticket. A background
+//! task wakes at the table's next deadline to expire leases, time out waiters and hand
+//! locks over. If a waiter went away (its HTTP request was dropped), its ticket is
+//! cancelled, and a grant that finds nobody to deliver to is released at once.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use palisade_core::lock_table::{
+    AcquireOutcome, AcquireRequest, Event, Grant, LeaseExpired, LeaseView, LockTable, LockView,
+    TableConfig, Ticket,
+};
+use palisade_core::Millis;
+use palisade_storage::{Backend, LeaseRecord, StorageError};
+use palisade_token::Signer;
+use tokio::sync::{oneshot, Notify};
+
+/// A durable grant, with its signed token.
+#[derive(Debug, Clone)]
+pub struct Granted {
+    pub grant: Grant,
+    pub token: String,
+}
+
+/// Why an acquisition did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AcquireError {
+    #[error("lock is held")]
+    Held {
+        holder: Option<String>,
+        retry_after_ms: Millis,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why a release did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseError {
+    #[error(transparent)]
+    Expired(#[from] LeaseExpired),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+type WaitReply = oneshot::Sender<Result<Grant, AcquireError>>;
+
+struct Inner {
+    table: LockTable,
+    waiters: HashMap<Ticket, WaitReply>,
+}
+
+/// The lock service. See the module docs.
+pub struct Issuer {
+    inner: Mutex<Inner>,
+    backend: Arc<dyn Backend>,
+    signer: Signer,
+    started: Instant,
+    wake: Arc<Notify>,
+}
+
+impl Issuer {
+    /// Loads the issuer's records, honours recorded leases for a full TTL from now, and
+    /// starts the deadline task.
+    pub async fn start(
+        backend: Arc<dyn Backend>,
+        signer: Signer,
+        config: TableConfig,
+    ) -> Result<Arc<Issuer>, StorageError> {
+        let state = backend.load_issuer().await?;
+        let mut table = LockTable::new(config);
+        let leases = state.leases.into_iter().map(|r| Grant {
+            lock: r.lock,
+            holder: r.holder,
+            epoch: r.epoch,
+            lease_id: r.lease_id,
+            ttl_ms: r.ttl_ms,
+        });
+        table.restore(0, state.epochs, leases);
+        let issuer = Arc::new(Issuer {
+            inner: Mutex::new(Inner {
+                table,
+                waiters: HashMap::new(),
+            }),
+            backend,
+            signer,
+            started: Instant::now(),
+            wake: Arc::new(Notify::new()),
+        });
+        tokio::spawn(deadline_task(Arc::downgrade(&issuer)));
+        Ok(issuer)
+    }
+
+    /// The signer whose key signs this issuer's tokens.
+    pub fn signer(&self) -> &Signer {
+        &self.signer
+    }
+
+    fn now(&self) -> Millis {
+        self.started.elapsed().as_millis() as Millis
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding this lock would be a bug in the pure table; the state it
+        // left is still the table's own, so carry on rather than poison every request.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Acquires a lock, waiting up to `req.wait_ms` in line.
+    pub async fn acquire(self: &Arc<Self>, req: AcquireRequest) -> Result<Granted, AcquireError> {
+        let now = self.now();
+        let (outcome, events, parked) = {
+            let mut inner = self.lock();
+            let outcome = inner.table.acquire(now, req);
+            let parked = match &outcome {
+                AcquireOutcome::Queued(ticket) => {
+                    let (tx, rx) = oneshot::channel();
+                    inner.waiters.insert(*ticket, tx);
+                    Some((*ticket, rx))
+                }
+                _ => None,
+            };
+            let events = inner.table.drain_events();
+            (outcome, events, parked)
+        };
+        self.handle(events);
+        let grant = match outcome {
+            AcquireOutcome::Granted(grant) => {
+                // The new lease's deadline may be earlier than the deadline task's sleep.
+                self.wake.notify_one();
+                self.persist(&grant).await?;
+                grant
+            }
+            AcquireOutcome::Held {
+                holder,
+                retry_after_ms,
+            } => {
+                return Err(AcquireError::Held {
+                    holder,
+                    retry_after_ms,
+                })
+            }
+            AcquireOutcome::Queued(_) => {
+                self.wake.notify_one();
+                let Some((ticket, rx)) = parked else {
+                    unreachable!("a queued outcome always parks")
+                };
+                let guard = CancelOnDrop {
+                    issuer: self,
+                    ticket,
+                };
+                let result = rx.await;
+                std::mem::forget(guard);
+                // The sender is only dropped with an answer, or at shutdown.
+                result.map_err(|_| AcquireError::Storage(StorageError::Closed))??
+            }
+        };
+        let token = self.signer.issue(&grant.lock, grant.epoch, &grant.holder);
+        Ok(Granted { grant, token })
+    }
+
+    /// Renews a lease for a full TTL from now. Not written to disk: after a restart every
+    /// recorded lease gets a full TTL anyway.
+    pub fn keepalive(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, LeaseExpired> {
+        let now = self.now();
+        let (result, events) = {
+            let mut inner = self.lock();
+            let result = inner.table.keepalive(now, lease_id);
+            (result, inner.table.drain_events())
+        };
+        self.handle(events);
+        result
+    }
+
+    /// Releases a lease; the lock passes to the first waiter. Answers after the lease
+    /// record is removed from disk.
+    pub async fn release(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, ReleaseError> {
+        let now = self.now();
+        let (result, events) = {
+            let mut inner = self.lock();
+            let result = inner.table.release(now, lease_id);
+            (result, inner.table.drain_events())
+        };
+        self.handle(events);
+        let view = result?;
+        self.backend.remove_lease(lease_id).await?;
+        Ok(view)
+    }
+
+    /// A lock's state.
+    pub fn status(self: &Arc<Self>, lock: &str) -> LockView {
+        let now = self.now();
+        let (view, events) = {
+            let mut inner = self.lock();
+            let view = inner.table.status(now, lock);
+            (view, inner.table.drain_events())
+        };
+        self.handle(events);
+        view
+    }
+
+    /// Known locks by name.
+    pub fn list(self: &Arc<Self>, prefix: &str, limit: usize) -> Vec<LockView> {
+        let now = self.now();
+        let (views, events) = {
+            let mut inner = self.lock();
+            let views = inner.table.list(now, prefix, limit);
+            (views, inner.table.drain_events())
+        };
+        self.handle(events);
+        views
+    }
+
+    /// Durably records a grant; withdraws it from the table if that fails.
+    async fn persist(self: &Arc<Self>, grant: &Grant) -> Result<(), StorageError> {
+        let record = LeaseRecord {
+            lease_id: grant.lease_id.clone(),
+            lock: grant.lock.clone(),
+            holder: grant.holder.clone(),
+            epoch: grant.epoch,
+            ttl_ms: grant.ttl_ms,
+        };
+        if let Err(e) = self.backend.record_grant(record).await {
+            tracing::error!(lock = %grant.lock, epoch = grant.epoch, error = %e, "cannot record grant");
+            self.withdraw(&grant.lease_id);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Releases a lease nobody will use (undeliverable or unrecorded grant).
+    fn withdraw(self: &Arc<Self>, lease_id: &str) {
+        let now = self.now();
+        let events = {
+            let mut inner = self.lock();
+            let _ = inner.table.release(now, lease_id);
+            inner.table.drain_events()
+        };
+        self.handle(events);
+        let this = self.clone();
+        let lease_id = lease_id.to_owned();
+        tokio::spawn(async move {
+            let _ = this.backend.remove_lease(&lease_id).await;
+        });
+    }
+
+    /// Carries out what the table decided as a side effect of a call.
+    fn handle(self: &Arc<Self>, events: Vec<Event>) {
+        for event in events {
+            match event {
+                Event::Granted { ticket, grant } => {
+                    self.wake.notify_one();
+                    let reply = self.lock().waiters.remove(&ticket);
+                    let this = self.clone();
+                    tokio::spawn(async move {
+                        let persisted = this.persist(&grant).await;
+                        let delivered = match reply {
+                            Some(reply) => match &persisted {
+                                Ok(()) => reply.send(Ok(grant.clone())).is_ok(),
+                                Err(e) => {
+                                    let _ = reply.send(Err(e.clone().into()));
+                                    true
+                                }
+                            },
+                            None => false,
+                        };
+                        if persisted.is_ok() && !delivered {
+                            this.withdraw(&grant.lease_id);
+                        }
+                    });
+                }
+                Event::TimedOut {
+                    ticket,
+                    holder,
+                    retry_after_ms,
+                } => {
+                    if let Some(reply) = self.lock().waiters.remove(&ticket) {
+                        let _ = reply.send(Err(AcquireError::Held {
+                            holder,
+                            retry_after_ms,
+                        }));
+                    }
+                }
+                Event::Expired {
+                    lease_id,
+                    lock,
+                    epoch,
+                } => {
+                    tracing::info!(%lock, epoch, "lease expired");
+                    let backend = self.backend.clone();
+                    tokio::spawn(async move {
+                        // Best effort: a leftover record only makes the lock wait one TTL
+                        // after a restart, which is the safe direction.
+                        let _ = backend.remove_lease(&lease_id).await;
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Withdraws a waiter whose request was dropped before it was answered.
+struct CancelOnDrop<'a> {
+    issuer: &'a Arc<Issuer>,
+    ticket: Ticket,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        let mut inner = self.issuer.lock();
+        inner.table.cancel(self.ticket);
+        inner.waiters.remove(&self.ticket);
+    }
+}
+
+/// Wakes at the table's next deadline (or when told something changed) and lets the
+/// table expire leases, time out waiters and hand locks over.
+async fn deadline_task(issuer: Weak<Issuer>) {
+    loop {
+        let Some(this) = issuer.upgrade() else { return };
+        let now = this.now();
+        let events = {
+            let mut inner = this.lock();
+            inner.table.poll(now);
+            inner.table.drain_events()
+        };
+        this.handle(events);
+        let next = this.lock().table.next_wakeup();
+        // Sleep at most a second so the task notices when the issuer is gone.
+        let sleep_ms = next.map_or(1000, |t| t.saturating_sub(now).clamp(1, 1000));
+        let wake = this.wake.clone();
+        drop(this);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
+            _ = wake.notified() => {}
+        }
+    }
+}

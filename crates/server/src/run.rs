@@ -1,0 +1,164 @@
+//! Starting and stopping a server.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use palisade_core::lock_table::TableConfig;
+use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
+use palisade_storage::Backend;
+use palisade_token::{KeyRing, Verifier};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::api::{router, AppState};
+use crate::config::ServerConfig;
+use crate::issuer::Issuer;
+use crate::keys;
+
+/// Database file name inside the data directory.
+pub const DB_FILE: &str = "palisade.redb";
+
+/// Why a server could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot prepare data directory {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Key(String),
+    #[error(transparent)]
+    Storage(#[from] palisade_storage::StorageError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("server failed: {0}")]
+    Serve(std::io::Error),
+}
+
+/// A server running in this process.
+pub struct RunningServer {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<Result<(), ServerError>>,
+}
+
+impl RunningServer {
+    /// The address actually bound (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting connections, lets requests in flight finish and waits.
+    pub async fn shutdown(mut self) -> Result<(), ServerError> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.wait().await
+    }
+
+    /// Waits until the server stops.
+    pub async fn wait(self) -> Result<(), ServerError> {
+        match self.task.await {
+            Ok(result) => result,
+            Err(e) => Err(ServerError::Serve(std::io::Error::other(e))),
+        }
+    }
+
+    /// Runs until SIGINT or SIGTERM, then shuts down gracefully.
+    pub async fn run_until_signal(self) -> Result<(), ServerError> {
+        shutdown_signal().await;
+        tracing::info!("shutting down");
+        self.shutdown().await
+    }
+}
+
+/// Opens the data directory, loads state and starts serving.
+pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    let dir = &config.data_dir;
+    let dir_err = |source| ServerError::DataDir {
+        path: dir.display().to_string(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(dir_err)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
+    }
+    let signer = keys::load_or_create(dir).map_err(ServerError::Key)?;
+    let db_path = dir.join(DB_FILE);
+    let backend: Arc<dyn Backend> = Arc::new(
+        tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, RedbOptions::default()))
+            .await
+            .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??,
+    );
+    let mut ring = KeyRing::new();
+    ring.insert(signer.public_key());
+    let verifier = Arc::new(Verifier::new(ring, config.token_cache));
+    let issuer = Issuer::start(
+        backend.clone(),
+        signer,
+        TableConfig {
+            lock_delay_ms: config.lock_delay_ms,
+        },
+    )
+    .await?;
+    let state = AppState {
+        issuer,
+        backend: backend.clone(),
+        verifier,
+        policies: Arc::new(config.policies.clone()),
+        max_value_bytes: config.max_value_bytes,
+    };
+    let listener = tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServerError::Serve)?;
+    let (tx, rx) = oneshot::channel::<()>();
+    let app = router(state);
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+            .map_err(ServerError::Serve);
+        // Let the writer answer what is queued and release the file.
+        backend.close().await;
+        served
+    });
+    tracing::info!(%addr, "palisade serving");
+    Ok(RunningServer {
+        addr,
+        shutdown: Some(tx),
+        task,
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}

@@ -1,0 +1,76 @@
+//! Read paths: plain functions over one redb read transaction (a consistent snapshot).
+//! They never block the writer, and the writer never blocks them.
+
+use redb::{ReadTransaction, ReadableTable};
+
+use palisade_core::gate::HighWater;
+
+use super::schema::{Fault, EPOCHS, FENCES, KV, LEASES};
+use crate::{Entry, IssuerState, LeaseRecord};
+
+pub(super) fn load_issuer(txn: &ReadTransaction) -> Result<IssuerState, Fault> {
+    let mut state = IssuerState::default();
+    for item in txn.open_table(EPOCHS)?.iter()? {
+        let (lock, epoch) = item?;
+        state.epochs.push((lock.value().to_string(), epoch.value()));
+    }
+    for item in txn.open_table(LEASES)?.iter()? {
+        let (_, record) = item?;
+        let lease: LeaseRecord = serde_json::from_str(record.value())?;
+        state.leases.push(lease);
+    }
+    Ok(state)
+}
+
+pub(super) fn get(
+    txn: &ReadTransaction,
+    namespace: &str,
+    key: &str,
+) -> Result<Option<Entry>, Fault> {
+    let table = txn.open_table(KV)?;
+    let entry = table.get((namespace, key))?.map(|g| {
+        let (revision, epoch, value) = g.value();
+        Entry {
+            value: bytes::Bytes::copy_from_slice(value),
+            revision,
+            epoch,
+        }
+    });
+    Ok(entry)
+}
+
+/// Keys of one namespace sort together (the key is the tuple (namespace, key)), and keys
+/// sharing a prefix sort together within it: one forward scan from (namespace, prefix).
+pub(super) fn list(
+    txn: &ReadTransaction,
+    namespace: &str,
+    prefix: &str,
+    limit: usize,
+) -> Result<Vec<String>, Fault> {
+    let mut keys = Vec::new();
+    if limit == 0 {
+        return Ok(keys);
+    }
+    let table = txn.open_table(KV)?;
+    for item in table.range((namespace, prefix)..)? {
+        let (stored, _) = item?;
+        let (ns, key) = stored.value();
+        if ns != namespace || !key.starts_with(prefix) {
+            break;
+        }
+        keys.push(key.to_string());
+        if keys.len() == limit {
+            break;
+        }
+    }
+    Ok(keys)
+}
+
+pub(super) fn high_water(txn: &ReadTransaction, namespace: &str) -> Result<HighWater, Fault> {
+    let table = txn.open_table(FENCES)?;
+    let mark = table.get(namespace)?.map(|g| {
+        let (epoch, seq) = g.value();
+        HighWater { epoch, seq }
+    });
+    Ok(mark.unwrap_or_default())
+}

@@ -1,0 +1,92 @@
+//! The state the handles and the writer thread share: the fail-stop latch and the
+//! commit counters.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::watch;
+
+use super::schema::Fault;
+use crate::StorageError;
+
+/// Counters of the writer, for metrics: `ops / commits` is the mean batch size.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitStats {
+    /// Successful commits.
+    pub commits: u64,
+    /// Requests carried by those commits (refused operations included).
+    pub ops: u64,
+}
+
+/// What the handles and the writer thread share: the failure latch and the counters.
+pub(super) struct State {
+    pub(super) path: String,
+    failed: AtomicBool,
+    /// The first failure, repeated in every later refusal.
+    reason: OnceLock<String>,
+    commits: AtomicU64,
+    ops: AtomicU64,
+}
+
+impl State {
+    pub(super) fn new(path: String) -> Self {
+        State {
+            path,
+            failed: AtomicBool::new(false),
+            reason: OnceLock::new(),
+            commits: AtomicU64::new(0),
+            ops: AtomicU64::new(0),
+        }
+    }
+
+    pub(super) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// Latches the failed state and returns the error to answer with.
+    pub(super) fn latch(&self, fault: Fault) -> StorageError {
+        let _ = self.reason.set(fault.0.clone());
+        let err = fault.into_storage(&self.path);
+        if !self.failed.swap(true, Ordering::AcqRel) {
+            tracing::error!(error = %err, "storage failed; refusing all writes from now on");
+        }
+        err
+    }
+
+    /// The answer to a write after the latch.
+    pub(super) fn refusal(&self) -> StorageError {
+        let reason = self.reason.get().map_or("unknown", String::as_str);
+        StorageError::Failed(format!(
+            "redb database {}: refusing writes after an earlier failure ({reason}); restart to recover",
+            self.path
+        ))
+    }
+
+    pub(super) fn stats(&self) -> CommitStats {
+        CommitStats {
+            commits: self.commits.load(Ordering::Relaxed),
+            ops: self.ops.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(super) fn record_commit(&self, ops: usize) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.ops.fetch_add(ops as u64, Ordering::Relaxed);
+    }
+}
+
+/// Signals the writer's exit, also when it unwinds from a panic (and then latches).
+pub(super) struct ExitGuard {
+    pub(super) state: Arc<State>,
+    pub(super) exited: watch::Sender<bool>,
+}
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.state
+                .latch(Fault("the writer thread panicked".to_string()));
+        }
+        self.exited.send_replace(true);
+    }
+}

@@ -1,0 +1,359 @@
+//! Behaviour of the redb backend. Here: the gate, preconditions, idempotency and listing on
+//! disk, and group commit under concurrency. Beside it: durability across reopen and
+//! refusal of damaged files ([`durability`]), I/O failures and crashes ([`failures`]), and
+//! a property test against a model ([`model`]).
+
+mod durability;
+mod failures;
+mod model;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use bytes::Bytes;
+
+use palisade_core::gate::{GateError, HighWater, Policy};
+
+use super::{RedbBackend, RedbOptions};
+use crate::{
+    Action, Applied, ApplyError, Backend, FencedOp, Idempotency, LeaseRecord, Precondition,
+};
+
+pub(super) fn op(namespace: &str, epoch: u64, action: Action) -> FencedOp {
+    FencedOp {
+        namespace: namespace.to_string(),
+        epoch,
+        seq: None,
+        policy: Policy::Epoch,
+        idempotency: None,
+        action,
+    }
+}
+
+pub(super) fn put(key: &str, value: &str) -> Action {
+    Action::Put {
+        key: key.to_string(),
+        value: Bytes::from(value.to_string()),
+        precondition: Precondition::None,
+    }
+}
+
+pub(super) fn put_if(key: &str, value: &str, precondition: Precondition) -> Action {
+    Action::Put {
+        key: key.to_string(),
+        value: Bytes::from(value.to_string()),
+        precondition,
+    }
+}
+
+pub(super) fn delete(key: &str) -> Action {
+    Action::Delete {
+        key: key.to_string(),
+        precondition: Precondition::None,
+    }
+}
+
+pub(super) fn lease(id: &str, lock: &str, epoch: u64) -> LeaseRecord {
+    LeaseRecord {
+        lease_id: id.to_string(),
+        lock: lock.to_string(),
+        holder: "worker-1".to_string(),
+        epoch,
+        ttl_ms: 10_000,
+    }
+}
+
+pub(super) fn open(path: &Path) -> RedbBackend {
+    RedbBackend::open(path, RedbOptions::default()).expect("open a fresh database")
+}
+
+pub(super) fn temp_store() -> (tempfile::TempDir, RedbBackend) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = open(&dir.path().join("palisade.redb"));
+    (dir, store)
+}
+
+pub(super) async fn value(store: &RedbBackend, ns: &str, key: &str) -> Option<String> {
+    let entry = store.get(ns, key).await.expect("get");
+    entry.map(|e| String::from_utf8(e.value.to_vec()).expect("utf-8 value"))
+}
+
+#[tokio::test]
+async fn fencing_py_sequence() {
+    let (_dir, store) = temp_store();
+    let ns = "orders";
+    // The old leader writes first and is admitted: the store has not seen epoch 2 (S10).
+    store.apply(op(ns, 1, put("k", "one"))).await.unwrap();
+    store.apply(op(ns, 2, put("k", "two"))).await.unwrap();
+    let refused = store.apply(op(ns, 1, put("k", "stale"))).await;
+    assert_eq!(
+        refused,
+        Err(ApplyError::Gate(GateError::Stale {
+            high_water: 2,
+            epoch: 1
+        }))
+    );
+    assert_eq!(value(&store, ns, "k").await.as_deref(), Some("two"));
+    assert_eq!(store.high_water(ns).await.unwrap().epoch, 2);
+    // Equal epoch: the holder writes again (S8).
+    store.apply(op(ns, 2, put("k", "two again"))).await.unwrap();
+    let applied = store.apply(op(ns, 3, put("k", "newest"))).await.unwrap();
+    assert!(matches!(
+        store.apply(op(ns, 2, put("k", "stale again"))).await,
+        Err(ApplyError::Gate(GateError::Stale {
+            high_water: 3,
+            epoch: 2
+        }))
+    ));
+    assert_eq!(
+        store.high_water(ns).await.unwrap(),
+        HighWater { epoch: 3, seq: 0 }
+    );
+    let entry = store.get(ns, "k").await.unwrap().unwrap();
+    assert_eq!(entry.value, Bytes::from("newest"));
+    assert_eq!((entry.revision, entry.epoch), (applied.revision, 3));
+    // Rejections did not bump the store revision: four admitted puts.
+    assert_eq!(applied.revision, 4);
+}
+
+#[tokio::test]
+async fn preconditions_and_delete() {
+    let (_dir, store) = temp_store();
+    let ns = "cfg";
+    let created = store
+        .apply(op(ns, 1, put_if("a", "1", Precondition::Absent)))
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .apply(op(ns, 1, put_if("a", "x", Precondition::Absent)))
+            .await,
+        Err(ApplyError::RevisionMismatch {
+            current: Some(created.revision)
+        })
+    );
+    assert_eq!(
+        store
+            .apply(op(ns, 1, put_if("a", "x", Precondition::Revision(99))))
+            .await,
+        Err(ApplyError::RevisionMismatch {
+            current: Some(created.revision)
+        })
+    );
+    assert_eq!(
+        store
+            .apply(op(ns, 1, put_if("b", "x", Precondition::Revision(1))))
+            .await,
+        Err(ApplyError::RevisionMismatch { current: None })
+    );
+    let updated = store
+        .apply(op(
+            ns,
+            1,
+            put_if("a", "2", Precondition::Revision(created.revision)),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(updated.revision, created.revision + 1);
+    assert_eq!(value(&store, ns, "a").await.as_deref(), Some("2"));
+    assert_eq!(value(&store, ns, "b").await, None);
+
+    // Deleting a missing key: NotFound, and the mark does not move to the new epoch.
+    assert_eq!(
+        store.apply(op(ns, 5, delete("nope"))).await,
+        Err(ApplyError::NotFound)
+    );
+    assert_eq!(store.high_water(ns).await.unwrap().epoch, 1);
+    let delete_if = Action::Delete {
+        key: "a".to_string(),
+        precondition: Precondition::Revision(created.revision),
+    };
+    assert_eq!(
+        store.apply(op(ns, 1, delete_if)).await,
+        Err(ApplyError::RevisionMismatch {
+            current: Some(updated.revision)
+        })
+    );
+    let deleted = store.apply(op(ns, 2, delete("a"))).await.unwrap();
+    assert_eq!(deleted.revision, updated.revision + 1);
+    assert_eq!(store.get(ns, "a").await.unwrap(), None);
+    assert_eq!(store.high_water(ns).await.unwrap().epoch, 2);
+
+    // A fence moves the mark, writes no data and does not bump the revision.
+    let fenced = store.apply(op(ns, 7, Action::Fence)).await.unwrap();
+    assert_eq!(fenced.revision, deleted.revision);
+    assert_eq!(fenced.high_water, HighWater { epoch: 7, seq: 0 });
+    assert!(store.apply(op(ns, 6, put("a", "late"))).await.is_err());
+}
+
+#[tokio::test]
+async fn idempotency_replays_and_conflicts() {
+    let (_dir, store) = temp_store();
+    let ns = "pay";
+    let with_key = |epoch, action, fingerprint: &str| FencedOp {
+        idempotency: Some(Idempotency {
+            key: "req-1".to_string(),
+            fingerprint: fingerprint.to_string(),
+        }),
+        ..op(ns, epoch, action)
+    };
+    let first = store
+        .apply(with_key(1, put("n", "1"), "fp-a"))
+        .await
+        .unwrap();
+    assert!(!first.replayed);
+    let again = store
+        .apply(with_key(1, put("n", "1"), "fp-a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Applied {
+            replayed: true,
+            ..first
+        }
+    );
+    // Applied once: the store revision did not move.
+    let other = store.apply(op(ns, 1, put("m", "x"))).await.unwrap();
+    assert_eq!(other.revision, first.revision + 1);
+    // The first outcome stands, even once the epoch is stale.
+    store.apply(op(ns, 3, Action::Fence)).await.unwrap();
+    let late = store
+        .apply(with_key(1, put("n", "1"), "fp-a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        late,
+        Applied {
+            replayed: true,
+            ..first
+        }
+    );
+    assert_eq!(
+        store.apply(with_key(3, put("n", "2"), "fp-b")).await,
+        Err(ApplyError::IdempotencyConflict)
+    );
+    assert_eq!(value(&store, ns, "n").await.as_deref(), Some("1"));
+    // The key is per namespace.
+    let elsewhere = FencedOp {
+        namespace: "other".to_string(),
+        ..with_key(1, put("n", "z"), "fp-b")
+    };
+    assert!(!store.apply(elsewhere).await.unwrap().replayed);
+}
+
+#[tokio::test]
+async fn sequence_policy_on_disk() {
+    let (_dir, store) = temp_store();
+    let seq_op = |epoch, seq: Option<u64>| FencedOp {
+        seq,
+        policy: Policy::Sequence,
+        ..op("q", epoch, put("k", "v"))
+    };
+    store.apply(seq_op(1, Some(1))).await.unwrap();
+    assert!(matches!(
+        store.apply(seq_op(1, Some(1))).await,
+        Err(ApplyError::Gate(GateError::StaleSequence { .. }))
+    ));
+    assert_eq!(
+        store.apply(seq_op(1, None)).await,
+        Err(ApplyError::Gate(GateError::MissingSequence))
+    );
+    store.apply(seq_op(2, Some(1))).await.unwrap();
+    assert_eq!(
+        store.high_water("q").await.unwrap(),
+        HighWater { epoch: 2, seq: 1 }
+    );
+}
+
+#[tokio::test]
+async fn list_scans_one_namespace_by_prefix() {
+    let (_dir, store) = temp_store();
+    for (ns, key) in [
+        ("a", "user/1"),
+        ("a", "user/2"),
+        ("a", "user/3"),
+        ("a", "users"),
+        ("a", "v"),
+        ("a", "t"),
+        ("b", "user/0"),
+    ] {
+        store.apply(op(ns, 1, put(key, "x"))).await.unwrap();
+    }
+    assert_eq!(
+        store.list("a", "user/", 10).await.unwrap(),
+        ["user/1", "user/2", "user/3"]
+    );
+    assert_eq!(
+        store.list("a", "user", 2).await.unwrap(),
+        ["user/1", "user/2"]
+    );
+    assert_eq!(store.list("a", "", 100).await.unwrap().len(), 6);
+    assert_eq!(store.list("b", "", 100).await.unwrap(), ["user/0"]);
+    assert!(store.list("a", "user/", 0).await.unwrap().is_empty());
+    assert!(store.list("c", "", 10).await.unwrap().is_empty());
+}
+
+/// A tiny deterministic generator, so the test needs no RNG crate.
+fn xorshift(state: &mut u64) -> u64 {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    *state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_applies_are_group_committed_and_ordered() {
+    let (_dir, store) = temp_store();
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut tasks = Vec::new();
+    for i in 0..200 {
+        let ns = format!("ns{}", xorshift(&mut rng) % 5);
+        let epoch = 1 + xorshift(&mut rng) % 10;
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let result = store
+                .apply(op(&ns, epoch, put(&format!("k{}", i % 7), "v")))
+                .await;
+            (ns, epoch, result)
+        }));
+    }
+    let mut admitted: BTreeMap<String, Vec<(u64, u64)>> = BTreeMap::new();
+    let mut revisions = Vec::new();
+    for task in tasks {
+        let (ns, epoch, result) = task.await.expect("task");
+        match result {
+            Ok(applied) => {
+                assert_eq!(applied.epoch, epoch);
+                revisions.push(applied.revision);
+                admitted
+                    .entry(ns)
+                    .or_default()
+                    .push((applied.revision, epoch));
+            }
+            Err(ApplyError::Gate(GateError::Stale {
+                high_water,
+                epoch: e,
+            })) => {
+                assert!(e < high_water);
+            }
+            Err(other) => panic!("unexpected answer {other:?}"),
+        }
+    }
+    // Every admitted put got its own revision, 1..=n with no gaps.
+    revisions.sort_unstable();
+    assert_eq!(revisions, (1..=revisions.len() as u64).collect::<Vec<_>>());
+    for (ns, mut writes) in admitted {
+        writes.sort_unstable();
+        assert!(
+            writes.windows(2).all(|w| w[0].1 <= w[1].1),
+            "{ns}: admitted epochs went down in revision order: {writes:?}"
+        );
+        let last = writes.last().expect("non-empty").1;
+        assert_eq!(store.high_water(&ns).await.unwrap().epoch, last);
+    }
+    let stats = store.commit_stats();
+    assert_eq!(stats.ops, 200);
+    assert!(stats.commits >= 1 && stats.commits <= 200);
+    store.close().await;
+}

@@ -1,0 +1,327 @@
+//! The writer thread: the only code that opens write transactions.
+//!
+//! It blocks for one request, drains whatever else is already queued (up to
+//! `max_batch`), applies the batch in order inside one write transaction, commits once with
+//! `Durability::Immediate` (and two-phase commit) and only then answers. Each request sees the effects of the
+//! ones before it in the batch, exactly as if they had been committed one by one.
+//!
+//! A request that is refused (gate, precondition, not found, idempotency conflict) returns
+//! before its first write, so sharing the transaction with others cannot leak any part of
+//! it. A [`Fault`] anywhere aborts the whole transaction: every request of the batch is
+//! answered [`StorageError::Failed`] (none of them is durable) and the backend latches.
+
+use std::sync::mpsc::Receiver;
+use std::sync::Arc;
+
+use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
+use tokio::sync::oneshot;
+
+use palisade_core::gate::{admit, HighWater};
+
+use super::schema::{
+    Fault, IdemRecord, EPOCHS, FENCES, IDEMPOTENCY, KV, LEASES, META, META_REVISION,
+};
+use super::state::State;
+use crate::{Action, Applied, ApplyError, FencedOp, LeaseRecord, Precondition, StorageError};
+
+/// One unit of work for the writer, with the channel its answer goes back on.
+pub(super) enum Request {
+    Apply {
+        op: FencedOp,
+        reply: oneshot::Sender<Result<Applied, ApplyError>>,
+    },
+    Grant {
+        lease: LeaseRecord,
+        reply: oneshot::Sender<Result<(), StorageError>>,
+    },
+    RemoveLease {
+        lease_id: String,
+        reply: oneshot::Sender<Result<(), StorageError>>,
+    },
+}
+
+impl Request {
+    fn fail(self, err: StorageError) {
+        // A caller that stopped waiting has nobody to tell: ignore closed reply channels.
+        match self {
+            Request::Apply { reply, .. } => drop(reply.send(Err(err.into()))),
+            Request::Grant { reply, .. } | Request::RemoveLease { reply, .. } => {
+                drop(reply.send(Err(err)))
+            }
+        }
+    }
+}
+
+/// A request whose effect sits in the open transaction, waiting for the commit.
+enum Answer {
+    Apply(
+        oneshot::Sender<Result<Applied, ApplyError>>,
+        Result<Applied, ApplyError>,
+    ),
+    Unit(oneshot::Sender<Result<(), StorageError>>),
+}
+
+impl Answer {
+    fn send(self) {
+        match self {
+            Answer::Apply(reply, outcome) => drop(reply.send(outcome)),
+            Answer::Unit(reply) => drop(reply.send(Ok(()))),
+        }
+    }
+
+    fn fail(self, err: StorageError) {
+        match self {
+            Answer::Apply(reply, _) => drop(reply.send(Err(err.into()))),
+            Answer::Unit(reply) => drop(reply.send(Err(err))),
+        }
+    }
+}
+
+/// Runs until every sender of the queue is gone and the queue is empty.
+pub(super) fn run(
+    db: Arc<Database>,
+    queue: Receiver<Request>,
+    state: Arc<State>,
+    max_batch: usize,
+    two_phase: bool,
+) {
+    let max_batch = max_batch.max(1);
+    while let Ok(first) = queue.recv() {
+        let mut batch = Vec::with_capacity(max_batch.min(64));
+        batch.push(first);
+        while batch.len() < max_batch {
+            match queue.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        if state.is_failed() {
+            for request in batch {
+                request.fail(state.refusal());
+            }
+            continue;
+        }
+        commit_batch(&db, batch, &state, two_phase);
+    }
+}
+
+fn commit_batch(db: &Database, batch: Vec<Request>, state: &State, two_phase: bool) {
+    let size = batch.len();
+    let mut answers = Vec::with_capacity(size);
+    let mut pending = batch.into_iter();
+    let mut failed_request = None;
+    match apply_batch(
+        db,
+        two_phase,
+        &mut pending,
+        &mut answers,
+        &mut failed_request,
+    ) {
+        Ok(()) => {
+            state.record_commit(size);
+            for answer in answers {
+                answer.send();
+            }
+        }
+        Err(fault) => {
+            // Dropping the transaction (on the way out of `apply_batch`) aborted it.
+            let err = state.latch(fault);
+            let requests = failed_request.into_iter().chain(pending);
+            for answer in answers {
+                answer.fail(err.clone());
+            }
+            for request in requests {
+                request.fail(err.clone());
+            }
+        }
+    }
+}
+
+/// Applies requests taken from `pending` in one transaction and commits it. On a fault the
+/// request being applied is left in `failed`; the ones not reached stay in `pending`.
+fn apply_batch(
+    db: &Database,
+    two_phase: bool,
+    pending: &mut impl Iterator<Item = Request>,
+    answers: &mut Vec<Answer>,
+    failed: &mut Option<Request>,
+) -> Result<(), Fault> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate);
+    // See `RedbOptions::two_phase_commit`.
+    txn.set_two_phase_commit(two_phase);
+    {
+        let mut tables = Tables::open(&txn)?;
+        for request in pending.by_ref() {
+            match execute(&mut tables, request) {
+                Ok(answer) => answers.push(answer),
+                Err(fault_and_request) => {
+                    let (fault, request) = *fault_and_request;
+                    *failed = Some(request);
+                    return Err(fault);
+                }
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// The tables of one write transaction.
+struct Tables<'txn> {
+    epochs: Table<'txn, &'static str, u64>,
+    leases: Table<'txn, &'static str, &'static str>,
+    fences: Table<'txn, &'static str, (u64, u64)>,
+    kv: Table<'txn, (&'static str, &'static str), (u64, u64, &'static [u8])>,
+    meta: Table<'txn, &'static str, u64>,
+    idempotency: Table<'txn, (&'static str, &'static str), &'static str>,
+}
+
+impl<'txn> Tables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Self, Fault> {
+        Ok(Tables {
+            epochs: txn.open_table(EPOCHS)?,
+            leases: txn.open_table(LEASES)?,
+            fences: txn.open_table(FENCES)?,
+            kv: txn.open_table(KV)?,
+            meta: txn.open_table(META)?,
+            idempotency: txn.open_table(IDEMPOTENCY)?,
+        })
+    }
+}
+
+/// Applies one request. On a fault the request comes back (boxed: faults are rare and a
+/// request is large) so that it can be answered with the batch's error.
+fn execute(t: &mut Tables<'_>, request: Request) -> Result<Answer, Box<(Fault, Request)>> {
+    match request {
+        Request::Apply { op, reply } => match apply_op(t, &op) {
+            Ok(outcome) => Ok(Answer::Apply(reply, outcome)),
+            Err(fault) => Err(Box::new((fault, Request::Apply { op, reply }))),
+        },
+        Request::Grant { lease, reply } => match record_grant(t, &lease) {
+            Ok(()) => Ok(Answer::Unit(reply)),
+            Err(fault) => Err(Box::new((fault, Request::Grant { lease, reply }))),
+        },
+        Request::RemoveLease { lease_id, reply } => match t.leases.remove(lease_id.as_str()) {
+            Ok(_) => Ok(Answer::Unit(reply)),
+            Err(e) => Err(Box::new((
+                e.into(),
+                Request::RemoveLease { lease_id, reply },
+            ))),
+        },
+    }
+}
+
+fn record_grant(t: &mut Tables<'_>, lease: &LeaseRecord) -> Result<(), Fault> {
+    let last = t.epochs.get(lease.lock.as_str())?.map(|g| g.value());
+    let epoch = last.map_or(lease.epoch, |last| last.max(lease.epoch));
+    t.epochs.insert(lease.lock.as_str(), epoch)?;
+    let record = serde_json::to_string(lease)?;
+    t.leases.insert(lease.lease_id.as_str(), record.as_str())?;
+    Ok(())
+}
+
+/// Gate + preconditions + mutation. Every check comes before the first write, so an
+/// `Ok(Err(_))` (a refusal) has written nothing. `Err(Fault)` aborts the batch.
+fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyError>, Fault> {
+    let ns = op.namespace.as_str();
+    if let Some(idem) = &op.idempotency {
+        let stored = t.idempotency.get((ns, idem.key.as_str()))?;
+        if let Some(stored) = stored {
+            let record: IdemRecord = serde_json::from_str(stored.value())?;
+            // The first outcome stands, even if the gate would refuse the request today.
+            return Ok(if record.fingerprint == idem.fingerprint {
+                Ok(Applied {
+                    replayed: true,
+                    ..record.applied
+                })
+            } else {
+                Err(ApplyError::IdempotencyConflict)
+            });
+        }
+    }
+
+    let mark = t
+        .fences
+        .get(ns)?
+        .map(|g| {
+            let (epoch, seq) = g.value();
+            HighWater { epoch, seq }
+        })
+        .unwrap_or_default();
+    let next = match admit(mark, op.policy, op.epoch, op.seq) {
+        Ok(next) => next,
+        Err(refused) => return Ok(Err(refused.into())),
+    };
+    let store_revision = t.meta.get(META_REVISION)?.map_or(0, |g| g.value());
+
+    let revision = match &op.action {
+        Action::Put {
+            key,
+            value,
+            precondition,
+        } => {
+            let current = t.kv.get((ns, key.as_str()))?.map(|g| g.value().0);
+            if let Err(refused) = check(*precondition, current) {
+                return Ok(Err(refused));
+            }
+            let revision = next_revision(store_revision)?;
+            t.kv.insert((ns, key.as_str()), (revision, op.epoch, value.as_ref()))?;
+            t.meta.insert(META_REVISION, revision)?;
+            revision
+        }
+        Action::Delete { key, precondition } => {
+            let current = t.kv.get((ns, key.as_str()))?.map(|g| g.value().0);
+            if let Err(refused) = check(*precondition, current) {
+                return Ok(Err(refused));
+            }
+            if current.is_none() {
+                return Ok(Err(ApplyError::NotFound));
+            }
+            let revision = next_revision(store_revision)?;
+            t.kv.remove((ns, key.as_str()))?;
+            t.meta.insert(META_REVISION, revision)?;
+            revision
+        }
+        Action::Fence => store_revision,
+    };
+
+    t.fences.insert(ns, (next.epoch, next.seq))?;
+    let applied = Applied {
+        revision,
+        epoch: op.epoch,
+        high_water: next,
+        replayed: false,
+    };
+    if let Some(idem) = &op.idempotency {
+        let record = serde_json::to_string(&IdemRecord {
+            fingerprint: idem.fingerprint.clone(),
+            applied,
+        })?;
+        t.idempotency
+            .insert((ns, idem.key.as_str()), record.as_str())?;
+    }
+    Ok(Ok(applied))
+}
+
+/// `If-Match` / `If-None-Match: *` against the key's current revision. Evaluated before
+/// "not found", as HTTP orders them: a delete with `If-Match` on a missing key is a
+/// mismatch.
+pub(super) fn check(precondition: Precondition, current: Option<u64>) -> Result<(), ApplyError> {
+    let ok = match precondition {
+        Precondition::None => true,
+        Precondition::Revision(wanted) => current == Some(wanted),
+        Precondition::Absent => current.is_none(),
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ApplyError::RevisionMismatch { current })
+    }
+}
+
+fn next_revision(current: u64) -> Result<u64, Fault> {
+    current
+        .checked_add(1)
+        .ok_or_else(|| Fault("store revision counter exhausted".to_string()))
+}
