@@ -1,7 +1,7 @@
 //! # Server: Palisade's HTTP/JSON API
 //!
-//! A thin layer: parse the request, call the issuer ([`issuer::Issuer`], which wraps the
-//! pure lock table from `palisade-core` and records grants through storage) or the fenced
+//! A thin layer: parse the request, call the issuer (a [`palisade_issuer::LockService`])
+//! or the fenced
 //! store (token verification here, then one [`palisade_storage::FencedOp`] through the
 //! storage backend), and map typed errors to stable error codes ([`api::error`]).
 //!
@@ -24,7 +24,6 @@
 
 pub mod api;
 pub mod config;
-pub mod issuer;
 pub mod keys;
 mod run;
 

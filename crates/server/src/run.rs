@@ -12,8 +12,8 @@ use tokio::task::JoinHandle;
 
 use crate::api::{router, AppState};
 use crate::config::ServerConfig;
-use crate::issuer::Issuer;
 use crate::keys;
+use palisade_issuer::Issuer;
 
 /// Database file name inside the data directory.
 pub const DB_FILE: &str = "palisade.redb";
@@ -108,7 +108,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     )
     .await?;
     let state = AppState {
-        issuer,
+        issuer: Arc::new(issuer),
         backend: backend.clone(),
         verifier,
         policies: Arc::new(config.policies.clone()),

@@ -11,7 +11,7 @@ use palisade_core::gate::GateError;
 use palisade_storage::{ApplyError, StorageError};
 use palisade_token::TokenError;
 
-use crate::issuer::{AcquireError, ReleaseError};
+use palisade_issuer::{AcquireError, LeaseError};
 
 /// An error answer.
 #[derive(Debug)]
@@ -186,11 +186,11 @@ impl From<AcquireError> for ApiError {
     }
 }
 
-impl From<ReleaseError> for ApiError {
-    fn from(e: ReleaseError) -> Self {
+impl From<LeaseError> for ApiError {
+    fn from(e: LeaseError) -> Self {
         match e {
-            ReleaseError::Expired(_) => ApiError::lease_expired(),
-            ReleaseError::Storage(s) => s.into(),
+            LeaseError::Expired => ApiError::lease_expired(),
+            LeaseError::Storage(s) => s.into(),
         }
     }
 }

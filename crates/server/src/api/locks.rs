@@ -94,10 +94,7 @@ pub async fn keepalive(
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<KeepaliveAnswer>, ApiError> {
     let lease_id = path(lease_id)?;
-    let view = state
-        .issuer
-        .keepalive(&lease_id)
-        .map_err(|_| ApiError::lease_expired())?;
+    let view = state.issuer.keepalive(&lease_id).await?;
     Ok(Json(KeepaliveAnswer {
         lease_id: view.lease_id,
         lock: view.lock,
@@ -157,7 +154,7 @@ pub async fn status(
 ) -> Result<Json<LockStatus>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
-    Ok(Json(state.issuer.status(&lock).into()))
+    Ok(Json(state.issuer.status(&lock).await?.into()))
 }
 
 #[derive(Deserialize)]
@@ -178,7 +175,7 @@ pub async fn list(
 ) -> Result<Json<LockList>, ApiError> {
     let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
     let limit = query.limit.unwrap_or(1000).min(10_000);
-    let locks = state.issuer.list(&query.prefix, limit);
+    let locks = state.issuer.list(&query.prefix, limit).await?;
     Ok(Json(LockList {
         locks: locks.into_iter().map(Into::into).collect(),
     }))

@@ -24,13 +24,13 @@ use palisade_storage::Backend;
 use palisade_token::{validate_lock_name, Verifier};
 
 use crate::config::NamespacePolicies;
-use crate::issuer::Issuer;
 pub use error::ApiError;
+use palisade_issuer::LockService;
 
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
-    pub issuer: Arc<Issuer>,
+    pub issuer: Arc<dyn LockService>,
     pub backend: Arc<dyn Backend>,
     pub verifier: Arc<Verifier>,
     pub policies: Arc<NamespacePolicies>,

@@ -48,7 +48,7 @@ pub async fn check(
         Ok(claims) => claims,
         Err(e) => return Ok(Json(json!({ "genuine": false, "reason": e.to_string() }))),
     };
-    let view = state.issuer.status(&claims.lock);
+    let view = state.issuer.status(&claims.lock).await?;
     let lease_alive = view.lease.as_ref().is_some_and(|l| l.epoch == claims.epoch);
     Ok(Json(json!({
         "genuine": true,

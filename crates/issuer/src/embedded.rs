@@ -1,4 +1,4 @@
-//! The issuer: the lock table plus durability and waiting.
+//! The embedded issuer: the in-memory lock table plus durability and waiting (one node).
 //!
 //! [`palisade_core::lock_table::LockTable`] decides; this module makes its decisions
 //! durable and delivers them. The table sits behind a `std::sync::Mutex` that is never
@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use palisade_core::lock_table::{
     AcquireOutcome, AcquireRequest, Event, Grant, LeaseExpired, LeaseView, LockTable, LockView,
     TableConfig, Ticket,
@@ -28,33 +29,7 @@ use palisade_storage::{Backend, LeaseRecord, StorageError};
 use palisade_token::Signer;
 use tokio::sync::{oneshot, Notify};
 
-/// A durable grant, with its signed token.
-#[derive(Debug, Clone)]
-pub struct Granted {
-    pub grant: Grant,
-    pub token: String,
-}
-
-/// Why an acquisition did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AcquireError {
-    #[error("lock is held")]
-    Held {
-        holder: Option<String>,
-        retry_after_ms: Millis,
-    },
-    #[error(transparent)]
-    Storage(#[from] StorageError),
-}
-
-/// Why a release did not succeed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReleaseError {
-    #[error(transparent)]
-    Expired(#[from] LeaseExpired),
-    #[error(transparent)]
-    Storage(#[from] StorageError),
-}
+use crate::{AcquireError, Granted, LeaseError, LockService};
 
 type WaitReply = oneshot::Sender<Result<Grant, AcquireError>>;
 
@@ -187,7 +162,7 @@ impl Issuer {
 
     /// Releases a lease; the lock passes to the first waiter. Answers after the lease
     /// record is removed from disk.
-    pub async fn release(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, ReleaseError> {
+    pub async fn release(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, LeaseError> {
         let now = self.now();
         let (result, events) = {
             let mut inner = self.lock();
@@ -195,7 +170,7 @@ impl Issuer {
             (result, inner.table.drain_events())
         };
         self.handle(events);
-        let view = result?;
+        let view = result.map_err(|LeaseExpired| LeaseError::Expired)?;
         self.backend.remove_lease(lease_id).await?;
         Ok(view)
     }
@@ -347,5 +322,29 @@ async fn deadline_task(issuer: Weak<Issuer>) {
             _ = tokio::time::sleep(Duration::from_millis(sleep_ms)) => {}
             _ = wake.notified() => {}
         }
+    }
+}
+
+/// The embedded issuer behind the [`LockService`] trait.
+#[async_trait]
+impl LockService for Arc<Issuer> {
+    async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError> {
+        Issuer::acquire(self, req).await
+    }
+
+    async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
+        Issuer::keepalive(self, lease_id).map_err(|LeaseExpired| LeaseError::Expired)
+    }
+
+    async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
+        Issuer::release(self, lease_id).await
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
+        Ok(Issuer::status(self, lock))
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
+        Ok(Issuer::list(self, prefix, limit))
     }
 }

@@ -1,0 +1,75 @@
+//! # Issuer: the lock service
+//!
+//! [`LockService`] is what the HTTP layer calls to acquire, renew, release and inspect
+//! locks. Every implementation promises the same things:
+//!
+//! - each successful acquisition of lock `L` gets an epoch larger than every epoch of `L`
+//!   issued before, by any node, before or after any crash (S1, S3, S4);
+//! - the epoch is durable before [`LockService::acquire`] returns;
+//! - a lock is never granted while another lease on it is live;
+//! - the returned token is signed by the issuer key, so clients cannot mint or edit one.
+//!
+//! [`embedded::Issuer`] keeps the lock table in memory (the pure state machine from
+//! `palisade-core`) and records grants through a storage [`Backend`]: one node. A
+//! distributed implementation keeps the table in a replicated store instead.
+//!
+//! ## What an issuer does not do
+//! - It does not tell resources about new epochs: a resource learns an epoch only by
+//!   seeing it (S10).
+//! - It does not authenticate anyone (S14).
+//!
+//! [`Backend`]: palisade_storage::Backend
+
+use async_trait::async_trait;
+
+use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView};
+use palisade_core::Millis;
+use palisade_storage::StorageError;
+
+pub mod embedded;
+
+pub use embedded::Issuer;
+
+/// A durable grant, with its signed token.
+#[derive(Debug, Clone)]
+pub struct Granted {
+    pub grant: Grant,
+    pub token: String,
+}
+
+/// Why an acquisition did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AcquireError {
+    #[error("lock is held")]
+    Held {
+        holder: Option<String>,
+        retry_after_ms: Millis,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why a keepalive or release did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseError {
+    #[error("lease expired or unknown")]
+    Expired,
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// The lock service, as the API layer sees it.
+#[async_trait]
+pub trait LockService: Send + Sync + 'static {
+    /// Acquires a lock, waiting up to `req.wait_ms` in line. The epoch is durable when
+    /// this returns Ok.
+    async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError>;
+    /// Renews a lease for a full TTL from now.
+    async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError>;
+    /// Releases a lease; the lock passes to the next waiter.
+    async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError>;
+    /// A lock's state (epoch 0 and no lease if never acquired).
+    async fn status(&self, lock: &str) -> Result<LockView, StorageError>;
+    /// Known locks whose names start with `prefix`, sorted, at most `limit`.
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError>;
+}
