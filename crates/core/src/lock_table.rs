@@ -7,7 +7,22 @@
 //! Calls may cause things to happen to *other* requests (a release hands the lock to the
 //! first waiter, an expiry ends a lease, a waiter runs out of patience). Those are queued
 //! as [`Event`]s; the caller drains them with [`LockTable::drain_events`] after every
-//! call and must make each [`Event::Granted`] durable before telling the waiter.
+//! call.
+//!
+//! ## Reservations: what must be durable before a grant is answered
+//! An epoch must never be issued twice, even across a crash, and a lease that may still
+//! be live must be honoured after a restart. Writing every grant to disk before answering
+//! would make a contended lock's hand-off chain pay one fsync per hand-over. Instead, each
+//! lock carries a [`Reservation`], the issuer's durable promise: "no epoch above `ceiling`
+//! has been issued, and while `active`, a lease of up to `max_ttl_ms` may be live".
+//! A grant is covered when the durable reservation is active, its ceiling is at least the
+//! new epoch and its TTL at least the lease's; only an uncovered grant needs a durable
+//! write first ([`Grant::reserve`] says which reservation to write, and the caller reports
+//! success with [`LockTable::confirm`]). When a lock falls idle the table emits
+//! [`Event::Idle`]; recording that lazily is safe, since a lost idle marker only makes the
+//! lock wait one TTL after a restart. After a restart, every lock whose reservation is
+//! active is ungrantable for its `max_ttl_ms` and its epochs continue above the ceiling
+//! ([`LockTable::restore_reservations`]).
 //!
 //! ## Invariants
 //! - At most one live lease per lock; a lock is granted only when it has no live lease,
@@ -39,6 +54,32 @@ pub struct TableConfig {
     /// After a lease *expires* (not on release) its lock stays ungrantable this long, for
     /// resources that cannot check tokens.
     pub lock_delay_ms: Millis,
+    /// How many epochs one durable reservation covers (at least 1). With 1, every grant
+    /// is written to disk before it is answered.
+    pub epoch_block: Epoch,
+}
+
+/// The durable promise about one lock; see the module docs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reservation {
+    /// No epoch above this has been issued.
+    pub ceiling: Epoch,
+    /// While active, a lease of up to this TTL may be live.
+    pub max_ttl_ms: Millis,
+    /// Whether a lease may be live.
+    pub active: bool,
+}
+
+impl Reservation {
+    fn covers(&self, epoch: Epoch, ttl_ms: Millis) -> bool {
+        self.active && epoch <= self.ceiling && ttl_ms <= self.max_ttl_ms
+    }
+
+    fn merge(&mut self, other: Reservation) {
+        self.ceiling = self.ceiling.max(other.ceiling);
+        self.max_ttl_ms = self.max_ttl_ms.max(other.max_ttl_ms);
+        self.active = other.active;
+    }
 }
 
 /// A request to acquire a lock.
@@ -61,6 +102,9 @@ pub struct Grant {
     pub epoch: Epoch,
     pub lease_id: LeaseId,
     pub ttl_ms: Millis,
+    /// A reservation that must be durable before this grant is answered; `None` when the
+    /// lock's durable reservation already covers it.
+    pub reserve: Option<Reservation>,
 }
 
 /// The immediate answer to an acquisition.
@@ -92,6 +136,12 @@ pub enum Event {
         lease_id: LeaseId,
         lock: String,
         epoch: Epoch,
+    },
+    /// The lock has no lease and nobody waiting: its reservation may be recorded inactive
+    /// (lazily; losing this record is safe).
+    Idle {
+        lock: String,
+        reservation: Reservation,
     },
 }
 
@@ -146,6 +196,8 @@ struct Lock {
     lease: Option<Lease>,
     delay_until: Millis,
     queue: VecDeque<Waiter>,
+    /// What is known to be durable.
+    durable: Reservation,
 }
 
 /// The lock table. See the module docs.
@@ -208,13 +260,54 @@ impl LockTable {
         }
     }
 
+    /// Rebuilds reservations after a restart: epochs continue above each ceiling, and a
+    /// lock whose reservation was active stays ungrantable for its `max_ttl_ms` (plus the
+    /// lock-delay) from `now`, since a lease granted under it may still be live (its record may not have
+    /// reached the disk).
+    pub fn restore_reservations(
+        &mut self,
+        now: Millis,
+        reservations: impl IntoIterator<Item = (String, Reservation)>,
+    ) {
+        for (name, r) in reservations {
+            let lock = self.locks.entry(name.clone()).or_default();
+            lock.last_epoch = lock.last_epoch.max(r.ceiling);
+            lock.durable.merge(r);
+            if r.active {
+                let block = r.max_ttl_ms.saturating_add(self.config.lock_delay_ms);
+                lock.delay_until = lock.delay_until.max(now.saturating_add(block));
+                self.timers.push(Reverse((lock.delay_until, name)));
+            }
+        }
+    }
+
+    /// Records that `reservation` of `lock` is durable.
+    pub fn confirm(&mut self, now: Millis, lock: &str, reservation: Reservation) {
+        if let Some(l) = self.locks.get_mut(lock) {
+            let idle = l.lease.is_none() && l.queue.is_empty() && l.delay_until <= now;
+            l.durable.merge(reservation);
+            // The lock fell idle while the reservation was being written: say so again.
+            if idle {
+                self.mark_idle(lock);
+            }
+        }
+    }
+
     /// Tries to acquire a lock; grants at once, queues (if `wait_ms > 0`) or refuses.
     pub fn acquire(&mut self, now: Millis, req: AcquireRequest) -> AcquireOutcome {
         self.settle(now, &req.lock);
         let lock = self.locks.entry(req.lock.clone()).or_default();
         let free = lock.lease.is_none() && lock.delay_until <= now && lock.queue.is_empty();
         if free {
-            let grant = Self::grant(lock, &req.lock, req.lease_id, req.holder, req.ttl_ms, now);
+            let grant = Self::grant(
+                lock,
+                self.config.epoch_block,
+                &req.lock,
+                req.lease_id,
+                req.holder,
+                req.ttl_ms,
+                now,
+            );
             self.leases.insert(grant.lease_id.clone(), req.lock.clone());
             self.timers
                 .push(Reverse((now.saturating_add(grant.ttl_ms), req.lock)));
@@ -387,7 +480,15 @@ impl LockTable {
         if lock.lease.is_none() && lock.delay_until <= now {
             if let Some(w) = lock.queue.pop_front() {
                 self.waiters.remove(&w.ticket);
-                let grant = Self::grant(lock, name, w.lease_id, w.holder, w.ttl_ms, now);
+                let grant = Self::grant(
+                    lock,
+                    self.config.epoch_block,
+                    name,
+                    w.lease_id,
+                    w.holder,
+                    w.ttl_ms,
+                    now,
+                );
                 self.leases.insert(grant.lease_id.clone(), name.to_owned());
                 self.timers
                     .push(Reverse((now.saturating_add(grant.ttl_ms), name.to_owned())));
@@ -397,10 +498,28 @@ impl LockTable {
                 });
             }
         }
+        if lock.lease.is_none() && lock.queue.is_empty() && lock.delay_until <= now {
+            self.mark_idle(name);
+        }
     }
 
+    /// Emits [`Event::Idle`] once for a lock whose durable reservation is still active.
+    fn mark_idle(&mut self, name: &str) {
+        if let Some(lock) = self.locks.get_mut(name) {
+            if lock.durable.active {
+                lock.durable.active = false;
+                self.events.push(Event::Idle {
+                    lock: name.to_owned(),
+                    reservation: lock.durable,
+                });
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn grant(
         lock: &mut Lock,
+        epoch_block: Epoch,
         name: &str,
         lease_id: LeaseId,
         holder: String,
@@ -415,12 +534,18 @@ impl LockTable {
             ttl_ms,
             deadline: now.saturating_add(ttl_ms),
         });
+        let reserve = (!lock.durable.covers(lock.last_epoch, ttl_ms)).then(|| Reservation {
+            ceiling: lock.last_epoch + epoch_block.max(1) - 1,
+            max_ttl_ms: ttl_ms.max(lock.durable.max_ttl_ms),
+            active: true,
+        });
         Grant {
             lock: name.to_owned(),
             holder,
             epoch: lock.last_epoch,
             lease_id,
             ttl_ms,
+            reserve,
         }
     }
 

@@ -5,10 +5,13 @@
 //! held across an `.await`: each call locks, asks the table, takes the resulting events
 //! and unlocks, and only then talks to storage.
 //!
-//! A grant is answered only after [`Backend::record_grant`] returned, i.e. after the
-//! epoch (and the lease record) reached the disk. If that fails, the grant is withdrawn
-//! from the table and the caller gets `storage_failed`; the epoch it would have had is
-//! burnt, never reused (the table has moved past it).
+//! A grant is answered only once its epoch is covered by a durable reservation (see
+//! `palisade_core::lock_table`): a grant the table marks as needing one waits for
+//! [`Backend::reserve`] (an fsync, shared with everything else in the writer's batch);
+//! a grant inside an existing reservation (the usual case for a contended lock handed
+//! from holder to holder) is answered at once and its lease record is written lazily.
+//! If a reservation cannot be written, the grant is withdrawn from the table and the
+//! caller gets `storage_failed`; the epoch it would have had is burnt, never reused.
 //!
 //! Waiters (`wait_ms > 0`) park on a oneshot channel keyed by their ticket. A background
 //! task wakes at the table's next deadline to expire leases, time out waiters and hand
@@ -25,11 +28,14 @@ use palisade_core::lock_table::{
     TableConfig, Ticket,
 };
 use palisade_core::Millis;
-use palisade_storage::{Backend, LeaseRecord, StorageError};
+use palisade_storage::{Backend, LazyRecord, LeaseRecord, StorageError};
 use palisade_token::Signer;
 use tokio::sync::{oneshot, Notify};
 
 use crate::{AcquireError, Granted, LeaseError, LockService};
+
+/// Epochs covered by one durable reservation when the configuration does not say.
+pub const DEFAULT_EPOCH_BLOCK: u64 = 1024;
 
 type WaitReply = oneshot::Sender<Result<Grant, AcquireError>>;
 
@@ -56,6 +62,10 @@ impl Issuer {
         config: TableConfig,
     ) -> Result<Arc<Issuer>, StorageError> {
         let state = backend.load_issuer().await?;
+        let mut config = config;
+        if config.epoch_block == 0 {
+            config.epoch_block = DEFAULT_EPOCH_BLOCK;
+        }
         let mut table = LockTable::new(config);
         let leases = state.leases.into_iter().map(|r| Grant {
             lock: r.lock,
@@ -63,8 +73,10 @@ impl Issuer {
             epoch: r.epoch,
             lease_id: r.lease_id,
             ttl_ms: r.ttl_ms,
+            reserve: None,
         });
         table.restore(0, state.epochs, leases);
+        table.restore_reservations(0, state.reservations);
         let issuer = Arc::new(Issuer {
             inner: Mutex::new(Inner {
                 table,
@@ -208,12 +220,34 @@ impl Issuer {
             epoch: grant.epoch,
             ttl_ms: grant.ttl_ms,
         };
-        if let Err(e) = self.backend.record_grant(record).await {
-            tracing::error!(lock = %grant.lock, epoch = grant.epoch, error = %e, "cannot record grant");
-            self.withdraw(&grant.lease_id);
-            return Err(e);
+        let Some(reservation) = grant.reserve else {
+            // Covered by a durable reservation: the epoch cannot be reissued and the lock
+            // waits out the reservation's TTL after a crash; the lease record only lets
+            // the holder keep renewing across a restart, so it need not hold us up.
+            self.backend.record_lazily(LazyRecord::Lease(record));
+            return Ok(());
+        };
+        match self
+            .backend
+            .reserve(&grant.lock, reservation, Some(record))
+            .await
+        {
+            Ok(()) => {
+                let now = self.now();
+                let events = {
+                    let mut inner = self.lock();
+                    inner.table.confirm(now, &grant.lock, reservation);
+                    inner.table.drain_events()
+                };
+                self.handle(events);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(lock = %grant.lock, epoch = grant.epoch, error = %e, "cannot record grant");
+                self.withdraw(&grant.lease_id);
+                Err(e)
+            }
         }
-        Ok(())
     }
 
     /// Releases a lease nobody will use (undeliverable or unrecorded grant).
@@ -225,11 +259,8 @@ impl Issuer {
             inner.table.drain_events()
         };
         self.handle(events);
-        let this = self.clone();
-        let lease_id = lease_id.to_owned();
-        tokio::spawn(async move {
-            let _ = this.backend.remove_lease(&lease_id).await;
-        });
+        self.backend
+            .record_lazily(LazyRecord::RemoveLease(lease_id.to_owned()));
     }
 
     /// Carries out what the table decided as a side effect of a call.
@@ -239,6 +270,23 @@ impl Issuer {
                 Event::Granted { ticket, grant } => {
                     self.wake.notify_one();
                     let reply = self.lock().waiters.remove(&ticket);
+                    if grant.reserve.is_none() {
+                        // The hand-off fast path: nothing to wait for.
+                        let lease_id = grant.lease_id.clone();
+                        let record = LeaseRecord {
+                            lease_id: grant.lease_id.clone(),
+                            lock: grant.lock.clone(),
+                            holder: grant.holder.clone(),
+                            epoch: grant.epoch,
+                            ttl_ms: grant.ttl_ms,
+                        };
+                        self.backend.record_lazily(LazyRecord::Lease(record));
+                        let delivered = reply.is_some_and(|r| r.send(Ok(grant)).is_ok());
+                        if !delivered {
+                            self.withdraw(&lease_id);
+                        }
+                        continue;
+                    }
                     let this = self.clone();
                     tokio::spawn(async move {
                         let persisted = this.persist(&grant).await;
@@ -275,12 +323,14 @@ impl Issuer {
                     epoch,
                 } => {
                     tracing::info!(%lock, epoch, "lease expired");
-                    let backend = self.backend.clone();
-                    tokio::spawn(async move {
-                        // Best effort: a leftover record only makes the lock wait one TTL
-                        // after a restart, which is the safe direction.
-                        let _ = backend.remove_lease(&lease_id).await;
-                    });
+                    // A leftover record only makes the lock wait one TTL after a restart,
+                    // the safe direction: no need to wait for the disk.
+                    self.backend
+                        .record_lazily(LazyRecord::RemoveLease(lease_id));
+                }
+                Event::Idle { lock, reservation } => {
+                    self.backend
+                        .record_lazily(LazyRecord::Reservation { lock, reservation });
                 }
             }
         }

@@ -104,6 +104,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         signer,
         TableConfig {
             lock_delay_ms: config.lock_delay_ms,
+            ..Default::default()
         },
     )
     .await?;

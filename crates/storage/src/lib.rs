@@ -41,6 +41,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use palisade_core::gate::{GateError, HighWater, Policy};
+use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
 
 pub mod redb_backend;
@@ -62,6 +63,22 @@ pub struct IssuerState {
     pub epochs: Vec<(String, Epoch)>,
     /// Leases that were live (not released) when last recorded.
     pub leases: Vec<LeaseRecord>,
+    /// The durable reservation of each lock (see `palisade_core::lock_table`).
+    pub reservations: Vec<(String, Reservation)>,
+}
+
+/// An issuer record written with the next commit, without anyone waiting for it. Losing
+/// one in a crash is safe by construction: a lost lease record makes its holder's lease
+/// unknown after a restart (its lock still waits out the reservation's TTL), a lost
+/// removal or idle marker only makes a lock wait one TTL after a restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LazyRecord {
+    Lease(LeaseRecord),
+    RemoveLease(String),
+    Reservation {
+        lock: String,
+        reservation: Reservation,
+    },
 }
 
 /// A precondition on the key's current revision.
@@ -172,6 +189,25 @@ pub trait Backend: Send + Sync + 'static {
     /// Durably records a grant: raises the lock's last epoch to `lease.epoch` (never
     /// lowers it) and stores the lease record. Returns once fsync'd.
     async fn record_grant(&self, lease: LeaseRecord) -> Result<(), StorageError>;
+
+    /// Durably records a lock's reservation (raising its last epoch to the ceiling, never
+    /// lowering it), and the lease of the grant that needed it. Returns once fsync'd.
+    async fn reserve(
+        &self,
+        lock: &str,
+        reservation: Reservation,
+        lease: Option<LeaseRecord>,
+    ) -> Result<(), StorageError> {
+        let _ = (lock, reservation, lease);
+        Err(StorageError::Failed(
+            "this backend does not keep issuer reservations".into(),
+        ))
+    }
+
+    /// Queues an issuer record for the next commit without waiting (see [`LazyRecord`]).
+    fn record_lazily(&self, record: LazyRecord) {
+        let _ = record;
+    }
 
     /// Removes a lease record (released or expired). Removing an unknown lease is Ok.
     async fn remove_lease(&self, lease_id: &str) -> Result<(), StorageError>;

@@ -1,9 +1,6 @@
 use super::*;
 use proptest::prelude::*;
 
-/// Per lock: (last epoch, live lease id and deadline, unused).
-type Model = HashMap<String, (Epoch, Option<(String, Millis)>, Millis)>;
-
 fn req(lock: &str, holder: &str, ttl_ms: Millis, wait_ms: Millis, id: &str) -> AcquireRequest {
     AcquireRequest {
         lock: lock.into(),
@@ -64,7 +61,10 @@ fn lease_expires_unless_kept_alive() {
 
 #[test]
 fn lock_delay_applies_after_expiry_not_release() {
-    let mut t = LockTable::new(TableConfig { lock_delay_ms: 500 });
+    let mut t = LockTable::new(TableConfig {
+        lock_delay_ms: 500,
+        ..Default::default()
+    });
     granted(t.acquire(0, req("L", "a", 100, 0, "l1")));
     // Expired at 100: ungrantable until 600.
     assert_eq!(
@@ -127,7 +127,10 @@ fn waiters_are_served_in_order_and_time_out() {
 
 #[test]
 fn newcomer_without_wait_does_not_jump_the_queue() {
-    let mut t = LockTable::new(TableConfig { lock_delay_ms: 100 });
+    let mut t = LockTable::new(TableConfig {
+        lock_delay_ms: 100,
+        ..Default::default()
+    });
     granted(t.acquire(0, req("L", "a", 10, 0, "l1")));
     t.poll(10); // expired, delayed until 110
     t.drain_events();
@@ -169,6 +172,7 @@ fn restore_honours_leases_for_a_full_ttl_and_never_reissues() {
                 epoch: 6,
                 lease_id: "a".into(),
                 ttl_ms: 500,
+                reserve: None,
             },
             Grant {
                 lock: "L".into(),
@@ -176,6 +180,7 @@ fn restore_honours_leases_for_a_full_ttl_and_never_reissues() {
                 epoch: 7,
                 lease_id: "b".into(),
                 ttl_ms: 500,
+                reserve: None,
             },
         ],
     );
@@ -195,6 +200,58 @@ fn restore_honours_leases_for_a_full_ttl_and_never_reissues() {
     assert_eq!(granted(t.acquire(0, req("M", "x", 10, 0, "d"))).epoch, 4);
 }
 
+#[test]
+fn reservations_cover_hand_offs_and_survive_a_restart() {
+    let config = TableConfig {
+        lock_delay_ms: 0,
+        epoch_block: 100,
+    };
+    let mut t = LockTable::new(config);
+    let first = granted(t.acquire(0, req("L", "a", 1000, 0, "l1")));
+    let r = first
+        .reserve
+        .expect("an idle lock needs a durable reservation first");
+    assert_eq!((r.ceiling, r.max_ttl_ms, r.active), (100, 1000, true));
+    t.confirm(0, "L", r);
+    // Hand-offs inside the reservation need no disk write.
+    let AcquireOutcome::Queued(_) = t.acquire(1, req("L", "b", 1000, 5000, "l2")) else {
+        panic!()
+    };
+    t.release(2, "l1").unwrap();
+    let events = t.drain_events();
+    assert!(
+        matches!(&events[..], [Event::Granted { grant, .. }] if grant.epoch == 2 && grant.reserve.is_none())
+    );
+    // A longer TTL than reserved needs a new reservation.
+    t.release(3, "l2").unwrap();
+    let idle = t.drain_events();
+    assert!(matches!(&idle[..], [Event::Idle { reservation, .. }] if !reservation.active));
+    let third = granted(t.acquire(4, req("L", "c", 5000, 0, "l3")));
+    assert_eq!(third.reserve.map(|r| r.max_ttl_ms), Some(5000));
+    t.confirm(4, "L", third.reserve.unwrap());
+
+    // Crash: only the reservation survives (no lease records at all).
+    let mut t = LockTable::new(config);
+    t.restore_reservations(
+        10,
+        [(
+            "L".to_string(),
+            Reservation {
+                ceiling: 102,
+                max_ttl_ms: 5000,
+                active: true,
+            },
+        )],
+    );
+    assert!(matches!(
+        t.acquire(5009, req("L", "d", 10, 0, "l4")),
+        AcquireOutcome::Held { holder: None, .. }
+    ));
+    let g = granted(t.acquire(5010, req("L", "d", 10, 0, "l4")));
+    assert_eq!(g.epoch, 103, "epochs continue above the ceiling");
+    assert!(g.reserve.is_some());
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Acquire { lock: u8, wait: Millis, ttl: Millis },
@@ -202,44 +259,70 @@ enum Op {
     Keepalive(u8),
     Cancel(u8),
     Advance(Millis),
+    Crash,
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0u8..3, prop_oneof![Just(0), 1u64..300], 1u64..200)
+        10 => (0u8..3, prop_oneof![Just(0), 1u64..300], 1u64..200)
             .prop_map(|(lock, wait, ttl)| Op::Acquire { lock, wait, ttl }),
-        (0u8..16).prop_map(Op::Release),
-        (0u8..16).prop_map(Op::Keepalive),
-        (0u8..16).prop_map(Op::Cancel),
-        (0u64..150).prop_map(Op::Advance),
+        4 => (0u8..16).prop_map(Op::Release),
+        4 => (0u8..16).prop_map(Op::Keepalive),
+        2 => (0u8..16).prop_map(Op::Cancel),
+        6 => (0u64..150).prop_map(Op::Advance),
+        1 => Just(Op::Crash),
     ]
 }
 
+/// What the model knows about each lock: last epoch answered, the live lease (id and
+/// deadline) or None once released, and whether a crash happened since the last grant.
+type Model = HashMap<String, (Epoch, Option<(String, Millis)>, bool)>;
+
 proptest! {
-    /// Random interleavings of acquire/wait/release/keepalive/cancel/time: epochs per lock
-    /// strictly increase, a lock is never granted while an earlier lease of it is live,
-    /// lock-delay is respected, and waiters are served in arrival order.
+    /// Random interleavings of acquire/wait/release/keepalive/cancel/time and crashes
+    /// (the table rebuilt from durable reservations only, lazy idle markers possibly
+    /// lost): epochs per lock strictly increase (by one between crashes), a lock is never
+    /// granted while an earlier lease of it may be live, lock-delay is respected, waiters
+    /// are served in arrival order, and every grant answered without a disk write is
+    /// covered by a durable reservation.
     #[test]
-    fn grants_are_exclusive_and_epochs_increase(ops in proptest::collection::vec(op(), 1..300), delay in 0u64..50) {
-        let mut t = LockTable::new(TableConfig { lock_delay_ms: delay });
+    fn grants_are_exclusive_and_epochs_increase(
+        ops in proptest::collection::vec(op(), 1..300),
+        delay in 0u64..50,
+        block in 1u64..5,
+        lose_idle in any::<bool>(),
+    ) {
+        let config = TableConfig { lock_delay_ms: delay, epoch_block: block };
+        let mut t = LockTable::new(config);
         let mut now = 0;
         let mut next_id = 0u32;
-        // Per lock: (last epoch, lease id, deadline of the live grant or None when released)
         let mut model: Model = HashMap::new();
+        let mut durable: HashMap<String, Reservation> = HashMap::new();
         let mut lease_ids: Vec<String> = Vec::new();
         let mut tickets: Vec<Ticket> = Vec::new();
         let mut queued_order: HashMap<String, Vec<Ticket>> = HashMap::new();
         let mut ttl_of: HashMap<String, Millis> = HashMap::new();
 
-        let check_grant = |g: &Grant, now: Millis, model: &mut Model| -> Result<(), TestCaseError> {
-            let entry = model.entry(g.lock.clone()).or_insert((0, None, 0));
-            prop_assert_eq!(g.epoch, entry.0 + 1, "epochs must count up by one");
+        let check_grant = |t: &mut LockTable, g: &Grant, now: Millis, model: &mut Model, durable: &mut HashMap<String, Reservation>| -> Result<(), TestCaseError> {
+            let entry = model.entry(g.lock.clone()).or_insert((0, None, false));
+            prop_assert!(g.epoch > entry.0, "epoch {} not above {}", g.epoch, entry.0);
+            if !entry.2 {
+                prop_assert_eq!(g.epoch, entry.0 + 1, "epochs must count up by one");
+            }
             if let Some((_, deadline)) = &entry.1 {
                 prop_assert!(*deadline <= now, "granted {} while lease live until {}", g.lock, deadline);
                 prop_assert!(deadline + delay <= now, "lock-delay not respected");
             }
-            entry.0 = g.epoch;
-            entry.1 = Some((g.lease_id.clone(), now + g.ttl_ms));
+            let d = durable.entry(g.lock.clone()).or_default();
+            match g.reserve {
+                Some(r) => {
+                    prop_assert!(r.active && r.ceiling >= g.epoch && r.max_ttl_ms >= g.ttl_ms);
+                    d.merge(r);
+                    t.confirm(now, &g.lock, r);
+                }
+                None => prop_assert!(d.covers(g.epoch, g.ttl_ms), "unrecorded grant {:?} not covered by {:?}", g, d),
+            }
+            *entry = (g.epoch, Some((g.lease_id.clone(), now + g.ttl_ms)), false);
             Ok(())
         };
 
@@ -251,7 +334,7 @@ proptest! {
                     ttl_of.insert(id.clone(), ttl);
                     let name = format!("L{lock}");
                     match t.acquire(now, req(&name, "h", ttl, wait, &id)) {
-                        AcquireOutcome::Granted(g) => { check_grant(&g, now, &mut model)?; lease_ids.push(id); }
+                        AcquireOutcome::Granted(g) => { check_grant(&mut t, &g, now, &mut model, &mut durable)?; lease_ids.push(id); }
                         AcquireOutcome::Queued(ticket) => { tickets.push(ticket); queued_order.entry(name).or_default().push(ticket); }
                         AcquireOutcome::Held { .. } => {}
                     }
@@ -283,11 +366,19 @@ proptest! {
                     }
                 }
                 Op::Advance(ms) => { now += ms; t.poll(now); }
+                Op::Crash => {
+                    t = LockTable::new(config);
+                    t.restore_reservations(now, durable.iter().map(|(k, v)| (k.clone(), *v)));
+                    tickets.clear();
+                    queued_order.clear();
+                    lease_ids.clear();
+                    for entry in model.values_mut() { entry.2 = true; }
+                }
             }
             for event in t.drain_events() {
                 match event {
                     Event::Granted { ticket, grant } => {
-                        check_grant(&grant, now, &mut model)?;
+                        check_grant(&mut t, &grant, now, &mut model, &mut durable)?;
                         let q = queued_order.get_mut(&grant.lock).unwrap();
                         prop_assert_eq!(q.first().copied(), Some(ticket), "waiters out of order");
                         q.remove(0);
@@ -301,6 +392,12 @@ proptest! {
                         let (live_id, deadline) = entry.1.clone().unwrap();
                         prop_assert_eq!(live_id, lease_id);
                         prop_assert!(deadline <= now, "expired early");
+                    }
+                    Event::Idle { lock, reservation } => {
+                        prop_assert!(!reservation.active);
+                        if !lose_idle {
+                            durable.get_mut(&lock).unwrap().active = false;
+                        }
                     }
                 }
             }

@@ -286,6 +286,27 @@ impl Backend for RedbBackend {
         self.answer(answer).await
     }
 
+    async fn reserve(
+        &self,
+        lock: &str,
+        reservation: palisade_core::lock_table::Reservation,
+        lease: Option<LeaseRecord>,
+    ) -> Result<(), StorageError> {
+        let (reply, answer) = oneshot::channel();
+        self.submit(Request::Reserve {
+            lock: lock.to_owned(),
+            reservation,
+            lease,
+            reply,
+        })?;
+        self.answer(answer).await
+    }
+
+    fn record_lazily(&self, record: crate::LazyRecord) {
+        // A refusal (failed or closed backend) needs no answer: lazy records are optional.
+        let _ = self.submit(Request::Lazy(record));
+    }
+
     async fn remove_lease(&self, lease_id: &str) -> Result<(), StorageError> {
         let (reply, answer) = oneshot::channel();
         let lease_id = lease_id.to_string();

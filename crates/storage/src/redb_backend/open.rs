@@ -20,7 +20,7 @@ use std::path::Path;
 use redb::{Builder, Database, Durability, ReadableTable};
 
 use super::schema::{
-    Fault, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, KV, LEASES, META, META_FORMAT,
+    Fault, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, KV, LEASES, META, META_FORMAT, RESERVATIONS,
 };
 
 /// Opens or creates the database file at `path`. Errors do not yet name the path; the
@@ -106,6 +106,7 @@ pub(super) fn prepare(db: &Database) -> Result<(), Fault> {
         }
         txn.open_table(EPOCHS)?;
         txn.open_table(LEASES)?;
+        txn.open_table(RESERVATIONS)?;
         txn.open_table(FENCES)?;
         txn.open_table(KV)?;
         txn.open_table(IDEMPOTENCY)?;

@@ -5,7 +5,9 @@ use redb::{ReadTransaction, ReadableTable};
 
 use palisade_core::gate::HighWater;
 
-use super::schema::{Fault, EPOCHS, FENCES, KV, LEASES};
+use palisade_core::lock_table::Reservation;
+
+use super::schema::{Fault, EPOCHS, FENCES, KV, LEASES, RESERVATIONS};
 use crate::{Entry, IssuerState, LeaseRecord};
 
 pub(super) fn load_issuer(txn: &ReadTransaction) -> Result<IssuerState, Fault> {
@@ -18,6 +20,18 @@ pub(super) fn load_issuer(txn: &ReadTransaction) -> Result<IssuerState, Fault> {
         let (_, record) = item?;
         let lease: LeaseRecord = serde_json::from_str(record.value())?;
         state.leases.push(lease);
+    }
+    for item in txn.open_table(RESERVATIONS)?.iter()? {
+        let (lock, value) = item?;
+        let (ceiling, max_ttl_ms, active) = value.value();
+        let reservation = Reservation {
+            ceiling,
+            max_ttl_ms,
+            active: active != 0,
+        };
+        state
+            .reservations
+            .push((lock.value().to_string(), reservation));
     }
     Ok(state)
 }

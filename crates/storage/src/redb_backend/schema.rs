@@ -17,6 +17,9 @@ pub(super) const FORMAT_VERSION: u64 = 1;
 
 /// lock name -> last epoch issued for it.
 pub(super) const EPOCHS: TableDefinition<&str, u64> = TableDefinition::new("issuer_epochs");
+/// lock name -> reservation (ceiling, max TTL in ms, active as 0/1).
+pub(super) const RESERVATIONS: TableDefinition<&str, (u64, u64, u64)> =
+    TableDefinition::new("issuer_reservations");
 /// lease id -> JSON [`crate::LeaseRecord`].
 pub(super) const LEASES: TableDefinition<&str, &str> = TableDefinition::new("issuer_leases");
 /// namespace -> high-water mark (epoch, seq).

@@ -18,11 +18,15 @@ use tokio::sync::oneshot;
 
 use palisade_core::gate::{admit, HighWater};
 
+use palisade_core::lock_table::Reservation;
+
 use super::schema::{
-    Fault, IdemRecord, EPOCHS, FENCES, IDEMPOTENCY, KV, LEASES, META, META_REVISION,
+    Fault, IdemRecord, EPOCHS, FENCES, IDEMPOTENCY, KV, LEASES, META, META_REVISION, RESERVATIONS,
 };
 use super::state::State;
-use crate::{Action, Applied, ApplyError, FencedOp, LeaseRecord, Precondition, StorageError};
+use crate::{
+    Action, Applied, ApplyError, FencedOp, LazyRecord, LeaseRecord, Precondition, StorageError,
+};
 
 /// One unit of work for the writer, with the channel its answer goes back on.
 pub(super) enum Request {
@@ -38,6 +42,14 @@ pub(super) enum Request {
         lease_id: String,
         reply: oneshot::Sender<Result<(), StorageError>>,
     },
+    Reserve {
+        lock: String,
+        reservation: Reservation,
+        lease: Option<LeaseRecord>,
+        reply: oneshot::Sender<Result<(), StorageError>>,
+    },
+    /// Written with the batch; nobody waits for it.
+    Lazy(LazyRecord),
 }
 
 impl Request {
@@ -45,9 +57,10 @@ impl Request {
         // A caller that stopped waiting has nobody to tell: ignore closed reply channels.
         match self {
             Request::Apply { reply, .. } => drop(reply.send(Err(err.into()))),
-            Request::Grant { reply, .. } | Request::RemoveLease { reply, .. } => {
-                drop(reply.send(Err(err)))
-            }
+            Request::Grant { reply, .. }
+            | Request::RemoveLease { reply, .. }
+            | Request::Reserve { reply, .. } => drop(reply.send(Err(err))),
+            Request::Lazy(_) => {}
         }
     }
 }
@@ -59,6 +72,7 @@ enum Answer {
         Result<Applied, ApplyError>,
     ),
     Unit(oneshot::Sender<Result<(), StorageError>>),
+    Nobody,
 }
 
 impl Answer {
@@ -66,6 +80,7 @@ impl Answer {
         match self {
             Answer::Apply(reply, outcome) => drop(reply.send(outcome)),
             Answer::Unit(reply) => drop(reply.send(Ok(()))),
+            Answer::Nobody => {}
         }
     }
 
@@ -73,6 +88,7 @@ impl Answer {
         match self {
             Answer::Apply(reply, _) => drop(reply.send(Err(err.into()))),
             Answer::Unit(reply) => drop(reply.send(Err(err))),
+            Answer::Nobody => {}
         }
     }
 }
@@ -170,6 +186,7 @@ fn apply_batch(
 /// The tables of one write transaction.
 struct Tables<'txn> {
     epochs: Table<'txn, &'static str, u64>,
+    reservations: Table<'txn, &'static str, (u64, u64, u64)>,
     leases: Table<'txn, &'static str, &'static str>,
     fences: Table<'txn, &'static str, (u64, u64)>,
     kv: Table<'txn, (&'static str, &'static str), (u64, u64, &'static [u8])>,
@@ -181,6 +198,7 @@ impl<'txn> Tables<'txn> {
     fn open(txn: &'txn WriteTransaction) -> Result<Self, Fault> {
         Ok(Tables {
             epochs: txn.open_table(EPOCHS)?,
+            reservations: txn.open_table(RESERVATIONS)?,
             leases: txn.open_table(LEASES)?,
             fences: txn.open_table(FENCES)?,
             kv: txn.open_table(KV)?,
@@ -202,6 +220,27 @@ fn execute(t: &mut Tables<'_>, request: Request) -> Result<Answer, Box<(Fault, R
             Ok(()) => Ok(Answer::Unit(reply)),
             Err(fault) => Err(Box::new((fault, Request::Grant { lease, reply }))),
         },
+        Request::Reserve {
+            lock,
+            reservation,
+            lease,
+            reply,
+        } => match reserve(t, &lock, reservation, lease.as_ref()) {
+            Ok(()) => Ok(Answer::Unit(reply)),
+            Err(fault) => Err(Box::new((
+                fault,
+                Request::Reserve {
+                    lock,
+                    reservation,
+                    lease,
+                    reply,
+                },
+            ))),
+        },
+        Request::Lazy(record) => match write_lazy(t, &record) {
+            Ok(()) => Ok(Answer::Nobody),
+            Err(fault) => Err(Box::new((fault, Request::Lazy(record)))),
+        },
         Request::RemoveLease { lease_id, reply } => match t.leases.remove(lease_id.as_str()) {
             Ok(_) => Ok(Answer::Unit(reply)),
             Err(e) => Err(Box::new((
@@ -218,6 +257,42 @@ fn record_grant(t: &mut Tables<'_>, lease: &LeaseRecord) -> Result<(), Fault> {
     t.epochs.insert(lease.lock.as_str(), epoch)?;
     let record = serde_json::to_string(lease)?;
     t.leases.insert(lease.lease_id.as_str(), record.as_str())?;
+    Ok(())
+}
+
+/// Raises the lock's reservation (ceiling and TTL never go down) and records the lease.
+fn reserve(
+    t: &mut Tables<'_>,
+    lock: &str,
+    r: Reservation,
+    lease: Option<&LeaseRecord>,
+) -> Result<(), Fault> {
+    let stored = t.reservations.get(lock)?.map(|g| g.value());
+    let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m, _)| {
+        (c.max(r.ceiling), m.max(r.max_ttl_ms))
+    });
+    t.reservations
+        .insert(lock, (ceiling, max_ttl, u64::from(r.active)))?;
+    let last = t.epochs.get(lock)?.map_or(0, |g| g.value());
+    t.epochs.insert(lock, last.max(ceiling))?;
+    if let Some(lease) = lease {
+        let record = serde_json::to_string(lease)?;
+        t.leases.insert(lease.lease_id.as_str(), record.as_str())?;
+    }
+    Ok(())
+}
+
+fn write_lazy(t: &mut Tables<'_>, record: &LazyRecord) -> Result<(), Fault> {
+    match record {
+        LazyRecord::Lease(lease) => {
+            let text = serde_json::to_string(lease)?;
+            t.leases.insert(lease.lease_id.as_str(), text.as_str())?;
+        }
+        LazyRecord::RemoveLease(id) => {
+            t.leases.remove(id.as_str())?;
+        }
+        LazyRecord::Reservation { lock, reservation } => reserve(t, lock, *reservation, None)?,
+    }
     Ok(())
 }
 
