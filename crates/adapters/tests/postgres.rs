@@ -1,0 +1,259 @@
+//! The shared suite against a real PostgreSQL (a throwaway cluster started here on a free
+//! loopback port; as root, the server runs as `nobody`), plus PostgreSQL's own cases.
+#![cfg(feature = "postgres")]
+
+mod support;
+
+use std::sync::Arc;
+
+use palisade_adapters::{postgres, AdmitError};
+use palisade_token::Verifier;
+use support::servers::{self, Server};
+use support::{suite, GateUnderTest, Issuer, TransactionalGate, LOCK};
+use tokio::sync::Mutex;
+use tokio_postgres::{Client, NoTls};
+
+const UPSERT: &str = "INSERT INTO kv (key, value) VALUES ($1, $2) \
+     ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+
+/// How one fenced transaction ends.
+#[derive(Clone, Copy)]
+enum Shape {
+    Plain,
+    OwnWriteFirst,
+    FailAfter,
+}
+
+struct PgGate {
+    config: String,
+    idle: Mutex<Vec<Client>>,
+    verifier: Arc<Verifier>,
+    _server: Server,
+}
+
+async fn connect(config: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(config, NoTls).await.unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+impl PgGate {
+    async fn start(issuer: &Issuer) -> Self {
+        let server = tokio::task::spawn_blocking(servers::postgres)
+            .await
+            .unwrap();
+        let config = server.pg_config();
+        let client = connect(&config).await;
+        postgres::migrate(&client).await.unwrap();
+        client
+            .batch_execute("CREATE TABLE kv (key text PRIMARY KEY, value text NOT NULL)")
+            .await
+            .unwrap();
+        PgGate {
+            config,
+            idle: Mutex::new(vec![client]),
+            verifier: issuer.verifier(),
+            _server: server,
+        }
+    }
+
+    /// A connection of its own for each concurrent operation, as separate processes have.
+    async fn client(&self) -> Client {
+        let idle = self.idle.lock().await.pop();
+        match idle {
+            Some(client) => client,
+            None => connect(&self.config).await,
+        }
+    }
+
+    async fn run(
+        &self,
+        token: &str,
+        lock: &str,
+        writes: &[(&str, &str)],
+        shape: Shape,
+        seq: Option<u64>,
+    ) -> Result<(), AdmitError> {
+        let mut client = self.client().await;
+        let result = async {
+            let tx = client.transaction().await.unwrap();
+            let mut writes = writes.iter();
+            if let Shape::OwnWriteFirst = shape {
+                let (k, v) = writes.next().unwrap();
+                tx.execute(UPSERT, &[k, v]).await.unwrap();
+            }
+            // On Err the transaction is dropped, which rolls it back.
+            match seq {
+                Some(seq) => {
+                    postgres::admit_sequenced(&tx, &self.verifier, token, lock, seq).await?
+                }
+                None => postgres::admit(&tx, &self.verifier, token, lock).await?,
+            };
+            for (k, v) in writes {
+                tx.execute(UPSERT, &[k, v]).await.unwrap();
+            }
+            match shape {
+                Shape::FailAfter => tx.rollback().await.unwrap(),
+                _ => tx.commit().await.unwrap(),
+            }
+            Ok(())
+        }
+        .await;
+        self.idle.lock().await.push(client);
+        result
+    }
+}
+
+impl GateUnderTest for PgGate {
+    async fn write(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), AdmitError> {
+        self.run(token, lock, &[(key, value)], Shape::Plain, None)
+            .await
+    }
+
+    async fn read(&self, key: &str) -> Option<String> {
+        let client = self.client().await;
+        let row = client
+            .query_opt("SELECT value FROM kv WHERE key = $1", &[&key])
+            .await
+            .unwrap();
+        self.idle.lock().await.push(client);
+        row.map(|r| r.get(0))
+    }
+
+    async fn high_water(&self, lock: &str, _key: &str) -> u64 {
+        let client = self.client().await;
+        let mark = postgres::high_water(&client, lock).await.unwrap();
+        self.idle.lock().await.push(client);
+        mark.epoch
+    }
+}
+
+impl TransactionalGate for PgGate {
+    async fn write_after_own_write(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+        own_key: &str,
+    ) -> Result<(), AdmitError> {
+        let writes = [(own_key, "own"), (key, value)];
+        self.run(token, lock, &writes, Shape::OwnWriteFirst, None)
+            .await
+    }
+
+    async fn write_and_fail_after(&self, token: &str, lock: &str, key: &str, value: &str) {
+        let writes = [(key, value)];
+        self.run(token, lock, &writes, Shape::FailAfter, None)
+            .await
+            .unwrap();
+    }
+
+    async fn write_sequenced(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+        seq: u64,
+    ) -> Result<(), AdmitError> {
+        self.run(token, lock, &[(key, value)], Shape::Plain, Some(seq))
+            .await
+    }
+}
+
+#[tokio::test]
+async fn fencing_scenario() {
+    let issuer = Issuer::new();
+    suite::fencing_scenario(&PgGate::start(&issuer).await, &issuer).await;
+}
+
+#[tokio::test]
+async fn bad_tokens() {
+    let issuer = Issuer::new();
+    suite::bad_tokens(&PgGate::start(&issuer).await, &issuer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_epochs() {
+    let issuer = Issuer::new();
+    suite::racing_epochs(Arc::new(PgGate::start(&issuer).await), &issuer, 40).await;
+}
+
+#[tokio::test]
+async fn rejected_admit_rolls_back_own_writes() {
+    let issuer = Issuer::new();
+    suite::rejected_admit_rolls_back_own_writes(&PgGate::start(&issuer).await, &issuer).await;
+}
+
+#[tokio::test]
+async fn failure_after_admit_rolls_back_the_mark() {
+    let issuer = Issuer::new();
+    let gate = PgGate::start(&issuer).await;
+    suite::failure_after_admit_rolls_back_the_mark(&gate, &issuer).await;
+}
+
+#[tokio::test]
+async fn sequence_policy() {
+    let issuer = Issuer::new();
+    suite::sequence_policy(&PgGate::start(&issuer).await, &issuer).await;
+}
+
+/// Even a caller that ignores the refusal and commits gets nothing committed: the refusal
+/// aborted the transaction inside PostgreSQL.
+#[tokio::test]
+async fn commit_after_refusal_commits_nothing() {
+    let issuer = Issuer::new();
+    let gate = PgGate::start(&issuer).await;
+    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "v2")
+        .await
+        .unwrap();
+    let mut client = gate.client().await;
+    let tx = client.transaction().await.unwrap();
+    tx.execute(UPSERT, &[&"careless", &"own write"])
+        .await
+        .unwrap();
+    let refused = postgres::admit(&tx, &gate.verifier, &issuer.token(LOCK, 1), LOCK).await;
+    assert!(matches!(
+        refused,
+        Err(AdmitError::Stale {
+            high_water: 2,
+            epoch: 1
+        })
+    ));
+    assert!(tx.execute(UPSERT, &[&"k", &"stale write"]).await.is_err());
+    let _ = tx.commit().await; // PostgreSQL turns this COMMIT into a rollback.
+    gate.idle.lock().await.push(client);
+    assert_eq!(gate.read("careless").await, None);
+    assert_eq!(gate.read("k").await.as_deref(), Some("v2"));
+}
+
+/// Under REPEATABLE READ, a transaction whose snapshot predates a newer holder's commit
+/// cannot act on it: the row lock fails with a serialisation error, mapped to Conflict.
+#[tokio::test]
+async fn repeatable_read_surfaces_conflict() {
+    let issuer = Issuer::new();
+    let gate = PgGate::start(&issuer).await;
+    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "v1")
+        .await
+        .unwrap();
+    let mut client = gate.client().await;
+    let tx = client
+        .build_transaction()
+        .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+        .start()
+        .await
+        .unwrap();
+    tx.query_one("SELECT count(*) FROM kv", &[]).await.unwrap(); // takes the snapshot
+    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "v2")
+        .await
+        .unwrap();
+    let result = postgres::admit(&tx, &gate.verifier, &issuer.token(LOCK, 3), LOCK).await;
+    assert!(matches!(result, Err(AdmitError::Conflict)), "{result:?}");
+}

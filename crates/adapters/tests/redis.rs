@@ -1,0 +1,172 @@
+//! The shared suite against a real `redis-server` (started here on a free loopback port,
+//! with `appendonly yes` and `appendfsync always`), plus the script's own atomicity.
+#![cfg(feature = "redis")]
+
+mod support;
+
+use std::sync::Arc;
+
+use palisade_adapters::redis::RedisFence;
+use palisade_adapters::AdmitError;
+use palisade_token::Verifier;
+use redis::aio::MultiplexedConnection;
+use redis::AsyncCommands;
+use support::servers::{self, Server};
+use support::{suite, GateUnderTest, Issuer, LOCK};
+
+struct RedisGate {
+    con: MultiplexedConnection,
+    fence: RedisFence,
+    verifier: Arc<Verifier>,
+    _server: Server,
+}
+
+impl RedisGate {
+    async fn start(issuer: &Issuer) -> Self {
+        let server = tokio::task::spawn_blocking(servers::redis).await.unwrap();
+        let client = redis::Client::open(server.redis_url()).unwrap();
+        RedisGate {
+            con: client.get_multiplexed_async_connection().await.unwrap(),
+            fence: RedisFence::new(),
+            verifier: issuer.verifier(),
+            _server: server,
+        }
+    }
+
+    async fn set_many(&self, token: &str, pairs: &[(&str, &str)]) -> Result<(), AdmitError> {
+        let pairs: Vec<(&str, &[u8])> = pairs.iter().map(|(k, v)| (*k, v.as_bytes())).collect();
+        let mut con = self.con.clone();
+        let verifier = &self.verifier;
+        self.fence
+            .fenced_set(&mut con, verifier, token, LOCK, &pairs)
+            .await
+            .map(drop)
+    }
+}
+
+impl GateUnderTest for RedisGate {
+    async fn write(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), AdmitError> {
+        let mut con = self.con.clone();
+        let pairs = [(key, value.as_bytes())];
+        self.fence
+            .fenced_set(&mut con, &self.verifier, token, lock, &pairs)
+            .await
+            .map(drop)
+    }
+
+    async fn read(&self, key: &str) -> Option<String> {
+        self.con.clone().get(key).await.unwrap()
+    }
+
+    async fn high_water(&self, lock: &str, _key: &str) -> u64 {
+        let mut con = self.con.clone();
+        self.fence.high_water(&mut con, lock).await.unwrap().epoch
+    }
+}
+
+#[tokio::test]
+async fn fencing_scenario() {
+    let issuer = Issuer::new();
+    suite::fencing_scenario(&RedisGate::start(&issuer).await, &issuer).await;
+}
+
+#[tokio::test]
+async fn bad_tokens() {
+    let issuer = Issuer::new();
+    suite::bad_tokens(&RedisGate::start(&issuer).await, &issuer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_epochs() {
+    let issuer = Issuer::new();
+    suite::racing_epochs(Arc::new(RedisGate::start(&issuer).await), &issuer, 40).await;
+}
+
+/// The script is the transaction: a refused call writes none of its keys, an admitted
+/// one writes all of them.
+#[tokio::test]
+async fn a_refused_script_writes_none_of_its_keys() {
+    let issuer = Issuer::new();
+    let gate = RedisGate::start(&issuer).await;
+    let (t1, t2) = (issuer.token(LOCK, 1), issuer.token(LOCK, 2));
+    gate.set_many(&t2, &[("{orders}:a", "a2"), ("{orders}:b", "b2")])
+        .await
+        .unwrap();
+    let stale = gate
+        .set_many(&t1, &[("{orders}:a", "a1"), ("{orders}:audit", "stale")])
+        .await;
+    assert!(matches!(
+        stale,
+        Err(AdmitError::Stale {
+            high_water: 2,
+            epoch: 1
+        })
+    ));
+    assert_eq!(gate.read("{orders}:a").await.as_deref(), Some("a2"));
+    assert_eq!(gate.read("{orders}:audit").await, None);
+    assert_eq!(gate.high_water(LOCK, "").await, 2);
+}
+
+/// Deletes, barriers, and the guard that keeps data out of the fence namespace.
+#[tokio::test]
+async fn delete_barrier_and_reserved_keys() {
+    let issuer = Issuer::new();
+    let gate = RedisGate::start(&issuer).await;
+    let (verifier, mut con) = (issuer.verifier(), gate.con.clone());
+    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "v1")
+        .await
+        .unwrap();
+    // The new holder's barrier, before it writes anything: epoch 1 is refused from now on.
+    let t2 = issuer.token(LOCK, 2);
+    gate.fence
+        .fence(&mut con, &verifier, &t2, LOCK)
+        .await
+        .unwrap();
+    assert_eq!(gate.read("k").await.as_deref(), Some("v1"));
+    let t1 = issuer.token(LOCK, 1);
+    let late = gate
+        .fence
+        .fenced_del(&mut con, &verifier, &t1, LOCK, &["k"])
+        .await;
+    assert!(matches!(late, Err(AdmitError::Stale { .. })), "{late:?}");
+    gate.fence
+        .fenced_del(&mut con, &verifier, &t2, LOCK, &["k"])
+        .await
+        .unwrap();
+    assert_eq!(gate.read("k").await, None);
+    assert_eq!(gate.high_water(LOCK, "k").await, 2);
+
+    let clobber = gate
+        .write(&t2, LOCK, &RedisFence::fence_key("x"), "0")
+        .await;
+    assert!(
+        matches!(clobber, Err(AdmitError::Backend(_))),
+        "{clobber:?}"
+    );
+    assert_eq!(gate.high_water(LOCK, "k").await, 2);
+}
+
+/// Epochs past 2^53 (where Lua's doubles lose precision) still compare exactly.
+#[tokio::test]
+async fn huge_epochs_compare_exactly() {
+    let issuer = Issuer::new();
+    let gate = RedisGate::start(&issuer).await;
+    let big = u64::MAX - 1;
+    gate.write(&issuer.token(LOCK, big), LOCK, "k", "big")
+        .await
+        .unwrap();
+    let below = gate
+        .write(&issuer.token(LOCK, big - 1), LOCK, "k", "below")
+        .await;
+    assert!(matches!(below, Err(AdmitError::Stale { .. })), "{below:?}");
+    gate.write(&issuer.token(LOCK, u64::MAX), LOCK, "k", "max")
+        .await
+        .unwrap();
+    assert_eq!(gate.high_water(LOCK, "k").await, u64::MAX);
+}

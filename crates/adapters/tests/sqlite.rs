@@ -1,0 +1,214 @@
+//! The shared suite against SQLite: a database file in a temp dir, a connection per
+//! operation (as separate processes would have), `BEGIN IMMEDIATE` transactions.
+#![cfg(feature = "sqlite")]
+
+mod support;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade_adapters::{sqlite, AdmitError};
+use palisade_token::Verifier;
+use rusqlite::{Connection, OptionalExtension};
+use support::{suite, GateUnderTest, Issuer, TransactionalGate};
+use tempfile::TempDir;
+
+const UPSERT: &str = "INSERT INTO kv (key, value) VALUES (?1, ?2) \
+     ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+
+struct SqliteGate {
+    path: PathBuf,
+    verifier: Arc<Verifier>,
+    _dir: TempDir,
+}
+
+/// How one fenced transaction ends.
+#[derive(Clone, Copy)]
+enum Shape {
+    Plain,
+    OwnWriteFirst,
+    FailAfter,
+}
+
+impl SqliteGate {
+    fn new(issuer: &Issuer) -> Self {
+        let dir = TempDir::new().unwrap();
+        let gate = SqliteGate {
+            path: dir.path().join("app.db"),
+            verifier: issuer.verifier(),
+            _dir: dir,
+        };
+        let conn = gate.connect();
+        sqlite::migrate(&conn).unwrap();
+        conn.execute_batch("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            .unwrap();
+        gate
+    }
+
+    fn connect(&self) -> Connection {
+        let conn = Connection::open(&self.path).unwrap();
+        conn.busy_timeout(Duration::from_secs(30)).unwrap();
+        conn
+    }
+
+    /// One transaction of the given shape, on a fresh connection, off the async runtime.
+    async fn run(
+        &self,
+        token: &str,
+        lock: &str,
+        writes: Vec<(String, String)>,
+        shape: Shape,
+        seq: Option<u64>,
+    ) -> Result<(), AdmitError> {
+        let (path, verifier) = (self.path.clone(), self.verifier.clone());
+        let (token, lock) = (token.to_owned(), lock.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let mut conn = Connection::open(path).unwrap();
+            conn.busy_timeout(Duration::from_secs(30)).unwrap();
+            let tx = sqlite::begin(&mut conn)?;
+            let mut writes = writes.into_iter();
+            if let Shape::OwnWriteFirst = shape {
+                let (k, v) = writes.next().unwrap();
+                tx.execute(UPSERT, [k, v]).unwrap();
+            }
+            // On Err the transaction is dropped, which rolls it back.
+            match seq {
+                Some(seq) => sqlite::admit_sequenced(&tx, &verifier, &token, &lock, seq)?,
+                None => sqlite::admit(&tx, &verifier, &token, &lock)?,
+            };
+            for (k, v) in writes {
+                tx.execute(UPSERT, [k, v]).unwrap();
+            }
+            match shape {
+                Shape::FailAfter => tx.rollback().unwrap(),
+                _ => tx.commit().unwrap(),
+            }
+            Ok(())
+        })
+        .await
+        .unwrap()
+    }
+}
+
+impl GateUnderTest for SqliteGate {
+    async fn write(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), AdmitError> {
+        let writes = vec![(key.to_owned(), value.to_owned())];
+        self.run(token, lock, writes, Shape::Plain, None).await
+    }
+
+    async fn read(&self, key: &str) -> Option<String> {
+        self.connect()
+            .query_row("SELECT value FROM kv WHERE key = ?1", [key], |r| r.get(0))
+            .optional()
+            .unwrap()
+    }
+
+    async fn high_water(&self, lock: &str, _key: &str) -> u64 {
+        sqlite::high_water(&self.connect(), lock).unwrap().epoch
+    }
+}
+
+impl TransactionalGate for SqliteGate {
+    async fn write_after_own_write(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+        own_key: &str,
+    ) -> Result<(), AdmitError> {
+        let writes = vec![
+            (own_key.to_owned(), "own".to_owned()),
+            (key.to_owned(), value.to_owned()),
+        ];
+        self.run(token, lock, writes, Shape::OwnWriteFirst, None)
+            .await
+    }
+
+    async fn write_and_fail_after(&self, token: &str, lock: &str, key: &str, value: &str) {
+        let writes = vec![(key.to_owned(), value.to_owned())];
+        self.run(token, lock, writes, Shape::FailAfter, None)
+            .await
+            .unwrap();
+    }
+
+    async fn write_sequenced(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+        seq: u64,
+    ) -> Result<(), AdmitError> {
+        let writes = vec![(key.to_owned(), value.to_owned())];
+        self.run(token, lock, writes, Shape::Plain, Some(seq)).await
+    }
+}
+
+#[tokio::test]
+async fn fencing_scenario() {
+    let issuer = Issuer::new();
+    suite::fencing_scenario(&SqliteGate::new(&issuer), &issuer).await;
+}
+
+#[tokio::test]
+async fn bad_tokens() {
+    let issuer = Issuer::new();
+    suite::bad_tokens(&SqliteGate::new(&issuer), &issuer).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_epochs() {
+    let issuer = Issuer::new();
+    suite::racing_epochs(Arc::new(SqliteGate::new(&issuer)), &issuer, 40).await;
+}
+
+#[tokio::test]
+async fn rejected_admit_rolls_back_own_writes() {
+    let issuer = Issuer::new();
+    suite::rejected_admit_rolls_back_own_writes(&SqliteGate::new(&issuer), &issuer).await;
+}
+
+#[tokio::test]
+async fn failure_after_admit_rolls_back_the_mark() {
+    let issuer = Issuer::new();
+    suite::failure_after_admit_rolls_back_the_mark(&SqliteGate::new(&issuer), &issuer).await;
+}
+
+#[tokio::test]
+async fn sequence_policy() {
+    let issuer = Issuer::new();
+    suite::sequence_policy(&SqliteGate::new(&issuer), &issuer).await;
+}
+
+/// A deferred transaction that read the mark before another writer committed cannot
+/// commit a decision made on the stale read: SQLite refuses the upgrade.
+#[tokio::test]
+async fn deferred_transaction_is_still_safe() {
+    let issuer = Issuer::new();
+    let gate = SqliteGate::new(&issuer);
+    gate.write(&issuer.token("orders", 1), "orders", "k", "v1")
+        .await
+        .unwrap();
+    let mut stale = gate.connect();
+    stale.execute_batch("PRAGMA journal_mode = WAL").unwrap();
+    let tx = stale.transaction().unwrap(); // BEGIN DEFERRED
+    assert_eq!(sqlite::high_water(&tx, "orders").unwrap().epoch, 1);
+    gate.write(&issuer.token("orders", 2), "orders", "k", "v2")
+        .await
+        .unwrap();
+    let result = sqlite::admit(
+        &tx,
+        &issuer.verifier(),
+        &issuer.token("orders", 1),
+        "orders",
+    );
+    assert!(matches!(result, Err(AdmitError::Conflict)), "{result:?}");
+}

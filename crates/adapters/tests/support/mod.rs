@@ -1,0 +1,117 @@
+//! Test support shared by every adapter's test file: token minting, the behavioural
+//! contract each adapter implements ([`GateUnderTest`]), the shared cases (`suite`), and
+//! real PostgreSQL and Redis servers on free loopback ports (`servers`).
+//!
+//! Each test file compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
+
+pub mod servers;
+pub mod suite;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use palisade_adapters::AdmitError;
+use palisade_token::{KeyRing, Signer, Verifier};
+
+/// The lock guarding the scenario's data.
+pub const LOCK: &str = "orders";
+/// Another lock, whose tokens must never write [`LOCK`]'s data.
+pub const OTHER_LOCK: &str = "payments";
+
+/// Plays the issuer: mints genuine tokens; resources get its public key in a verifier.
+pub struct Issuer {
+    signer: Signer,
+    verifier: Arc<Verifier>,
+}
+
+impl Issuer {
+    pub fn new() -> Self {
+        let signer = Signer::generate();
+        let mut ring = KeyRing::new();
+        ring.insert(signer.public_key());
+        Issuer {
+            signer,
+            verifier: Arc::new(Verifier::new(ring, 1024)),
+        }
+    }
+
+    /// A genuine token for `lock` at `epoch`.
+    pub fn token(&self, lock: &str, epoch: u64) -> String {
+        self.signer.issue(lock, epoch, &format!("holder-{epoch}"))
+    }
+
+    /// The verifier a resource uses: trusts this issuer's key only.
+    pub fn verifier(&self) -> Arc<Verifier> {
+        self.verifier.clone()
+    }
+}
+
+/// What the shared suite needs from an adapter. Each method is one complete operation:
+/// a fenced write opens, admits, writes and commits (or rolls back) its own transaction.
+pub trait GateUnderTest: Send + Sync + 'static {
+    /// Writes `value` at `key` guarded by `lock`, if `token` is admitted.
+    fn write(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+    ) -> impl Future<Output = Result<(), AdmitError>> + Send;
+
+    /// The committed value at `key`.
+    fn read(&self, key: &str) -> impl Future<Output = Option<String>> + Send;
+
+    /// The committed mark guarding `key` for `lock` (0 if none). Per lock for the SQL and
+    /// Redis adapters, per object for the object store.
+    fn high_water(&self, lock: &str, key: &str) -> impl Future<Output = u64> + Send;
+}
+
+/// Adapters that run inside a caller's transaction (PostgreSQL, SQLite).
+pub trait TransactionalGate: GateUnderTest {
+    /// In one transaction: the caller writes `own_key` first, then admits `token`, then
+    /// writes `key`. Commits if admitted, rolls back otherwise.
+    fn write_after_own_write(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+        own_key: &str,
+    ) -> impl Future<Output = Result<(), AdmitError>> + Send;
+
+    /// In one transaction: admits `token` (which must pass) and writes `key`, then the
+    /// caller's own next step fails and the transaction rolls back.
+    fn write_and_fail_after(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+    ) -> impl Future<Output = ()> + Send;
+
+    /// Like [`GateUnderTest::write`], under the sequence policy with `seq`.
+    fn write_sequenced(
+        &self,
+        token: &str,
+        lock: &str,
+        key: &str,
+        value: &str,
+        seq: u64,
+    ) -> impl Future<Output = Result<(), AdmitError>> + Send;
+}
+
+/// Retries an operation refused with [`AdmitError::Conflict`], as the docs tell users to.
+pub async fn retry_conflicts<F, Fut>(mut op: F) -> Result<(), AdmitError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), AdmitError>>,
+{
+    for _ in 0..1000 {
+        match op().await {
+            Err(AdmitError::Conflict) => tokio::task::yield_now().await,
+            other => return other,
+        }
+    }
+    panic!("an operation lost 1000 races in a row");
+}
