@@ -16,7 +16,8 @@
 //! lock carries a [`Reservation`], the issuer's durable promise: "no epoch above `ceiling`
 //! has been issued, and while `active`, a lease of up to `max_ttl_ms` may be live".
 //! A grant is covered when the durable reservation is active, its ceiling is at least the
-//! new epoch and its TTL at least the lease's; only an uncovered grant needs a durable
+//! new epoch and its TTL at least the lease's, and no lease of the lock expired since the
+//! last durable write for it; only an uncovered grant needs a durable
 //! write first ([`Grant::reserve`] says which reservation to write, and the caller reports
 //! success with [`LockTable::confirm`]). When a lock falls idle the table emits
 //! [`Event::Idle`]; recording that lazily is safe, since a lost idle marker only makes the
@@ -198,6 +199,11 @@ struct Lock {
     queue: VecDeque<Waiter>,
     /// What is known to be durable.
     durable: Reservation,
+    /// A lease of this lock expired since the last durable write for it. The next grant
+    /// must be written before it is answered: the expired holder's lease record is only
+    /// removed lazily, and a crash that lost both that removal and an unrecorded next
+    /// grant would bring the expired lease back as the live one.
+    expired_unsynced: bool,
 }
 
 /// The lock table. See the module docs.
@@ -452,6 +458,7 @@ impl LockTable {
         };
         if let Some(lease) = lock.lease.take_if(|l| l.deadline <= now) {
             self.leases.remove(&lease.id);
+            lock.expired_unsynced = true;
             if self.config.lock_delay_ms > 0 {
                 lock.delay_until = lease.deadline.saturating_add(self.config.lock_delay_ms);
                 self.timers
@@ -534,7 +541,11 @@ impl LockTable {
             ttl_ms,
             deadline: now.saturating_add(ttl_ms),
         });
-        let reserve = (!lock.durable.covers(lock.last_epoch, ttl_ms)).then(|| Reservation {
+        let covered = lock.durable.covers(lock.last_epoch, ttl_ms) && !lock.expired_unsynced;
+        // This grant's durable write comes after the expired lease's queued removal, and
+        // it is answered only once that write is done.
+        lock.expired_unsynced = false;
+        let reserve = (!covered).then(|| Reservation {
             ceiling: lock.last_epoch + epoch_block.max(1) - 1,
             max_ttl_ms: ttl_ms.max(lock.durable.max_ttl_ms),
             active: true,

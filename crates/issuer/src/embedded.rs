@@ -181,8 +181,17 @@ impl Issuer {
             let result = inner.table.release(now, lease_id);
             (result, inner.table.drain_events())
         };
+        if result.is_ok() {
+            // Queue the removal before anything the release set off (a hand-off's lease
+            // record): the writer keeps order, so whatever of the hand-off reaches the
+            // disk, this removal reached it first.
+            self.backend
+                .record_lazily(LazyRecord::RemoveLease(lease_id.to_owned()));
+        }
         self.handle(events);
         let view = result.map_err(|LeaseExpired| LeaseError::Expired)?;
+        // Answer only once the removal is durable (this second removal commits after the
+        // first, so waiting for it waits for both).
         self.backend.remove_lease(lease_id).await?;
         Ok(view)
     }

@@ -312,6 +312,9 @@ proptest! {
             if let Some((_, deadline)) = &entry.1 {
                 prop_assert!(*deadline <= now, "granted {} while lease live until {}", g.lock, deadline);
                 prop_assert!(deadline + delay <= now, "lock-delay not respected");
+                // The previous lease expired (it was not released): its record's removal
+                // is lazy, so this grant must be durable before it is answered.
+                prop_assert!(g.reserve.is_some(), "grant after an expiry answered without a durable write");
             }
             let d = durable.entry(g.lock.clone()).or_default();
             match g.reserve {
