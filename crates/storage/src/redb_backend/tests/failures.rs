@@ -97,20 +97,15 @@ async fn io_failure_fails_the_batch_and_latches() {
 
 const CRASH_DB: &str = "PALISADE_TEST_CRASH_DB";
 
-/// The child half of `recovers_after_a_crash`: acknowledges writes, then dies abruptly with
-/// more in flight. Does nothing when run on its own.
-#[test]
-#[ignore = "run as a child process by recovers_after_a_crash"]
-fn crash_child() {
-    let Some(path) = std::env::var_os(CRASH_DB) else {
-        return;
-    };
+/// The child half of `recovers_after_a_crash` (the same test binary, run again with
+/// [`CRASH_DB`] set): acknowledges writes, then dies abruptly with more in flight.
+fn crash_child(path: &std::ffi::OsStr) -> ! {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     runtime.block_on(async {
-        let store = open(Path::new(&path));
+        let store = open(Path::new(path));
         for epoch in 1..=20 {
             store
                 .record_grant(lease(&format!("l{epoch}"), "jobs", epoch))
@@ -130,19 +125,26 @@ fn crash_child() {
             });
         }
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        std::process::abort();
     });
+    std::process::abort();
 }
 
-#[tokio::test]
-async fn recovers_after_a_crash() {
+#[test]
+fn recovers_after_a_crash() {
+    if let Some(path) = std::env::var_os(CRASH_DB) {
+        crash_child(&path);
+    }
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(recovers_after_a_crash_parent());
+}
+
+async fn recovers_after_a_crash_parent() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("crash.redb");
     let status = std::process::Command::new(std::env::current_exe().unwrap())
         .args([
-            "--ignored",
             "--exact",
-            "redb_backend::tests::failures::crash_child",
+            "redb_backend::tests::failures::recovers_after_a_crash",
             "--test-threads=1",
         ])
         .env(CRASH_DB, &path)
