@@ -1,0 +1,301 @@
+//! The simulated disk: the node's records and fenced store, with group commit and fsync.
+//!
+//! It models the contract of `palisade_storage::Backend` as the redb backend keeps it,
+//! not redb itself:
+//!
+//! - One writer applies queued jobs in arrival order to a *working* copy of the records
+//!   (one transaction per batch; each job sees the jobs before it), then an fsync takes
+//!   a while, and only when it completes does the batch become *durable* and are its
+//!   answers handed out, refusals included.
+//! - Reads see durable state only (committed transactions).
+//! - A crash throws away the working copy and every queued or in-flight job with its
+//!   answer: what was not fsync'd is lost. Optionally (a *torn* commit) the in-flight
+//!   batch had reached the disk just before the crash, so it is durable although nobody
+//!   was ever told.
+//! - Issuer records follow the redb backend: a *reservation* write raises the lock's
+//!   ceiling and TTL (never lowers them), overwrites its `active` flag, raises the lock's
+//!   last epoch to the ceiling and stores the grant's lease record; *lazy* records (lease
+//!   records of covered grants, removals, idle markers) ride along with the next batch
+//!   and nobody waits for them.
+//! - A fenced mutation runs the real gate rule ([`palisade_core::gate::admit`]) against
+//!   the namespace's mark, and a refused one writes nothing.
+//!
+//! Not modelled: partial writes inside a batch (a batch is all or nothing, as redb's
+//! commit is); the real writer thread taking a batch *between* two jobs that one issuer
+//! call queues (here jobs queued by one event always share a batch, so orderings such as
+//! "a release's removal before its hand-off" are not put to the test); I/O errors and the fail-stop latch, idempotency keys, the `sequence`
+//! policy and preconditions. Real fsync semantics of the kernel are out of scope (S16):
+//! "fsync done" here simply means durable.
+
+use std::collections::BTreeMap;
+
+use palisade_core::gate::{admit, GateError, HighWater, Policy};
+use palisade_core::lock_table::Reservation;
+use palisade_token::Epoch;
+
+use crate::config::Bug;
+use crate::net::{Action, Reply};
+
+/// A lease as the issuer records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LeaseRecord {
+    pub lease_id: String,
+    pub lock: String,
+    pub holder: String,
+    pub epoch: Epoch,
+    pub ttl_ms: u64,
+}
+
+/// One namespace of the fenced store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Namespace {
+    pub high_water: HighWater,
+    pub values: BTreeMap<String, String>,
+}
+
+/// Everything on the disk: the issuer's records and the fenced store.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Records {
+    /// Last epoch issued per lock; never lowered.
+    pub epochs: BTreeMap<String, Epoch>,
+    pub leases: BTreeMap<String, LeaseRecord>,
+    pub reservations: BTreeMap<String, Reservation>,
+    pub namespaces: BTreeMap<String, Namespace>,
+    /// Global store revision, bumped by every put or delete.
+    pub revision: u64,
+}
+
+/// A unit of work for the writer.
+#[derive(Debug, Clone)]
+pub(crate) enum Job {
+    /// `Backend::reserve`: answered once durable; the table is told with `confirm`.
+    Reserve {
+        lock: String,
+        reservation: Reservation,
+        lease: Option<LeaseRecord>,
+    },
+    /// `Backend::remove_lease`, answered once durable.
+    RemoveLease(String),
+    /// `Backend::record_lazily`: a lease record of a covered grant.
+    LazyLease(LeaseRecord),
+    /// `Backend::record_lazily`: a removal (expiry, or ahead of a release's hand-off).
+    LazyRemoveLease(String),
+    /// `Backend::record_lazily`: an idle marker (an inactive reservation).
+    LazyReservation {
+        lock: String,
+        reservation: Reservation,
+    },
+    Mutate {
+        lock: String,
+        epoch: Epoch,
+        action: Action,
+    },
+}
+
+/// Who waits for a job's answer, and (for grants and releases) the answer itself.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    pub client: usize,
+    pub req_id: u64,
+    /// The lock (namespace) the request concerns.
+    pub lock: String,
+    /// Fixed answer; `None` for a mutation, whose answer the gate decides.
+    pub reply: Option<Reply>,
+}
+
+/// An answer ready to go out once its batch is durable.
+pub(crate) type Outgoing = (Answer, Reply);
+
+/// What a completed fsync releases.
+#[derive(Debug, Default)]
+pub(crate) struct Durable {
+    /// Reservations now durable, for `LockTable::confirm` (before any answer goes).
+    pub confirms: Vec<(String, Reservation)>,
+    pub answers: Vec<Outgoing>,
+}
+
+/// What starting a batch produced.
+#[derive(Debug, Default)]
+pub(crate) struct Commit {
+    /// Answers a broken variant sends before the fsync (empty for the real contract).
+    pub early: Vec<Outgoing>,
+    /// (namespace, epoch) of every mutation the gate admitted.
+    pub admitted: Vec<(String, Epoch)>,
+}
+
+impl Records {
+    /// Applies one job to these records; returns the mutation's answer where it has one.
+    fn apply(&mut self, job: &Job, bug: Option<Bug>) -> Option<Reply> {
+        match job {
+            Job::Reserve {
+                lock,
+                reservation,
+                lease,
+            } => {
+                self.reserve(lock, *reservation);
+                if let Some(lease) = lease {
+                    self.leases.insert(lease.lease_id.clone(), lease.clone());
+                }
+                None
+            }
+            Job::LazyReservation { lock, reservation } => {
+                self.reserve(lock, *reservation);
+                None
+            }
+            Job::LazyLease(lease) => {
+                self.leases.insert(lease.lease_id.clone(), lease.clone());
+                None
+            }
+            Job::RemoveLease(id) | Job::LazyRemoveLease(id) => {
+                self.leases.remove(id);
+                None
+            }
+            Job::Mutate {
+                lock,
+                epoch,
+                action,
+            } => Some(self.mutate(lock, *epoch, action, bug)),
+        }
+    }
+
+    /// Ceiling and TTL never go down; `active` is overwritten; the last epoch follows
+    /// the ceiling.
+    fn reserve(&mut self, lock: &str, r: Reservation) {
+        let stored = self.reservations.entry(lock.to_owned()).or_default();
+        stored.ceiling = stored.ceiling.max(r.ceiling);
+        stored.max_ttl_ms = stored.max_ttl_ms.max(r.max_ttl_ms);
+        stored.active = r.active;
+        let last = self.epochs.entry(lock.to_owned()).or_default();
+        *last = (*last).max(r.ceiling);
+    }
+
+    fn mutate(&mut self, lock: &str, epoch: Epoch, action: &Action, bug: Option<Bug>) -> Reply {
+        let ns = self.namespaces.entry(lock.to_owned()).or_default();
+        let mark = match admit(ns.high_water, Policy::Epoch, epoch, None) {
+            Ok(mark) => mark,
+            Err(GateError::Stale { .. }) if bug == Some(Bug::GateAdmitsStale) => ns.high_water,
+            Err(_) => return Reply::Refused("stale_token"),
+        };
+        match action {
+            Action::Put { key, value } => {
+                ns.values.insert(key.clone(), value.clone());
+            }
+            Action::Delete { key } => {
+                if ns.values.remove(key).is_none() {
+                    return Reply::Refused("not_found");
+                }
+            }
+            Action::Fence => {
+                ns.high_water = mark;
+                return Reply::Applied {
+                    revision: self.revision,
+                    epoch,
+                };
+            }
+        }
+        ns.high_water = mark;
+        self.revision += 1;
+        Reply::Applied {
+            revision: self.revision,
+            epoch,
+        }
+    }
+}
+
+/// The disk with its single writer. See the module docs.
+#[derive(Debug, Default)]
+pub(crate) struct Store {
+    durable: Records,
+    working: Records,
+    queue: Vec<(Job, Option<Answer>)>,
+    /// The batch whose fsync is running; `Some` while one runs.
+    inflight: Option<Durable>,
+    /// A batch is due to start (its start event is scheduled).
+    starting: bool,
+}
+
+impl Store {
+    /// Queues a job. True when the caller must schedule a batch start.
+    pub(crate) fn submit(&mut self, job: Job, answer: Option<Answer>) -> bool {
+        self.queue.push((job, answer));
+        let wake = self.inflight.is_none() && !self.starting;
+        self.starting |= wake;
+        wake
+    }
+
+    /// Starts a batch: applies every queued job to the working copy.
+    pub(crate) fn begin_commit(&mut self, bug: Option<Bug>) -> Commit {
+        self.starting = false;
+        let mut held_back = Durable::default();
+        let mut commit = Commit::default();
+        for (job, answer) in std::mem::take(&mut self.queue) {
+            let computed = self.working.apply(&job, bug);
+            if let Job::Reserve {
+                lock, reservation, ..
+            } = &job
+            {
+                held_back.confirms.push((lock.clone(), *reservation));
+            }
+            if let (Job::Mutate { lock, epoch, .. }, Some(Reply::Applied { .. })) =
+                (&job, &computed)
+            {
+                commit.admitted.push((lock.clone(), *epoch));
+            }
+            let Some(answer) = answer else { continue };
+            let reply = match (computed, answer.reply.clone()) {
+                (Some(reply), _) | (None, Some(reply)) => reply,
+                (None, None) => continue,
+            };
+            let too_early = match job {
+                Job::Reserve { .. } => bug == Some(Bug::GrantBeforeFsync),
+                Job::Mutate { .. } => bug == Some(Bug::AckBeforeFsync),
+                _ => false,
+            };
+            if too_early {
+                commit.early.push((answer, reply));
+            } else {
+                held_back.answers.push((answer, reply));
+            }
+        }
+        self.inflight = Some(held_back);
+        commit
+    }
+
+    /// The fsync returned: the batch is durable, its answers may go. True when more jobs
+    /// are queued (the caller schedules the next batch start).
+    pub(crate) fn finish_commit(&mut self) -> (Durable, bool) {
+        self.durable = self.working.clone();
+        let out = self.inflight.take().unwrap_or_default();
+        let more = !self.queue.is_empty();
+        self.starting |= more;
+        (out, more)
+    }
+
+    /// The process died. With `torn`, the in-flight batch had reached the disk.
+    pub(crate) fn crash(&mut self, torn: bool) {
+        if torn && self.inflight.is_some() {
+            self.durable = self.working.clone();
+        }
+        self.working = self.durable.clone();
+        self.queue.clear();
+        self.inflight = None;
+        self.starting = false;
+    }
+
+    pub(crate) fn committing(&self) -> bool {
+        self.inflight.is_some()
+    }
+
+    /// Nothing queued, nothing being committed.
+    pub(crate) fn idle(&self) -> bool {
+        self.queue.is_empty() && self.inflight.is_none() && !self.starting
+    }
+
+    /// The committed state (what reads and a restart see).
+    pub(crate) fn durable(&self) -> &Records {
+        &self.durable
+    }
+}
+
+#[cfg(test)]
+mod tests;
