@@ -9,9 +9,11 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod admin_cmd;
 mod demo;
 mod kv_cmd;
 mod lock_cmd;
+mod verify_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -26,7 +28,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the server (issuer + fenced store) on one node.
+    /// Run a server node (issuer + fenced store).
     Serve(ServeArgs),
     /// Acquire, renew, release and inspect locks.
     Lock {
@@ -44,9 +46,25 @@ enum Command {
     },
     /// Run the stale-leader story with real processes and show the timeline.
     Demo(demo::DemoArgs),
+    /// Offline maintenance of a data directory: backup and restore (server stopped).
+    Admin {
+        #[command(subcommand)]
+        command: admin_cmd::AdminCommand,
+    },
+    /// Measure Palisade (or Redis, PostgreSQL, etcd) under concurrent clients.
+    Bench(palisade_bench::BenchArgs),
     /// One worker of the demo (started by `palisade demo`).
     #[command(hide = true)]
     DemoWorker(demo::WorkerArgs),
+    /// Run a workload under injected faults and check the recorded history.
+    ///
+    /// Faults: pauses (SIGSTOP), server kills and restarts, delayed requests, dropped
+    /// connections, partitions. Exit code 0: no violation; 1: violations found; 2: the
+    /// run could not complete. See docs/verification.md.
+    Verify(palisade_verify::VerifyArgs),
+    /// One worker process of `palisade verify` (started by it).
+    #[command(hide = true)]
+    VerifyWorker(palisade_verify::WorkerArgs),
 }
 
 #[derive(Args)]
@@ -82,6 +100,33 @@ struct ServeArgs {
     /// How many verified tokens to cache.
     #[arg(long, env = "PALISADE_TOKEN_CACHE", default_value_t = 65_536)]
     token_cache: usize,
+    /// Where state lives: `embedded` (one redb file in --data-dir, one node) or `etcd`
+    /// (several stateless nodes sharing an etcd cluster; needs a build with `--features
+    /// etcd`, --etcd-endpoints and --signing-key-file). See docs/deployment.md.
+    #[arg(long, env = "PALISADE_BACKEND", default_value = "embedded", value_parser = ["embedded", "etcd"])]
+    backend: String,
+    /// etcd client URLs, comma-separated, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379.
+    #[arg(long, env = "PALISADE_ETCD_ENDPOINTS", value_delimiter = ',')]
+    etcd_endpoints: Vec<String>,
+    /// Prefix of every etcd key Palisade writes (must end with '/').
+    #[arg(long, env = "PALISADE_ETCD_PREFIX", default_value = "/palisade/")]
+    etcd_prefix: String,
+    /// Longest wait for one etcd call (ms); past it the request fails with 503
+    /// storage_failed. Calls etcd never received are resent until then.
+    #[arg(long, env = "PALISADE_ETCD_TIMEOUT_MS", default_value_t = 5000)]
+    etcd_timeout_ms: u64,
+    /// Sign tokens with this key file (64 hex characters, mode 0600) instead of
+    /// DATA_DIR/issuer.key. Required with --backend etcd: every node uses the same key.
+    #[arg(long, env = "PALISADE_SIGNING_KEY_FILE")]
+    signing_key_file: Option<PathBuf>,
+    /// Also accept tokens signed by this key: a file holding a public key in base64url (as
+    /// GET /v1/keys shows it) or a secret key file. Repeat the flag for several keys.
+    #[arg(
+        long = "trust-key-file",
+        env = "PALISADE_TRUST_KEY_FILES",
+        value_delimiter = ','
+    )]
+    trust_key_files: Vec<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -115,7 +160,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Lock { target, command } => lock_cmd::run(&target.server, command).await,
         Command::Kv { target, command } => kv_cmd::run(&target.server, command).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Admin { command } => admin_cmd::run(command),
         Command::DemoWorker(args) => demo::run_worker(args).await,
+        Command::Verify(args) => verify_cmd::run(args).await,
+        Command::VerifyWorker(args) => verify_cmd::run_worker(args).await,
+        Command::Bench(args) => palisade_bench::run(args)
+            .await
+            .map(drop)
+            .map_err(Into::into),
     }
 }
 
@@ -129,6 +181,15 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.max_value_bytes = args.max_value_bytes;
     config.policies = policies;
     config.token_cache = args.token_cache;
+    config.signing_key_file = args.signing_key_file;
+    config.trust_key_files = args.trust_key_files;
+    if args.backend == "etcd" {
+        config.backend = palisade_server::BackendConfig::Etcd {
+            endpoints: args.etcd_endpoints,
+            prefix: args.etcd_prefix,
+            request_timeout: std::time::Duration::from_millis(args.etcd_timeout_ms),
+        };
+    }
     let server = palisade_server::serve(config).await?;
     // Scripts and tests read this line to learn the port.
     println!("palisade listening on http://{}", server.addr());

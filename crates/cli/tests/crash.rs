@@ -3,6 +3,10 @@
 //! - every epoch ever returned is unique per lock;
 //! - epochs issued after each restart exceed every epoch issued before it;
 //! - every acknowledged write is present with its value.
+//!
+//! The same body runs against every topology. With etcd (feature `etcd`), each crash
+//! SIGKILLs all three Palisade nodes and one etcd member (a different one each round),
+//! and workers spread their requests across the nodes.
 
 mod common;
 
@@ -11,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::Server;
+use common::topology::Topology;
 use serde_json::{json, Value};
 
 const WORKERS: usize = 12;
@@ -28,7 +32,7 @@ struct Record {
 
 async fn worker(
     id: usize,
-    base: String,
+    urls: Vec<String>,
     generation: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     record: Arc<Mutex<Record>>,
@@ -40,6 +44,9 @@ async fn worker(
     let mut n = 0;
     while !stop.load(Ordering::SeqCst) {
         let lock = format!("crash-{}", (id + n) % LOCKS);
+        let turn = id + n;
+        let node = |k: usize| &urls[(turn + k) % urls.len()];
+        let base = node(0);
         n += 1;
         let sent = generation.load(Ordering::SeqCst);
         let resp = client
@@ -69,7 +76,7 @@ async fn worker(
             let key = format!("w{id}-{n}-{w}");
             let value = format!("epoch {epoch} by w{id}");
             let resp = client
-                .put(format!("{base}/v1/kv/{lock}/{key}"))
+                .put(format!("{}/v1/kv/{lock}/{key}", node(w + 1)))
                 .header("Fencing-Token", &token)
                 .body(value.clone())
                 .send()
@@ -86,7 +93,8 @@ async fn worker(
         }
         let _ = client
             .post(format!(
-                "{base}/v1/leases/{}/release",
+                "{}/v1/leases/{}/release",
+                node(2),
                 lease["lease_id"].as_str().unwrap()
             ))
             .send()
@@ -95,9 +103,18 @@ async fn worker(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_restarts_lose_no_epoch_and_no_acknowledged_write() {
-    let mut server = Server::start(&[]);
-    let base = server.url.clone();
+async fn sigkill_restarts_lose_no_epoch_and_no_acknowledged_write_embedded() {
+    crash_suite(Topology::embedded(&[])).await;
+}
+
+#[cfg(feature = "etcd")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_restarts_lose_no_epoch_and_no_acknowledged_write_etcd() {
+    crash_suite(Topology::etcd(&[])).await;
+}
+
+async fn crash_suite(mut topology: Topology) {
+    let urls = topology.urls();
     let generation = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let record = Arc::new(Mutex::new(Record::default()));
@@ -105,7 +122,7 @@ async fn sigkill_restarts_lose_no_epoch_and_no_acknowledged_write() {
         .map(|i| {
             tokio::spawn(worker(
                 i,
-                base.clone(),
+                urls.clone(),
                 generation.clone(),
                 stop.clone(),
                 record.clone(),
@@ -113,12 +130,12 @@ async fn sigkill_restarts_lose_no_epoch_and_no_acknowledged_write() {
         })
         .collect();
 
-    for _ in 0..KILLS {
+    for round in 0..KILLS {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         // Odd generations are transitions: answers sent or received then are counted for
         // uniqueness but not for the before/after comparison.
         generation.fetch_add(1, Ordering::SeqCst);
-        tokio::task::block_in_place(|| server.crash_and_restart());
+        tokio::task::block_in_place(|| topology.crash_and_restart(round));
         generation.fetch_add(1, Ordering::SeqCst);
     }
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -177,7 +194,8 @@ async fn sigkill_restarts_lose_no_epoch_and_no_acknowledged_write() {
 
     // Every acknowledged write survived the crashes.
     let client = reqwest::Client::new();
-    for ((lock, key), value) in record.acked.iter() {
+    for (i, ((lock, key), value)) in record.acked.iter().enumerate() {
+        let base = topology.url(i);
         let resp = client
             .get(format!("{base}/v1/kv/{lock}/{key}"))
             .send()
@@ -187,7 +205,8 @@ async fn sigkill_restarts_lose_no_epoch_and_no_acknowledged_write() {
         assert_eq!(&resp.text().await.unwrap(), value);
     }
     // The issuer's counters never fell below what it handed out.
-    for lock in (0..LOCKS).map(|i| format!("crash-{i}")) {
+    for (i, lock) in (0..LOCKS).map(|i| format!("crash-{i}")).enumerate() {
+        let base = topology.url(i);
         let max = record
             .epochs
             .iter()

@@ -220,6 +220,8 @@ pub struct LockTable {
     /// is renewed or released; a stale entry only causes a harmless extra look.
     timers: BinaryHeap<Reverse<(Millis, String)>>,
     events: Vec<Event>,
+    /// Epoch below which no lock starts (after a restore from backup).
+    epoch_floor: Epoch,
 }
 
 impl LockTable {
@@ -241,11 +243,11 @@ impl LockTable {
         leases: impl IntoIterator<Item = Grant>,
     ) {
         for (name, epoch) in epochs {
-            let lock = self.locks.entry(name).or_default();
+            let lock = lock_entry(&mut self.locks, self.epoch_floor, name);
             lock.last_epoch = lock.last_epoch.max(epoch);
         }
         for grant in leases {
-            let lock = self.locks.entry(grant.lock.clone()).or_default();
+            let lock = lock_entry(&mut self.locks, self.epoch_floor, grant.lock.clone());
             lock.last_epoch = lock.last_epoch.max(grant.epoch);
             if lock.lease.as_ref().is_some_and(|l| l.epoch >= grant.epoch) {
                 continue;
@@ -276,7 +278,7 @@ impl LockTable {
         reservations: impl IntoIterator<Item = (String, Reservation)>,
     ) {
         for (name, r) in reservations {
-            let lock = self.locks.entry(name.clone()).or_default();
+            let lock = lock_entry(&mut self.locks, self.epoch_floor, name.clone());
             lock.last_epoch = lock.last_epoch.max(r.ceiling);
             lock.durable.merge(r);
             if r.active {
@@ -284,6 +286,15 @@ impl LockTable {
                 lock.delay_until = lock.delay_until.max(now.saturating_add(block));
                 self.timers.push(Reverse((lock.delay_until, name)));
             }
+        }
+    }
+
+    /// Makes every lock the table does not know yet start above `floor`. A restore from
+    /// backup sets one: locks first used after the backup was taken are not in it.
+    pub fn set_epoch_floor(&mut self, floor: Epoch) {
+        self.epoch_floor = floor;
+        for lock in self.locks.values_mut() {
+            lock.last_epoch = lock.last_epoch.max(floor);
         }
     }
 
@@ -302,7 +313,7 @@ impl LockTable {
     /// Tries to acquire a lock; grants at once, queues (if `wait_ms > 0`) or refuses.
     pub fn acquire(&mut self, now: Millis, req: AcquireRequest) -> AcquireOutcome {
         self.settle(now, &req.lock);
-        let lock = self.locks.entry(req.lock.clone()).or_default();
+        let lock = lock_entry(&mut self.locks, self.epoch_floor, req.lock.clone());
         let free = lock.lease.is_none() && lock.delay_until <= now && lock.queue.is_empty();
         if free {
             let grant = Self::grant(
@@ -594,6 +605,14 @@ impl LockTable {
             waiters: lock.queue.len(),
         }
     }
+}
+
+/// A lock's state, created at the epoch floor if the table has not seen it.
+fn lock_entry(locks: &mut HashMap<String, Lock>, floor: Epoch, name: String) -> &mut Lock {
+    locks.entry(name).or_insert_with(|| Lock {
+        last_epoch: floor,
+        ..Lock::default()
+    })
 }
 
 #[cfg(test)]

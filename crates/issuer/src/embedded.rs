@@ -75,6 +75,7 @@ impl Issuer {
             ttl_ms: r.ttl_ms,
             reserve: None,
         });
+        table.set_epoch_floor(state.epoch_floor);
         table.restore(0, state.epochs, leases);
         table.restore_reservations(0, state.reservations);
         let issuer = Arc::new(Issuer {

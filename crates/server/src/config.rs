@@ -20,6 +20,32 @@ pub struct ServerConfig {
     pub policies: NamespacePolicies,
     /// How many verified tokens to remember.
     pub token_cache: usize,
+    /// Where the issuer's records and the fenced store live.
+    pub backend: BackendConfig,
+    /// Sign tokens with this key (64 hex characters, mode 0600) instead of the data
+    /// directory's `issuer.key`. Required with the etcd backend: every node signs with
+    /// the same configured key.
+    pub signing_key_file: Option<PathBuf>,
+    /// More keys to trust when verifying tokens: public keys (base64url, as `GET /v1/keys`
+    /// shows them) or secret key files whose public halves are trusted.
+    pub trust_key_files: Vec<PathBuf>,
+}
+
+/// Where a server keeps its state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum BackendConfig {
+    /// One redb file in the data directory: one node.
+    #[default]
+    Embedded,
+    /// An etcd cluster shared by several stateless nodes (needs the `etcd` feature).
+    Etcd {
+        /// Client URLs of the etcd members.
+        endpoints: Vec<String>,
+        /// Prefix of every key Palisade writes.
+        prefix: String,
+        /// Longest wait for one etcd call before the request fails with `storage_failed`.
+        request_timeout: std::time::Duration,
+    },
 }
 
 impl ServerConfig {
@@ -32,6 +58,9 @@ impl ServerConfig {
             max_value_bytes: 1024 * 1024,
             policies: NamespacePolicies::default(),
             token_cache: 65_536,
+            backend: BackendConfig::Embedded,
+            signing_key_file: None,
+            trust_key_files: Vec::new(),
         }
     }
 }

@@ -23,9 +23,13 @@
 //! - No TLS; put a proxy in front if the network is not trusted.
 
 pub mod api;
+#[cfg(feature = "etcd")]
+mod cluster;
 pub mod config;
 pub mod keys;
+pub mod openapi;
+pub mod recovery;
 mod run;
 
-pub use config::{NamespacePolicies, ServerConfig};
-pub use run::{serve, RunningServer, ServerError};
+pub use config::{BackendConfig, NamespacePolicies, ServerConfig};
+pub use run::{serve, RunningServer, ServerError, DB_FILE};

@@ -6,13 +6,14 @@ use std::sync::Arc;
 use palisade_core::lock_table::TableConfig;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
 use palisade_storage::Backend;
-use palisade_token::{KeyRing, Verifier};
+use palisade_token::Verifier;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::api::{router, AppState};
-use crate::config::ServerConfig;
+use crate::config::{BackendConfig, ServerConfig};
 use crate::keys;
+use crate::recovery;
 use palisade_issuer::Issuer;
 
 /// Database file name inside the data directory.
@@ -28,6 +29,12 @@ pub enum ServerError {
     },
     #[error("{0}")]
     Key(String),
+    /// A combination of settings this build or backend cannot run.
+    #[error("{0}")]
+    Config(String),
+    /// The data directory's database is missing or behind its epoch ledger.
+    #[error("{0}")]
+    Recovery(String),
     #[error(transparent)]
     Storage(#[from] palisade_storage::StorageError),
     #[error("cannot listen on {addr}: {source}")]
@@ -78,6 +85,15 @@ impl RunningServer {
 
 /// Opens the data directory, loads state and starts serving.
 pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    if let BackendConfig::Etcd { .. } = config.backend {
+        #[cfg(feature = "etcd")]
+        return crate::cluster::serve(config).await;
+        #[cfg(not(feature = "etcd"))]
+        return Err(ServerError::Config(
+            "this palisade was built without the etcd backend; rebuild with `--features etcd`"
+                .to_owned(),
+        ));
+    }
     let dir = &config.data_dir;
     let dir_err = |source| ServerError::DataDir {
         path: dir.display().to_string(),
@@ -89,15 +105,19 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
     }
-    let signer = keys::load_or_create(dir).map_err(ServerError::Key)?;
+    let signer = keys::load_configured_or_create(config.signing_key_file.as_deref(), dir)
+        .map_err(ServerError::Key)?;
+    recovery::check_before_open(dir).map_err(ServerError::Recovery)?;
     let db_path = dir.join(DB_FILE);
-    let backend: Arc<dyn Backend> = Arc::new(
+    let redb =
         tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, RedbOptions::default()))
             .await
-            .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??,
-    );
-    let mut ring = KeyRing::new();
-    ring.insert(signer.public_key());
+            .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??;
+    recovery::check_and_refresh(dir, &redb)
+        .await
+        .map_err(ServerError::Recovery)?;
+    let backend: Arc<dyn Backend> = Arc::new(redb.clone());
+    let ring = keys::trusted_ring(&signer, &config.trust_key_files).map_err(ServerError::Key)?;
     let verifier = Arc::new(Verifier::new(ring, config.token_cache));
     let issuer = Issuer::start(
         backend.clone(),
@@ -124,6 +144,8 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let addr = listener.local_addr().map_err(ServerError::Serve)?;
     let (tx, rx) = oneshot::channel::<()>();
     let app = router(state);
+    let data_dir = dir.clone();
+    let ledger_refresh = recovery::spawn_ledger_refresh(data_dir.clone(), redb.clone());
     let task = tokio::spawn(async move {
         let served = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -132,6 +154,8 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
             .await
             .map_err(ServerError::Serve);
         // Let the writer answer what is queued and release the file.
+        ledger_refresh.abort();
+        recovery::refresh(&data_dir, &redb).await;
         backend.close().await;
         served
     });
@@ -162,4 +186,39 @@ async fn shutdown_signal() {
         _ = ctrl_c => {}
         _ = term => {}
     }
+}
+
+/// Binds `listen` and serves `state` until shut down, then runs `on_stop` (for backends
+/// with something to flush or release). Used by the etcd backend's start-up.
+#[cfg(feature = "etcd")]
+pub(crate) async fn listen_and_serve(
+    listen: SocketAddr,
+    state: AppState,
+    on_stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<RunningServer, ServerError> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|source| ServerError::Listen {
+            addr: listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(ServerError::Serve)?;
+    let (tx, rx) = oneshot::channel::<()>();
+    let app = router(state);
+    let task = tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = rx.await;
+            })
+            .await
+            .map_err(ServerError::Serve);
+        on_stop.await;
+        served
+    });
+    tracing::info!(%addr, "palisade serving");
+    Ok(RunningServer {
+        addr,
+        shutdown: Some(tx),
+        task,
+    })
 }

@@ -65,6 +65,9 @@ pub struct IssuerState {
     pub leases: Vec<LeaseRecord>,
     /// The durable reservation of each lock (see `palisade_core::lock_table`).
     pub reservations: Vec<(String, Reservation)>,
+    /// Locks with no record start above this epoch (set by a restore from backup, which
+    /// cannot know every lock used after the backup was taken).
+    pub epoch_floor: Epoch,
 }
 
 /// An issuer record written with the next commit, without anyone waiting for it. Losing

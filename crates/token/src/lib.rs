@@ -35,7 +35,7 @@ mod verify;
 
 pub use claims::{validate_lock_name, Claims, Epoch, InvalidLockName, MAX_HOLDER_LEN};
 pub use keys::{KeyId, KeyRing, Signer};
-pub use verify::{TokenError, Verifier};
+pub use verify::{TokenError, Verifier, MAX_TOKEN_LEN};
 
 /// The prefix of every token produced by this version of the format.
 pub const TOKEN_PREFIX: &str = "pal1";

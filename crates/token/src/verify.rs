@@ -23,8 +23,10 @@ pub enum TokenError {
     BadSignature,
 }
 
-/// Longest token text accepted; anything longer is refused before any decoding.
-const MAX_TOKEN_LEN: usize = 2048;
+/// Longest token text accepted; anything longer is refused before any decoding. Every
+/// token with legal claims fits: a 128-byte lock name and a 256-byte holder whose every
+/// byte needs a six-byte JSON escape still encode to well under 2,500 bytes.
+pub const MAX_TOKEN_LEN: usize = 4096;
 
 /// Verifies tokens against a [`KeyRing`], remembering the ones that passed.
 ///
@@ -185,6 +187,14 @@ mod tests {
     }
 
     #[test]
+    fn longest_legal_claims_fit_the_limit() {
+        let (signer, verifier) = setup();
+        let token = signer.issue(&"l".repeat(128), u64::MAX, &"\u{1}".repeat(256));
+        assert!(token.len() <= MAX_TOKEN_LEN, "{}", token.len());
+        assert_eq!(verifier.verify(&token).unwrap().epoch, u64::MAX);
+    }
+
+    #[test]
     fn malformed_tokens() {
         let (signer, verifier) = setup();
         let good = signer.issue("a", 1, "h");
@@ -198,7 +208,7 @@ mod tests {
             "pal1.!!!.AAAA",
             "pal1.e30.AAAA",
             &format!("{good}.x"),
-            &"a".repeat(5000),
+            &"a".repeat(MAX_TOKEN_LEN + 1),
         ] {
             assert!(
                 matches!(verifier.verify(bad), Err(TokenError::Malformed(_))),

@@ -3,6 +3,10 @@
 
 #![allow(dead_code)]
 
+#[cfg(feature = "etcd")]
+pub mod etcd_cluster;
+pub mod topology;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,6 +20,8 @@ pub struct Server {
     pub url: String,
     pub port: u16,
     pub data_dir: PathBuf,
+    /// The extra flags it was started with, reused on restart.
+    extra: Vec<String>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -68,6 +74,7 @@ impl Server {
             url,
             port,
             data_dir: data_dir.to_owned(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
             _dir: None,
         })
     }
@@ -83,7 +90,8 @@ impl Server {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            match Server::start_in(&self.data_dir, self.port, &[]) {
+            let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
+            match Server::start_in(&self.data_dir, self.port, &extra) {
                 Ok(mut next) => {
                     std::mem::swap(&mut self.child, &mut next.child);
                     // `next` now owns the dead child; dropping it is harmless.
@@ -166,6 +174,21 @@ impl Http {
             404 => None,
             other => panic!("GET value: unexpected status {other}"),
         }
+    }
+
+    /// Acquires, waiting in line up to `wait_ms`.
+    pub async fn acquire_waiting(
+        &self,
+        lock: &str,
+        holder: &str,
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> Value {
+        let body = serde_json::json!({"holder": holder, "ttl_ms": ttl_ms, "wait_ms": wait_ms});
+        let url = format!("{}/v1/locks/{lock}/acquire", self.base);
+        let (status, body) = self.send(self.client.post(url).json(&body)).await;
+        assert_eq!(status, 200, "acquire {lock}: {body}");
+        body
     }
 
     pub async fn high_water(&self, lock: &str) -> u64 {

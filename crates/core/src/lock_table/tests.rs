@@ -252,6 +252,21 @@ fn reservations_cover_hand_offs_and_survive_a_restart() {
     assert!(g.reserve.is_some());
 }
 
+#[test]
+fn epoch_floor_applies_to_locks_the_table_never_saw() {
+    let mut t = LockTable::new(TableConfig::default());
+    t.restore(0, [("known".to_string(), 5)], []);
+    t.set_epoch_floor(1000);
+    assert_eq!(
+        granted(t.acquire(0, req("known", "a", 10, 0, "l1"))).epoch,
+        1001
+    );
+    assert_eq!(
+        granted(t.acquire(0, req("unseen", "a", 10, 0, "l2"))).epoch,
+        1001
+    );
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Acquire { lock: u8, wait: Millis, ttl: Millis },

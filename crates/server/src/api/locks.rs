@@ -44,9 +44,12 @@ pub async fn acquire(
     let lock = path(lock)?;
     lock_name(&lock)?;
     let body: AcquireBody = json_body(&headers, body).await?;
-    if body.holder.is_empty() || body.holder.len() > MAX_HOLDER_LEN {
+    if body.holder.is_empty()
+        || body.holder.len() > MAX_HOLDER_LEN
+        || body.holder.chars().any(char::is_control)
+    {
         return Err(ApiError::bad_request(format!(
-            "holder must be 1 to {MAX_HOLDER_LEN} bytes"
+            "holder must be 1 to {MAX_HOLDER_LEN} bytes without control characters"
         )));
     }
     if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&body.ttl_ms) {

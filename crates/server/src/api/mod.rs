@@ -57,6 +57,7 @@ pub fn router(state: AppState) -> Router {
             get(kv::get).put(kv::put).delete(kv::delete),
         )
         .route("/v1/fences/{lock}", get(kv::high_water).post(kv::fence))
+        .route("/v1/openapi.json", get(crate::openapi::document))
         .fallback(not_found)
         .layer(axum::middleware::map_response(json_method_not_allowed))
         .with_state(state)

@@ -49,6 +49,7 @@
 //! - Two processes cannot open the same file (redb takes a file lock); in one process,
 //!   await [`Backend::close`] before opening the same path again.
 
+pub mod offline;
 mod open;
 mod reads;
 mod schema;

@@ -7,11 +7,14 @@ use palisade_core::gate::HighWater;
 
 use palisade_core::lock_table::Reservation;
 
-use super::schema::{Fault, EPOCHS, FENCES, KV, LEASES, RESERVATIONS};
+use super::schema::{Fault, EPOCHS, FENCES, KV, LEASES, META, META_RESTORE_FLOOR, RESERVATIONS};
 use crate::{Entry, IssuerState, LeaseRecord};
 
 pub(super) fn load_issuer(txn: &ReadTransaction) -> Result<IssuerState, Fault> {
-    let mut state = IssuerState::default();
+    let mut state = IssuerState {
+        epoch_floor: restore_floor(txn)?,
+        ..IssuerState::default()
+    };
     for item in txn.open_table(EPOCHS)?.iter()? {
         let (lock, epoch) = item?;
         state.epochs.push((lock.value().to_string(), epoch.value()));
@@ -86,5 +89,18 @@ pub(super) fn high_water(txn: &ReadTransaction, namespace: &str) -> Result<HighW
         let (epoch, seq) = g.value();
         HighWater { epoch, seq }
     });
-    Ok(mark.unwrap_or_default())
+    match mark {
+        Some(mark) => Ok(mark),
+        None => Ok(HighWater {
+            epoch: restore_floor(txn)?,
+            seq: 0,
+        }),
+    }
+}
+
+/// The epoch floor left by the last restore (0 if the file was never restored).
+fn restore_floor(txn: &ReadTransaction) -> Result<u64, Fault> {
+    let meta = txn.open_table(META)?;
+    let floor = meta.get(META_RESTORE_FLOOR)?.map_or(0, |g| g.value());
+    Ok(floor)
 }

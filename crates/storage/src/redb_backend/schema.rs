@@ -35,6 +35,9 @@ pub(super) const IDEMPOTENCY: TableDefinition<(&str, &str), &str> =
 /// Global store revision: bumped by every put and delete, in any namespace (as etcd's).
 pub(super) const META_REVISION: &str = "revision";
 pub(super) const META_FORMAT: &str = "format_version";
+/// The floor the last restore raised every epoch counter and mark to: locks and
+/// namespaces the restored file does not know start there, not at zero.
+pub(crate) const META_RESTORE_FLOOR: &str = "restore_epoch_floor";
 
 /// The first outcome of a request made with an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -21,7 +21,8 @@ use palisade_core::gate::{admit, HighWater};
 use palisade_core::lock_table::Reservation;
 
 use super::schema::{
-    Fault, IdemRecord, EPOCHS, FENCES, IDEMPOTENCY, KV, LEASES, META, META_REVISION, RESERVATIONS,
+    Fault, IdemRecord, EPOCHS, FENCES, IDEMPOTENCY, KV, LEASES, META, META_RESTORE_FLOOR,
+    META_REVISION, RESERVATIONS,
 };
 use super::state::State;
 use crate::{
@@ -316,14 +317,19 @@ fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyEr
         }
     }
 
-    let mark = t
-        .fences
-        .get(ns)?
-        .map(|g| {
-            let (epoch, seq) = g.value();
-            HighWater { epoch, seq }
-        })
-        .unwrap_or_default();
+    let stored = t.fences.get(ns)?.map(|g| {
+        let (epoch, seq) = g.value();
+        HighWater { epoch, seq }
+    });
+    let mark = match stored {
+        Some(mark) => mark,
+        // A namespace this file never saw may have been written before a restore: the
+        // restore's floor stands in for its lost mark.
+        None => HighWater {
+            epoch: t.meta.get(META_RESTORE_FLOOR)?.map_or(0, |g| g.value()),
+            seq: 0,
+        },
+    };
     let next = match admit(mark, op.policy, op.epoch, op.seq) {
         Ok(next) => next,
         Err(refused) => return Ok(Err(refused.into())),

@@ -1,11 +1,12 @@
 //! Behaviour of the redb backend. Here: the gate, preconditions, idempotency and listing on
 //! disk, and group commit under concurrency. Beside it: durability across reopen and
-//! refusal of damaged files ([`durability`]), I/O failures and crashes ([`failures`]), and
-//! a property test against a model ([`model`]).
+//! refusal of damaged files ([`durability`]), I/O failures and crashes ([`failures`]), power
+//! loss at every fsync ([`power_loss`]) and a property test against a model ([`model`]).
 
 mod durability;
 mod failures;
 mod model;
+mod power_loss;
 
 use std::collections::BTreeMap;
 use std::path::Path;

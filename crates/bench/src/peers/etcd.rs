@@ -1,0 +1,222 @@
+//! etcd: locks and fencing as single transactions (etcd's defaults fsync the WAL before
+//! answering a write).
+//!
+//! The epoch of a lock is the *version* of its epoch key: the acquire transaction puts
+//! that key with `prev_kv`, and a put raises a key's version by exactly one, so the new
+//! epoch is the previous version + 1, atomically with taking the lock (the key is never
+//! deleted, so its version never resets). Each client grants one lease at the start and
+//! attaches its lock keys to it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+
+use super::padded;
+use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS, RETRY_SLEEP};
+use crate::{BenchError, Job, OpError, Outcome, Worker};
+
+struct Lock {
+    lock_key: String,
+    epoch_key: String,
+    hw_key: String,
+    value_keys: Vec<String>,
+    /// The epoch this client holds (`j2`).
+    epoch: u64,
+}
+
+struct EtcdWorker {
+    client: Client,
+    job: Job,
+    lease: i64,
+    locks: Vec<Lock>,
+    holder: String,
+    value: Vec<u8>,
+    n: usize,
+}
+
+fn code(e: etcd_client::Error) -> OpError {
+    match e {
+        etcd_client::Error::GRpcStatus(status) => {
+            OpError::new(format!("etcd_{:?}", status.code()).to_lowercase())
+        }
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => {
+            OpError::new("io")
+        }
+        _ => OpError::new("etcd_error"),
+    }
+}
+
+pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, BenchError> {
+    // One client, one channel: each worker has its own HTTP/2 connection.
+    let mut conn = Client::connect([plan.url.as_str()], None)
+        .await
+        .map_err(|e| plan.setup_error(format!("{}: {e}", plan.url)))?;
+    let lease = conn
+        .lease_grant((LONG_TTL_MS / 1000) as i64, None)
+        .await
+        .map_err(|e| plan.setup_error(e))?
+        .id();
+    let names = match plan.job {
+        Job::Contended => vec![plan.contended_lock()],
+        _ => plan.locks_of(client),
+    };
+    let locks = names
+        .iter()
+        .map(|name| Lock {
+            lock_key: format!("{name}/lock"),
+            epoch_key: format!("{name}/epoch"),
+            hw_key: format!("{name}/hw"),
+            value_keys: (0..KEYS_PER_LOCK).map(|k| format!("{name}/k{k}")).collect(),
+            epoch: 0,
+        })
+        .collect();
+    let mut worker = EtcdWorker {
+        client: conn,
+        job: plan.job,
+        lease,
+        locks,
+        holder: plan.holder(client),
+        value: plan.value.to_vec(),
+        n: client,
+    };
+    let setup = async {
+        for i in 0..worker.locks.len() {
+            match worker.job {
+                Job::J2 => {
+                    let hw_key = worker.locks[i].hw_key.clone();
+                    worker
+                        .client
+                        .put(hw_key, padded(0), None)
+                        .await
+                        .map_err(code)?;
+                    match worker.try_acquire(i, 0).await? {
+                        Some(epoch) => worker.locks[i].epoch = epoch,
+                        None => return Err(OpError::new("lock_held")),
+                    }
+                }
+                Job::Read => worker.write_plain(i, 0).await?,
+                _ => {}
+            }
+        }
+        Ok(())
+    };
+    setup.await.map_err(|e| plan.setup_error(e.code))?;
+    Ok(Box::new(worker))
+}
+
+impl EtcdWorker {
+    /// The new epoch, or None if the lock is taken.
+    async fn try_acquire(&mut self, i: usize, seq: usize) -> Result<Option<u64>, OpError> {
+        let lock = &self.locks[i];
+        let txn = Txn::new()
+            .when([Compare::version(
+                lock.lock_key.as_str(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then([
+                TxnOp::put(
+                    lock.lock_key.as_str(),
+                    format!("{}-{seq}", self.holder),
+                    Some(PutOptions::new().with_lease(self.lease)),
+                ),
+                TxnOp::put(
+                    lock.epoch_key.as_str(),
+                    "",
+                    Some(PutOptions::new().with_prev_key()),
+                ),
+            ]);
+        let answer = self.client.txn(txn).await.map_err(code)?;
+        if !answer.succeeded() {
+            return Ok(None);
+        }
+        match answer.op_responses().get(1) {
+            Some(TxnOpResponse::Put(put)) => {
+                Ok(Some(put.prev_key().map_or(1, |kv| kv.version() as u64 + 1)))
+            }
+            _ => Err(OpError::new("bad_answer")),
+        }
+    }
+
+    async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError> {
+        let key = self.locks[i].lock_key.as_str();
+        let txn = Txn::new()
+            .when([Compare::value(
+                key,
+                CompareOp::Equal,
+                format!("{}-{seq}", self.holder),
+            )])
+            .and_then([TxnOp::delete(key, None)]);
+        match self.client.txn(txn).await.map_err(code)?.succeeded() {
+            true => Ok(()),
+            false => Err(OpError::new("lease_lost")),
+        }
+    }
+
+    async fn write_plain(&mut self, i: usize, key: usize) -> Result<(), OpError> {
+        let key = self.locks[i].value_keys[key].as_str();
+        self.client
+            .put(key, self.value.clone(), None)
+            .await
+            .map(drop)
+            .map_err(code)
+    }
+}
+
+#[async_trait]
+impl Worker for EtcdWorker {
+    async fn op(&mut self) -> Result<Outcome, OpError> {
+        self.n = self.n.wrapping_add(1);
+        let (n, i) = (self.n, self.n % self.locks.len());
+        let key = (n / self.locks.len()) % KEYS_PER_LOCK;
+        match self.job {
+            Job::J1 | Job::Contended => match self.try_acquire(i, n).await? {
+                None if self.job == Job::Contended => {
+                    tokio::time::sleep(RETRY_SLEEP).await;
+                    Ok(Outcome::Refused)
+                }
+                None => Err(OpError::new("lock_held")),
+                Some(_) => {
+                    self.release(i, n).await?;
+                    Ok(Outcome::Done)
+                }
+            },
+            Job::J2 => {
+                let lock = &self.locks[i];
+                // Admit when high-water < epoch + 1, i.e. high-water <= epoch.
+                let txn = Txn::new()
+                    .when([Compare::value(
+                        lock.hw_key.as_str(),
+                        CompareOp::Less,
+                        padded(lock.epoch + 1),
+                    )])
+                    .and_then([
+                        TxnOp::put(lock.hw_key.as_str(), padded(lock.epoch), None),
+                        TxnOp::put(lock.value_keys[key].as_str(), self.value.clone(), None),
+                    ]);
+                match self.client.txn(txn).await.map_err(code)?.succeeded() {
+                    true => Ok(Outcome::Done),
+                    false => Err(OpError::new("stale_token")),
+                }
+            }
+            Job::Plain => {
+                self.write_plain(i, key).await?;
+                Ok(Outcome::Done)
+            }
+            Job::Read => {
+                let key = self.locks[i].value_keys[0].as_str();
+                let answer = self.client.get(key, None).await.map_err(code)?;
+                match answer.kvs().first() {
+                    Some(kv) if kv.value().len() == self.value.len() => Ok(Outcome::Done),
+                    _ => Err(OpError::new("wrong_value")),
+                }
+            }
+            Job::Scale => Err(OpError::new("unsupported_job")),
+        }
+    }
+
+    async fn finish(&mut self) {
+        let _ = self.client.lease_revoke(self.lease).await;
+    }
+}

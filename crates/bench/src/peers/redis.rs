@@ -1,0 +1,213 @@
+//! Redis: locks and fencing in Lua scripts, one round trip per step.
+//!
+//! The server runs with `appendonly yes` and `appendfsync always`, so a script's writes
+//! are in the fsync'd append-only file before the reply.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Script};
+
+use crate::driver::{Plan, KEYS_PER_LOCK, RETRY_SLEEP};
+use crate::{BenchError, Job, OpError, Outcome, Worker};
+
+/// Take the lock if free (with a ttl), and only then issue the lock's next epoch.
+const ACQUIRE: &str = r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('INCR', KEYS[2])
+end
+return 0";
+
+/// Release only our own acquisition.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0";
+
+/// The gate: refuse an epoch below the high-water mark, else advance it and write.
+const FENCED_WRITE: &str = r"
+local hw = tonumber(redis.call('GET', KEYS[1]) or '0')
+local epoch = tonumber(ARGV[1])
+if epoch < hw then return -hw end
+redis.call('SET', KEYS[1], ARGV[1])
+redis.call('SET', KEYS[2], ARGV[2])
+return epoch";
+
+struct Lock {
+    lock_key: String,
+    epoch_key: String,
+    hw_key: String,
+    value_keys: Vec<String>,
+    /// The epoch this client holds (`j2`).
+    epoch: i64,
+}
+
+struct RedisWorker {
+    conn: MultiplexedConnection,
+    job: Job,
+    locks: Vec<Lock>,
+    holder: String,
+    ttl_ms: u64,
+    value: Bytes,
+    acquire: Script,
+    release: Script,
+    fenced_write: Script,
+    n: usize,
+}
+
+fn code(e: redis::RedisError) -> OpError {
+    if e.is_io_error() {
+        return OpError::new("io");
+    }
+    match e.code() {
+        Some(code) => OpError::new(format!("redis_{}", code.to_lowercase())),
+        None => OpError::new(format!("redis_{:?}", e.kind()).to_lowercase()),
+    }
+}
+
+pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, BenchError> {
+    let config = AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(30)));
+    let conn = redis::Client::open(plan.url.as_str())
+        .map_err(|e| plan.setup_error(e))?
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .map_err(|e| plan.setup_error(format!("{}: {e}", plan.url)))?;
+    let names = match plan.job {
+        Job::Contended => vec![plan.contended_lock()],
+        _ => plan.locks_of(client),
+    };
+    let locks = names
+        .iter()
+        .map(|name| Lock {
+            lock_key: format!("{name}:lock"),
+            epoch_key: format!("{name}:epoch"),
+            hw_key: format!("{name}:hw"),
+            value_keys: (0..KEYS_PER_LOCK).map(|k| format!("{name}:k{k}")).collect(),
+            epoch: 0,
+        })
+        .collect();
+    let mut worker = RedisWorker {
+        conn,
+        job: plan.job,
+        locks,
+        holder: plan.holder(client),
+        ttl_ms: plan.ttl_ms,
+        value: plan.value.clone(),
+        acquire: Script::new(ACQUIRE),
+        release: Script::new(RELEASE),
+        fenced_write: Script::new(FENCED_WRITE),
+        n: client,
+    };
+    let setup = async {
+        for i in 0..worker.locks.len() {
+            match worker.job {
+                // Acquire once for the whole run, as a Palisade client does.
+                Job::J2 => match worker.try_acquire(i, 0).await? {
+                    0 => return Err(OpError::new("lock_held")),
+                    epoch => worker.locks[i].epoch = epoch,
+                },
+                Job::Read => worker.write_plain(i, 0).await?,
+                _ => {}
+            }
+        }
+        Ok::<_, OpError>(())
+    };
+    setup.await.map_err(|e| plan.setup_error(e.code))?;
+    Ok(Box::new(worker))
+}
+
+impl RedisWorker {
+    /// The new epoch, or 0 if the lock is taken. `seq` makes the holder value unique.
+    async fn try_acquire(&mut self, i: usize, seq: usize) -> Result<i64, OpError> {
+        let lock = &self.locks[i];
+        self.acquire
+            .key(&lock.lock_key)
+            .key(&lock.epoch_key)
+            .arg(format!("{}-{seq}", self.holder))
+            .arg(self.ttl_ms)
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(code)
+    }
+
+    async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError> {
+        let released: i64 = self
+            .release
+            .key(&self.locks[i].lock_key)
+            .arg(format!("{}-{seq}", self.holder))
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(code)?;
+        match released {
+            1 => Ok(()),
+            _ => Err(OpError::new("lease_lost")),
+        }
+    }
+
+    async fn write_plain(&mut self, i: usize, key: usize) -> Result<(), OpError> {
+        redis::cmd("SET")
+            .arg(&self.locks[i].value_keys[key])
+            .arg(&self.value[..])
+            .exec_async(&mut self.conn)
+            .await
+            .map_err(code)
+    }
+}
+
+#[async_trait]
+impl Worker for RedisWorker {
+    async fn op(&mut self) -> Result<Outcome, OpError> {
+        self.n = self.n.wrapping_add(1);
+        let (n, i) = (self.n, self.n % self.locks.len());
+        let key = (n / self.locks.len()) % KEYS_PER_LOCK;
+        match self.job {
+            Job::J1 | Job::Contended => match self.try_acquire(i, n).await? {
+                0 if self.job == Job::Contended => {
+                    tokio::time::sleep(RETRY_SLEEP).await;
+                    Ok(Outcome::Refused)
+                }
+                0 => Err(OpError::new("lock_held")),
+                _ => {
+                    self.release(i, n).await?;
+                    Ok(Outcome::Done)
+                }
+            },
+            Job::J2 => {
+                let lock = &self.locks[i];
+                let admitted: i64 = self
+                    .fenced_write
+                    .key(&lock.hw_key)
+                    .key(&lock.value_keys[key])
+                    .arg(lock.epoch)
+                    .arg(&self.value[..])
+                    .invoke_async(&mut self.conn)
+                    .await
+                    .map_err(code)?;
+                match admitted {
+                    e if e == lock.epoch => Ok(Outcome::Done),
+                    _ => Err(OpError::new("stale_token")),
+                }
+            }
+            Job::Plain => {
+                self.write_plain(i, key).await?;
+                Ok(Outcome::Done)
+            }
+            Job::Read => {
+                let value: Option<Vec<u8>> = redis::cmd("GET")
+                    .arg(&self.locks[i].value_keys[0])
+                    .query_async(&mut self.conn)
+                    .await
+                    .map_err(code)?;
+                match value {
+                    Some(v) if v.len() == self.value.len() => Ok(Outcome::Done),
+                    _ => Err(OpError::new("wrong_value")),
+                }
+            }
+            Job::Scale => Err(OpError::new("unsupported_job")),
+        }
+    }
+}

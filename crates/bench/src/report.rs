@@ -1,0 +1,272 @@
+//! Results: the per-run summary, the terminal table, JSON files, and the Markdown
+//! comparison of several result files (`--merge`) with the Palisade/peer ratios.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{BenchError, Job, ScaleReport, Target};
+
+/// One run: one job against one target at one client count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub target: Target,
+    pub job: Job,
+    pub clients: usize,
+    pub duration_s: f64,
+    /// Operations done in the measured window (for `contended`: acquisitions).
+    pub ops: u64,
+    pub ops_per_s: f64,
+    /// `contended`: attempts that found the lock taken.
+    pub refused: u64,
+    pub refused_per_s: f64,
+    /// Failed operations by code, warm-up included.
+    pub errors: BTreeMap<String, u64>,
+    pub p50_us: u64,
+    pub p99_us: u64,
+    pub p999_us: u64,
+    pub max_us: u64,
+    pub mean_us: f64,
+    /// CPU used by the bench process, in percent of one core.
+    pub bench_cpu_pct: Option<f64>,
+    /// CPU used by the server (with `--server-pid`), in percent of one core.
+    pub server_cpu_pct: Option<f64>,
+    pub value_size: usize,
+}
+
+impl Summary {
+    pub fn error_total(&self) -> u64 {
+        self.errors.values().sum()
+    }
+}
+
+/// What one `palisade bench` invocation produced; the JSON file holds exactly this.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Results {
+    pub target: Option<Target>,
+    pub url: String,
+    /// The command line, for reproduction.
+    pub command: String,
+    pub runs: Vec<Summary>,
+    pub scale: Option<ScaleReport>,
+}
+
+impl Results {
+    pub fn error_total(&self) -> u64 {
+        let scale = self.scale.as_ref().map_or(0, |s| s.error_total());
+        self.runs.iter().map(Summary::error_total).sum::<u64>() + scale
+    }
+}
+
+pub fn read_all(paths: &[PathBuf]) -> Result<Vec<Results>, BenchError> {
+    paths
+        .iter()
+        .map(|path| {
+            let fail = |message: String| BenchError::File {
+                path: path.clone(),
+                message,
+            };
+            let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+            serde_json::from_str(&text).map_err(|e| fail(e.to_string()))
+        })
+        .collect()
+}
+
+pub fn ms(us: u64) -> String {
+    let ms = us as f64 / 1000.0;
+    if ms < 10.0 {
+        format!("{ms:.2}")
+    } else {
+        format!("{ms:.1}")
+    }
+}
+
+/// `12345.6` as `12,346`.
+pub fn count(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn pct(value: Option<f64>) -> String {
+    value.map_or("-".to_string(), |v| format!("{v:.0}%"))
+}
+
+fn errors(summary: &Summary) -> String {
+    if summary.errors.is_empty() {
+        return "0".to_string();
+    }
+    let list: Vec<String> = summary
+        .errors
+        .iter()
+        .map(|(code, n)| format!("{code}:{n}"))
+        .collect();
+    list.join(" ")
+}
+
+/// The header of the terminal table, in the widths of [`row`].
+pub fn header() -> String {
+    format!(
+        "{:<9} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}  errors\n",
+        "target",
+        "job",
+        "clients",
+        "ops/s",
+        "refused/s",
+        "p50 ms",
+        "p99 ms",
+        "p999 ms",
+        "bench cpu",
+        "server cpu"
+    )
+}
+
+/// One line of the terminal table.
+pub fn row(r: &Summary) -> String {
+    format!(
+        "{:<9} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}  {}\n",
+        r.target.name(),
+        r.job.name(),
+        r.clients,
+        count(r.ops_per_s),
+        count(r.refused_per_s),
+        ms(r.p50_us),
+        ms(r.p99_us),
+        ms(r.p999_us),
+        pct(r.bench_cpu_pct),
+        pct(r.server_cpu_pct),
+        errors(r)
+    )
+}
+
+/// The terminal table of some runs.
+pub fn table(runs: &[Summary]) -> String {
+    let mut out = header();
+    for r in runs {
+        out.push_str(&row(r));
+    }
+    out
+}
+
+/// The Markdown comparison of several result files: throughput, ratios, latencies, and
+/// every run in detail.
+pub fn markdown(results: &[Results]) -> String {
+    let mut runs: Vec<&Summary> = results.iter().flat_map(|r| &r.runs).collect();
+    runs.sort_by_key(|r| (r.target, r.job, r.clients));
+    let mut targets: Vec<Target> = runs.iter().map(|r| r.target).collect();
+    targets.sort();
+    targets.dedup();
+    let mut rows: Vec<(Job, usize)> = runs.iter().map(|r| (r.job, r.clients)).collect();
+    rows.sort();
+    rows.dedup();
+    let find = |t: Target, job: Job, clients: usize| {
+        runs.iter()
+            .find(|r| r.target == t && r.job == job && r.clients == clients)
+    };
+    let head = |out: &mut String| {
+        let names: Vec<&str> = targets.iter().map(|t| t.name()).collect();
+        let _ = writeln!(out, "| job | clients | {} |", names.join(" | "));
+        let _ = writeln!(out, "|---|---:|{}", "---:|".repeat(targets.len()));
+    };
+    let mut out = String::from(
+        "### Throughput (operations/s; contended: acquisitions/s, failed attempts/s)\n\n",
+    );
+    head(&mut out);
+    for &(job, clients) in &rows {
+        let cells: Vec<String> = targets
+            .iter()
+            .map(|&t| match find(t, job, clients) {
+                Some(r) if job == Job::Contended => {
+                    format!("{} ({} failed)", count(r.ops_per_s), count(r.refused_per_s))
+                }
+                Some(r) => count(r.ops_per_s),
+                None => "-".to_string(),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {clients} | {} |",
+            job.name(),
+            cells.join(" | ")
+        );
+    }
+    let peers: Vec<Target> = targets
+        .iter()
+        .copied()
+        .filter(|&t| t != Target::Palisade)
+        .collect();
+    if targets.contains(&Target::Palisade) && !peers.is_empty() {
+        out.push_str("\n### Palisade / peer, throughput ratio (above 1: Palisade is faster)\n\n");
+        let names: Vec<String> = peers.iter().map(|t| format!("/ {}", t.name())).collect();
+        let _ = writeln!(out, "| job | clients | {} |", names.join(" | "));
+        let _ = writeln!(out, "|---|---:|{}", "---:|".repeat(peers.len()));
+        for &(job, clients) in &rows {
+            // Palisade has no unfenced write: its fenced write stands against `plain`.
+            let (own_job, label) = match job {
+                Job::Plain => (Job::J2, "palisade j2 vs peer plain".to_string()),
+                _ => (job, job.name().to_string()),
+            };
+            let Some(own) = find(Target::Palisade, own_job, clients) else {
+                continue;
+            };
+            let cells: Vec<String> = peers
+                .iter()
+                .map(|&p| match find(p, job, clients) {
+                    Some(r) if r.ops_per_s > 0.0 => format!("{:.2}x", own.ops_per_s / r.ops_per_s),
+                    _ => "-".to_string(),
+                })
+                .collect();
+            let _ = writeln!(out, "| {label} | {clients} | {} |", cells.join(" | "));
+        }
+    }
+    out.push_str("\n### Latency per operation, p50 / p99 / p999 (ms)\n\n");
+    head(&mut out);
+    for &(job, clients) in &rows {
+        let cells: Vec<String> = targets
+            .iter()
+            .map(|&t| match find(t, job, clients) {
+                Some(r) => format!("{} / {} / {}", ms(r.p50_us), ms(r.p99_us), ms(r.p999_us)),
+                None => "-".to_string(),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "| {} | {clients} | {} |",
+            job.name(),
+            cells.join(" | ")
+        );
+    }
+    out.push_str("\n### Every run\n\n```text\n");
+    let all: Vec<Summary> = runs.iter().map(|r| (*r).clone()).collect();
+    out.push_str(&table(&all));
+    out.push_str("```\n");
+    for r in results {
+        if let Some(scale) = &r.scale {
+            let _ = write!(out, "\n### Scale\n\n```text\n{scale}```\n");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_and_millis() {
+        assert_eq!(count(0.0), "0");
+        assert_eq!(count(999.4), "999");
+        assert_eq!(count(1234.0), "1,234");
+        assert_eq!(count(1234567.0), "1,234,567");
+        assert_eq!(ms(1500), "1.50");
+        assert_eq!(ms(25_000), "25.0");
+    }
+}

@@ -1,0 +1,220 @@
+//! Recovery drills with real processes (S11: recovery keeps both ends).
+//!
+//! - Epochs: issue epochs after a backup, restore it, restore it again, restore it over
+//!   an unreadable database: every epoch acquired afterwards exceeds every epoch ever
+//!   returned, and no (lock, epoch) is ever returned twice.
+//! - Store: a token fenced out after the backup was taken stays refused after restoring
+//!   that backup, and a lease recorded in the backup is not honoured.
+
+mod common;
+mod offline;
+
+use common::{code, Http, Server};
+use offline::{acquire, acquire_body, assert_unique, backup, cycle, max_issued, put, restore};
+
+fn start(data: &std::path::Path) -> (Server, Http) {
+    let server = Server::start_in(data, 0, &[]).expect("server starts");
+    let http = Http::new(&server.url);
+    (server, http)
+}
+
+/// After a restore, each lock's next epoch exceeds everything ever issued for it.
+async fn acquire_above_all(http: &Http, locks: &[&str], issued: &mut Vec<(String, u64)>) {
+    for lock in locks {
+        let before = max_issued(issued, lock);
+        let grant = acquire(http, lock, 60_000, issued).await;
+        let epoch = grant["epoch"].as_u64().unwrap();
+        assert!(
+            epoch > before,
+            "{lock}: epoch {epoch} after a restore, but {before} was issued before"
+        );
+        offline::release(http, &grant).await;
+    }
+    assert_unique(issued);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restoring_a_backup_never_reissues_an_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("before.backup");
+    let mut issued = Vec::new();
+
+    let (mut server, http) = start(&data);
+    cycle(&http, "a", 3, &mut issued).await;
+    cycle(&http, "b", 2, &mut issued).await;
+
+    // Offline only: a running server holds the file.
+    let refused = backup(&data, &file);
+    assert!(!refused.success, "backup ran beside a live server");
+    assert!(
+        refused.stderr.contains("palisade.redb") && refused.stderr.contains("stop it first"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!file.exists());
+    server.kill();
+
+    let made = backup(&data, &file);
+    assert!(made.success, "{}", made.stderr);
+    let info = made.json();
+    // Upper bounds: the issuer's reservations may cover epochs not issued yet.
+    assert!(info["max_epoch"].as_u64().unwrap() >= 3, "{info}");
+    assert!(info["epochs"]["b"].as_u64().unwrap() >= 2, "{info}");
+    assert!(info["backup_id"].as_str().is_some_and(|id| !id.is_empty()));
+    assert!(info["created_at_unix"].as_u64().is_some());
+
+    // Life goes on after the backup: more epochs, and a lock the backup never saw.
+    let (mut server, http) = start(&data);
+    cycle(&http, "a", 3, &mut issued).await;
+    cycle(&http, "c", 2, &mut issued).await;
+    server.kill();
+
+    // 1. The database being replaced is readable: its epochs count.
+    let first = restore(&data, &file, &[]);
+    assert!(first.success, "{}", first.stderr);
+    let report = first.json();
+    assert_eq!(report["current"]["state"], "readable", "{report}");
+    assert!(
+        report["warnings"].as_array().unwrap().is_empty(),
+        "{report}"
+    );
+    assert!(report["replaced_file"].as_str().is_some(), "{report}");
+    let (mut server, http) = start(&data);
+    acquire_above_all(&http, &["a", "b", "c", "d"], &mut issued).await;
+    cycle(&http, "a", 2, &mut issued).await;
+    server.kill();
+
+    // 2. The same backup again: still above everything, including the first restore's.
+    let second = restore(&data, &file, &[]);
+    assert!(second.success, "{}", second.stderr);
+    let (mut server, http) = start(&data);
+    acquire_above_all(&http, &["a", "b", "c"], &mut issued).await;
+    cycle(&http, "c", 2, &mut issued).await;
+    server.kill();
+
+    // 3. Over a database that cannot be read: the ledger and the gap carry it, loudly.
+    std::fs::write(
+        data.join("palisade.redb"),
+        b"garbage, not a database".repeat(100),
+    )
+    .unwrap();
+    let third = restore(&data, &file, &[]);
+    assert!(third.success, "{}", third.stderr);
+    assert!(third.stderr.contains("WARNING"), "{}", third.stderr);
+    let report = third.json();
+    assert_eq!(report["current"]["state"], "unreadable", "{report}");
+    let (server, http) = start(&data);
+    acquire_above_all(&http, &["a", "b", "c"], &mut issued).await;
+    drop(server);
+
+    // A gap of zero over an unknown state, without a floor, is refused.
+    std::fs::remove_file(data.join("palisade.redb")).unwrap();
+    let unsafe_restore = restore(&data, &file, &["--epoch-gap", "0"]);
+    assert!(!unsafe_restore.success);
+    assert!(
+        unsafe_restore.stderr.contains("--epoch-floor"),
+        "{}",
+        unsafe_restore.stderr
+    );
+    // With an operator's floor it goes ahead, above that floor.
+    let floored = restore(&data, &file, &["--epoch-floor", "9000000000"]);
+    assert!(floored.success, "{}", floored.stderr);
+    assert!(floored.json()["next_epoch"].as_u64().unwrap() > 9_000_000_000);
+    let (_server, http) = start(&data);
+    acquire_above_all(&http, &["a"], &mut issued).await;
+    assert!(max_issued(&issued, "a") > 9_000_000_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_fenced_out_after_the_backup_stays_fenced_after_restore() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("store.backup");
+    let mut issued = Vec::new();
+
+    // Epoch 1 writes, and still holds its lease when the backup is taken.
+    let (mut server, http) = start(&data);
+    let old = acquire(&http, "ns", 1_000, &mut issued).await;
+    assert_eq!(put(&http, "ns", "k", &old["token"], "v1").await.0, 200);
+    server.kill();
+    assert!(backup(&data, &file).success);
+
+    // After the backup, epoch 2 takes over (once the recorded lease has run out) and
+    // fences epoch 1 out.
+    let (mut server, http) = start(&data);
+    let (status, newer) = http
+        .send(
+            http.client
+                .post(format!("{}/v1/locks/ns/acquire", http.base))
+                .json(&acquire_body("worker-2", 60_000, 10_000)),
+        )
+        .await;
+    assert_eq!(status, 200, "{newer}");
+    issued.push(("ns".into(), newer["epoch"].as_u64().unwrap()));
+    assert_eq!(put(&http, "ns", "k", &newer["token"], "v2").await.0, 200);
+    let (status, body) = put(&http, "ns", "k", &old["token"], "late").await;
+    assert_eq!((status, code(&body)), (409, "stale_token"), "{body}");
+    server.kill();
+
+    // The backup's mark is 1: served as it was, it would admit epoch 1 again.
+    let restored = restore(&data, &file, &[]);
+    assert!(restored.success, "{}", restored.stderr);
+    let floor = restored.json()["floor"].as_u64().unwrap();
+    let (_server, http) = start(&data);
+    assert!(http.high_water("ns").await >= floor);
+    for (token, what) in [
+        (&old["token"], "fenced-out epoch 1"),
+        (&newer["token"], "epoch 2"),
+    ] {
+        let (status, body) = put(&http, "ns", "k", token, "after restore").await;
+        assert_eq!(
+            (status, code(&body)),
+            (409, "stale_token"),
+            "{what}: {body}"
+        );
+        let (status, body) = http
+            .send(
+                http.client
+                    .post(format!("{}/v1/fences/ns", http.base))
+                    .header("Fencing-Token", token.as_str().unwrap()),
+            )
+            .await;
+        assert_eq!(
+            (status, code(&body)),
+            (409, "stale_token"),
+            "{what}: {body}"
+        );
+    }
+    assert_eq!(http.get_value("ns", "k").await.as_deref(), Some("v1"));
+
+    // The backup's lease is not honoured: it cannot be renewed, the lock is free at once,
+    // and the token of that lease is genuine but neither current nor alive.
+    let lease_id = old["lease_id"].as_str().unwrap();
+    let (status, body) = http
+        .send(
+            http.client
+                .post(format!("{}/v1/leases/{lease_id}/keepalive", http.base)),
+        )
+        .await;
+    assert_eq!((status, code(&body)), (404, "lease_expired"), "{body}");
+    let (_, check) = http
+        .send(
+            http.client
+                .post(format!("{}/v1/tokens/check", http.base))
+                .json(&serde_json::json!({"token": old["token"]})),
+        )
+        .await;
+    assert_eq!(
+        (&check["genuine"], &check["current"], &check["lease_alive"]),
+        (&true.into(), &false.into(), &false.into()),
+        "{check}"
+    );
+    let fresh = acquire(&http, "ns", 60_000, &mut issued).await;
+    assert!(fresh["epoch"].as_u64().unwrap() > floor);
+    assert_eq!(put(&http, "ns", "k", &fresh["token"], "v3").await.0, 200);
+    assert_eq!(http.get_value("ns", "k").await.as_deref(), Some("v3"));
+    let (status, _) = put(&http, "ns", "k", &old["token"], "late again").await;
+    assert_eq!(status, 409);
+    assert_unique(&issued);
+}

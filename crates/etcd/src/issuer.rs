@@ -1,0 +1,340 @@
+//! The lock service in etcd: [`EtcdIssuer`], a [`LockService`].
+//!
+//! A Palisade lease *is* an etcd lease. Acquiring lock `L` is one transaction:
+//!
+//! ```text
+//! if   version(holder/L) == 0                 -- nobody holds L
+//! and  mod_revision(epoch/L) == <as read>     -- nobody issued an epoch since we read it
+//! and  <the waiting line allows us>           -- see crate::waiting
+//! then put epoch/L = n + 1
+//!      put holder/L, lease/<id>  (attached to the new etcd lease)
+//! ```
+//!
+//! Keepalive is etcd's lease keepalive, release is a revoke, and expiry is etcd deleting
+//! the lease's keys: the holder key exists exactly while the lease is alive, so a lock is
+//! never granted twice for overlapping leases, and epochs never repeat, whichever node
+//! serves. After an etcd leader change, etcd extends every lease by an election timeout,
+//! so a failover never shortens a lease (the safe direction).
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, TxnOp};
+use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView};
+use palisade_issuer::{AcquireError, Granted, LeaseError, LockService};
+use palisade_storage::StorageError;
+use palisade_token::{Epoch, Signer};
+
+use crate::error::is_lease_not_found;
+use crate::keys::{self, from_json, json, HolderRecord};
+use crate::txn::{backoff, contended, MAX_ATTEMPTS};
+use crate::waiting::{self, EtcdLease};
+use crate::{Etcd, Resend};
+
+/// The lock service over etcd. See the module docs.
+pub struct EtcdIssuer {
+    pub(crate) etcd: Etcd,
+    signer: Signer,
+}
+
+/// One lock as read in one snapshot.
+pub(crate) struct LockSnapshot {
+    pub revision: i64,
+    pub epoch: Epoch,
+    pub epoch_rev: i64,
+    pub holder: Option<HolderRecord>,
+    pub waiters: usize,
+    /// The waiter key with the smallest create revision, if any.
+    pub first_waiter: Option<Vec<u8>>,
+    /// Whether the waiter key asked about is in the line.
+    pub queued: bool,
+}
+
+/// etcd leases count whole seconds: round up.
+fn ttl_seconds(ttl_ms: u64) -> i64 {
+    i64::try_from(ttl_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX)
+}
+
+fn grant_of(record: &HolderRecord) -> Grant {
+    Grant {
+        lock: record.lock.clone(),
+        holder: record.holder.clone(),
+        epoch: record.epoch,
+        lease_id: record.lease_id.clone(),
+        ttl_ms: record.ttl_ms,
+        // etcd holds the epoch and the lease itself: nothing else to make durable.
+        reserve: None,
+    }
+}
+
+fn view_of(record: &HolderRecord, remaining_ms: u64) -> LeaseView {
+    LeaseView {
+        lease_id: record.lease_id.clone(),
+        lock: record.lock.clone(),
+        holder: record.holder.clone(),
+        epoch: record.epoch,
+        ttl_ms: record.ttl_ms,
+        remaining_ms,
+    }
+}
+
+impl EtcdIssuer {
+    /// A lock service signing its tokens with `signer`. Every node of a deployment must
+    /// use the same key (or trust each other's), since any node may verify any token.
+    pub fn new(etcd: Etcd, signer: Signer) -> Self {
+        EtcdIssuer { etcd, signer }
+    }
+
+    /// Reads a lock's epoch, holder and waiting line in one snapshot, and whether the
+    /// waiter key `ours` (if given) is still in the line.
+    pub(crate) async fn read_lock(
+        &self,
+        lock: &str,
+        ours: Option<&[u8]>,
+    ) -> Result<LockSnapshot, StorageError> {
+        let keys = &self.etcd.keys;
+        let line = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(1);
+        let mut gets = vec![
+            TxnOp::get(keys.epoch(lock), None),
+            TxnOp::get(keys.holder(lock), None),
+            TxnOp::get(keys.waiters(lock), Some(line)),
+        ];
+        gets.extend(ours.map(|key| TxnOp::get(key, Some(GetOptions::new().with_keys_only()))));
+        let snap = self.etcd.read("read lock", gets).await?;
+        let (epoch, epoch_rev) = match snap.first(0) {
+            Some(kv) => (keys::decode_epoch(kv.key(), kv.value())?, kv.mod_revision()),
+            None => (0, 0),
+        };
+        let holder = match snap.first(1) {
+            Some(kv) => Some(from_json::<HolderRecord>(kv.key(), kv.value())?),
+            None => None,
+        };
+        Ok(LockSnapshot {
+            revision: snap.revision,
+            epoch,
+            epoch_rev,
+            holder,
+            waiters: usize::try_from(snap.count(2)).unwrap_or(0),
+            first_waiter: snap.first(2).map(|kv| kv.key().to_vec()),
+            queued: ours.is_some() && snap.first(3).is_some(),
+        })
+    }
+
+    /// The refusal for a lock that cannot be granted now, if it cannot.
+    pub(crate) async fn busy(&self, snap: &LockSnapshot) -> Option<AcquireError> {
+        match &snap.holder {
+            Some(record) => Some(AcquireError::Held {
+                holder: Some(record.holder.clone()),
+                retry_after_ms: self.remaining_ms(record).await,
+            }),
+            // Free, but someone queued first: they are about to take it (first come,
+            // first served), so this is `lock_held` with no holder yet.
+            None if snap.waiters > 0 => Some(AcquireError::Held {
+                holder: None,
+                retry_after_ms: 0,
+            }),
+            None => None,
+        }
+    }
+
+    /// What is left of a holder's lease, by etcd's count (whole seconds); the full TTL if
+    /// etcd cannot say.
+    async fn remaining_ms(&self, record: &HolderRecord) -> u64 {
+        let id = record.etcd_lease;
+        let ttl = self.etcd.call("lease ttl", Resend::IfUnavailable, || {
+            let mut lease = self.etcd.client.lease_client();
+            async move { lease.time_to_live(id, None).await }
+        });
+        match ttl.await {
+            Ok(answer) => u64::try_from(answer.ttl()).map_or(0, |s| s * 1000),
+            Err(_) => record.ttl_ms,
+        }
+    }
+
+    /// Tries the acquisition transaction once. `queued` is our waiter key and its create
+    /// revision when we come from the waiting line (which the transaction then also
+    /// leaves). `Ok(None)` when a compare failed.
+    pub(crate) async fn try_grant(
+        &self,
+        req: &AcquireRequest,
+        lease: &EtcdLease,
+        snap: &LockSnapshot,
+        queued: Option<(&[u8], i64)>,
+    ) -> Result<Option<HolderRecord>, StorageError> {
+        let keys = &self.etcd.keys;
+        let record = HolderRecord {
+            lease_id: req.lease_id.clone(),
+            lock: req.lock.clone(),
+            holder: req.holder.clone(),
+            epoch: snap.epoch + 1,
+            ttl_ms: lease.ttl_ms(),
+            etcd_lease: lease.id(),
+        };
+        let epoch_key = keys.epoch(&req.lock);
+        let line = keys.waiters(&req.lock);
+        let mut compares = vec![
+            Compare::version(keys.holder(&req.lock), CompareOp::Equal, 0),
+            Compare::mod_revision(epoch_key.clone(), CompareOp::Equal, snap.epoch_rev),
+        ];
+        let attached = Some(etcd_client::PutOptions::new().with_lease(lease.id()));
+        let mut writes = vec![
+            TxnOp::put(epoch_key, keys::encode_epoch(record.epoch), None),
+            TxnOp::put(keys.holder(&req.lock), json(&record), attached.clone()),
+            TxnOp::put(keys.lease(&req.lease_id), json(&record), attached),
+        ];
+        match queued {
+            // Nobody may be waiting: a lock with a line goes to the head of the line.
+            None => compares.push(Compare::version(line, CompareOp::Equal, 0).with_prefix()),
+            Some((ours, created)) => {
+                // Still in line, and nobody in line since before us.
+                compares.push(Compare::create_revision(ours, CompareOp::Equal, created));
+                compares.push(
+                    Compare::create_revision(line, CompareOp::Greater, created - 1).with_prefix(),
+                );
+                writes.push(TxnOp::delete(ours, None));
+            }
+        }
+        let committed = self.etcd.commit("acquire", compares, writes).await?;
+        Ok(committed.map(|_| record))
+    }
+
+    /// Acquires without waiting.
+    async fn acquire_now(&self, req: &AcquireRequest) -> Result<HolderRecord, AcquireError> {
+        let mut lease: Option<EtcdLease> = None;
+        for attempt in 0..MAX_ATTEMPTS {
+            let snap = self.read_lock(&req.lock, None).await?;
+            if let Some(refusal) = self.busy(&snap).await {
+                return Err(refusal);
+            }
+            // Granted only once the lock looks free, so a refusal costs no lease.
+            let granted = match lease.take() {
+                Some(l) => l,
+                None => EtcdLease::grant(&self.etcd, ttl_seconds(req.ttl_ms)).await?,
+            };
+            if let Some(record) = self.try_grant(req, &granted, &snap, None).await? {
+                granted.keep();
+                return Ok(record);
+            }
+            lease = Some(granted);
+            backoff(attempt).await;
+        }
+        Err(contended("acquire").into())
+    }
+
+    /// Finds a live lease's record by Palisade lease id.
+    async fn lease_record(&self, lease_id: &str) -> Result<HolderRecord, LeaseError> {
+        let key = self.etcd.keys.lease(lease_id);
+        let snap = self
+            .etcd
+            .read("read lease", vec![TxnOp::get(key, None)])
+            .await?;
+        match snap.first(0) {
+            Some(kv) => Ok(from_json(kv.key(), kv.value())?),
+            None => Err(LeaseError::Expired),
+        }
+    }
+
+    async fn view(&self, lock: &str, snap: LockSnapshot) -> LockView {
+        let lease = match &snap.holder {
+            Some(record) => Some(view_of(record, self.remaining_ms(record).await)),
+            None => None,
+        };
+        LockView {
+            lock: lock.to_owned(),
+            epoch: snap.epoch,
+            lease,
+            waiters: snap.waiters,
+        }
+    }
+}
+
+#[async_trait]
+impl LockService for EtcdIssuer {
+    async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError> {
+        let record = if req.wait_ms == 0 {
+            self.acquire_now(&req).await?
+        } else {
+            match self.acquire_now(&req).await {
+                Err(AcquireError::Held { .. }) => {
+                    let wait = Duration::from_millis(req.wait_ms);
+                    waiting::acquire_in_line(self, &req, ttl_seconds(req.ttl_ms), wait).await?
+                }
+                other => other?,
+            }
+        };
+        let token = self
+            .signer
+            .issue(&record.lock, record.epoch, &record.holder);
+        Ok(Granted {
+            grant: grant_of(&record),
+            token,
+        })
+    }
+
+    async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
+        let record = self.lease_record(lease_id).await?;
+        let id = record.etcd_lease;
+        let answer = self.etcd.call_raw("keepalive", Resend::IfUnavailable, || {
+            let mut lease = self.etcd.client.lease_client();
+            async move { lease.keep_alive(id).await }
+        });
+        match answer.await? {
+            Ok(_) => Ok(view_of(&record, record.ttl_ms)),
+            Err(e) if is_lease_not_found(&e) => Err(LeaseError::Expired),
+            Err(e) => Err(crate::error::storage("keepalive", e).into()),
+        }
+    }
+
+    async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
+        let record = self.lease_record(lease_id).await?;
+        let id = record.etcd_lease;
+        let answer = self.etcd.call_raw("release", Resend::IfNeverReceived, || {
+            let mut lease = self.etcd.client.lease_client();
+            async move { lease.revoke(id).await }
+        });
+        match answer.await? {
+            Ok(_) => Ok(view_of(&record, 0)),
+            Err(e) if is_lease_not_found(&e) => Err(LeaseError::Expired),
+            Err(e) => Err(crate::error::storage("release", e).into()),
+        }
+    }
+
+    async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
+        let snap = self.read_lock(lock, None).await?;
+        Ok(self.view(lock, snap).await)
+    }
+
+    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = &self.etcd.keys;
+        let base = keys.epoch_prefix();
+        let mut start = base.clone();
+        start.extend_from_slice(prefix.as_bytes());
+        let options = GetOptions::new()
+            .with_prefix()
+            .with_keys_only()
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let snap = self
+            .etcd
+            .read("list locks", vec![TxnOp::get(start, Some(options))])
+            .await?;
+        let names: Vec<String> = snap
+            .all(0)
+            .iter()
+            .filter_map(|kv| kv.key().strip_prefix(base.as_slice()))
+            .map(|name| String::from_utf8_lossy(name).into_owned())
+            .collect();
+        // One snapshot per lock keeps this simple; listing is for operators, not hot paths.
+        let reads = names.iter().map(|name| async move {
+            let snap = self.read_lock(name, None).await?;
+            Ok::<_, StorageError>(self.view(name, snap).await)
+        });
+        futures::future::try_join_all(reads).await
+    }
+}

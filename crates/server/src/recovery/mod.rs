@@ -1,0 +1,166 @@
+//! # Recovery: backup, restore and the start-up checks that keep epochs monotonic (S11)
+//!
+//! A backup is older than the state it will one day replace: it does not know the epochs
+//! issued after it. Restoring it as it is would let the issuer hand out those epochs a
+//! second time, and let the store admit tokens it had already fenced out. Recovery has to
+//! keep both ends of the protocol, so this module:
+//!
+//! - [`backup`]: copies the database of a stopped server into a backup file (one
+//!   consistent snapshot, with its metadata), and refreshes the [epoch ledger](ledger);
+//! - [`restore`]: puts a backup in place with every lock's counter and every namespace's
+//!   high-water mark raised to one floor, chosen above every epoch that may have been
+//!   issued, and with the backup's lease records dropped (see [`restore`] for the rule);
+//! - [`check_before_open`] and [`check_and_refresh`]: a server refuses to start on a data
+//!   directory whose database is missing or behind its ledger; while it serves, it raises
+//!   the ledger every few seconds ([`spawn_ledger_refresh`]) and at a graceful stop.
+//!
+//! ## Invariants
+//! - Both commands are offline: they hold redb's lock on the database file, so they
+//!   refuse to run while a server has it open, and no server can start meanwhile.
+//! - The ledger only goes up, and is durable before the restored file is put in place.
+//! - The restored file replaces the old one by an atomic rename; the old file is kept
+//!   beside it (`palisade.redb.replaced-<time>`).
+//!
+//! ## What this does not guarantee
+//! - When the database being replaced cannot be read, the epochs issued after the
+//!   ledger's last update are unknown. The restore then assumes there were fewer than the
+//!   gap (default 1,000,000); `--epoch-floor` states a known bound instead. A lock created
+//!   after the ledger's last update is unknown to the restore and starts again from the
+//!   floor only if the issuer applies one to new locks; see `docs/operations.md`.
+//! - Losing the whole data directory loses the ledger too. Keep each backup's printed
+//!   metadata, and a copy of the ledger, somewhere else.
+
+pub mod ledger;
+mod restore;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::task::JoinHandle;
+
+use palisade_storage::redb_backend::offline::{BackupInfo, OfflineDb, OfflineError};
+use palisade_storage::redb_backend::RedbBackend;
+use palisade_storage::Backend;
+
+pub use self::ledger::EpochLedger;
+pub use self::restore::{restore, CurrentState, RestoreOptions, RestoreReport, DEFAULT_EPOCH_GAP};
+use crate::run::DB_FILE;
+
+/// Why a backup or restore did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum RecoveryError {
+    #[error(transparent)]
+    Offline(#[from] OfflineError),
+    #[error("{0}")]
+    Ledger(String),
+    /// The restore would not be safe as asked.
+    #[error("{0}")]
+    Refused(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Backs up the database of the stopped server in `data_dir` to `out` (which must not
+/// exist), and raises the data directory's ledger to what the database holds.
+pub fn backup(data_dir: &Path, out: &Path) -> Result<BackupInfo, RecoveryError> {
+    let db = OfflineDb::open(&data_dir.join(DB_FILE))?;
+    let summary = db.summary()?;
+    let mut ledger = EpochLedger::load(data_dir)
+        .map_err(RecoveryError::Ledger)?
+        .unwrap_or_default();
+    ledger.merge(&summary);
+    ledger
+        .store(data_dir, now_unix())
+        .map_err(RecoveryError::Ledger)?;
+    let id = hex::encode(rand::random::<[u8; 8]>());
+    Ok(db.backup_to(out, &id, now_unix())?)
+}
+
+/// Before the database is opened: a data directory whose ledger records issued epochs
+/// but whose database file is gone must not start afresh at epoch 1.
+pub fn check_before_open(data_dir: &Path) -> Result<(), String> {
+    let Some(ledger) = EpochLedger::load(data_dir)? else {
+        return Ok(());
+    };
+    let db = data_dir.join(DB_FILE);
+    if ledger.floor > 0 && !db.exists() {
+        return Err(format!(
+            "{} is missing, but the epoch ledger {} records epochs up to {}: starting with an \
+             empty database would issue them again. Restore a backup with `palisade admin \
+             restore --data-dir {} --from <backup>`",
+            db.display(),
+            ledger::path(data_dir).display(),
+            ledger.floor,
+            data_dir.display()
+        ));
+    }
+    Ok(())
+}
+
+/// After the database is opened, before serving: refuses a database that is behind the
+/// ledger, then raises the ledger to the database.
+pub async fn check_and_refresh(data_dir: &Path, backend: &RedbBackend) -> Result<(), String> {
+    let summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
+    let mut ledger = EpochLedger::load(data_dir)?.unwrap_or_default();
+    if let Some((lock, db, known)) = ledger.first_behind(&summary) {
+        return Err(format!(
+            "{} is behind the epoch ledger {}: lock {lock:?} reached epoch {known}, but the \
+             database says {db}. The file was replaced by an older copy or lost commits, and \
+             serving it would issue epochs a second time. Restore with `palisade admin \
+             restore --data-dir {} --from <file>`, which raises every epoch above the ledger",
+            data_dir.join(DB_FILE).display(),
+            ledger::path(data_dir).display(),
+            data_dir.display()
+        ));
+    }
+    ledger.merge(&summary);
+    ledger.store(data_dir, now_unix())
+}
+
+/// How often a running server raises the ledger to its database.
+pub const LEDGER_REFRESH: Duration = Duration::from_secs(10);
+
+/// While serving: raises the ledger every [`LEDGER_REFRESH`], so that a restore over a
+/// database lost later knows the epochs issued up to a few seconds before the loss, not
+/// only up to the last start. Stops when the returned handle is aborted.
+pub fn spawn_ledger_refresh(data_dir: PathBuf, backend: RedbBackend) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last = None;
+        loop {
+            tokio::time::sleep(LEDGER_REFRESH).await;
+            if backend.is_failed() {
+                continue;
+            }
+            // Rewrite the file only when something moved.
+            let Ok(summary) = backend.epoch_summary().await else {
+                continue;
+            };
+            if last.as_ref() != Some(&summary) {
+                refresh(&data_dir, &backend).await;
+                last = Some(summary);
+            }
+        }
+    })
+}
+
+/// Raises the ledger to the database, best effort (a failure is logged).
+pub async fn refresh(data_dir: &Path, backend: &RedbBackend) {
+    let refreshed = async {
+        let summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
+        let mut ledger = EpochLedger::load(data_dir)?.unwrap_or_default();
+        ledger.merge(&summary);
+        ledger.store(data_dir, now_unix())
+    };
+    if let Err(e) = refreshed.await {
+        tracing::warn!(error = %e, "could not update the epoch ledger");
+    }
+}

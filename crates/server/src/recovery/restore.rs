@@ -1,0 +1,262 @@
+//! The restore procedure of a data directory.
+//!
+//! The floor every lock's counter and every namespace's mark are raised to is
+//!
+//! ```text
+//! floor = max(backup's highest epoch,
+//!             highest epoch in the database being replaced, if it can be read,
+//!             the ledger's floor,
+//!             --epoch-floor) + --epoch-gap
+//! ```
+//!
+//! so the next acquisition of any known lock gets `floor + 1`. When the database being
+//! replaced can be read, the first three terms already cover every epoch ever issued by
+//! this directory and the gap is a margin. When it cannot, epochs issued after the
+//! ledger's last update are unknown and the gap is the assumption that there were fewer
+//! than that; the report carries a loud warning saying so.
+//!
+//! Raising the marks fences out every token issued before the restore, also the ones the
+//! store had fenced out after the backup was taken, and also the current holders' (the
+//! backup cannot tell who they are). Lease records are dropped for the same reason: a
+//! lease from the backup names a holder of the past, and honouring it would let that
+//! holder renew an old epoch. After a restore every holder acquires again.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use palisade_storage::redb_backend::offline::{
+    BackupInfo, OfflineDb, OfflineError, RestorePlan, Restored, StagedRestore,
+};
+use palisade_token::Epoch;
+
+use super::ledger::{self, sync_dir, EpochLedger, LedgerRestore};
+use super::{now_unix, RecoveryError};
+use crate::run::DB_FILE;
+
+/// The default margin above the highest known epoch.
+pub const DEFAULT_EPOCH_GAP: Epoch = 1_000_000;
+/// Largest floor a restore sets, so counters keep room to grow.
+const MAX_FLOOR: Epoch = 1 << 62;
+
+/// How to restore.
+#[derive(Debug, Clone)]
+pub struct RestoreOptions {
+    /// The backup file.
+    pub from: PathBuf,
+    /// A bound the operator knows: no epoch above it was ever issued.
+    pub epoch_floor: Option<Epoch>,
+    /// Margin added above the highest known epoch.
+    pub epoch_gap: Epoch,
+}
+
+/// What was known about the database being replaced.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum CurrentState {
+    Readable { max_epoch: Epoch, locks: usize },
+    Missing,
+    Unreadable { reason: String },
+}
+
+/// What a restore did, printed by the CLI as JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct RestoreReport {
+    pub backup: BackupInfo,
+    pub current: CurrentState,
+    pub ledger_floor: Option<Epoch>,
+    pub operator_floor: Option<Epoch>,
+    pub epoch_gap: Epoch,
+    /// Every known lock's counter and namespace's mark are at least this.
+    pub floor: Epoch,
+    /// The epoch the next acquisition of a known lock gets.
+    pub next_epoch: Epoch,
+    pub locks_floored: usize,
+    pub namespaces_fenced: usize,
+    pub leases_dropped: usize,
+    /// Where the replaced database file was kept, if there was one.
+    pub replaced_file: Option<PathBuf>,
+    pub warnings: Vec<String>,
+}
+
+/// Restores `opts.from` into `data_dir` (server stopped). See the module docs.
+pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, RecoveryError> {
+    let io = |path: &Path| {
+        let path = path.display().to_string();
+        move |source| RecoveryError::Io { path, source }
+    };
+    std::fs::create_dir_all(data_dir).map_err(io(data_dir))?;
+    let db_path = data_dir.join(DB_FILE);
+    let mut warnings = Vec::new();
+
+    // Held until the new file is in place: no server can open the old one meanwhile.
+    let (current_db, current, current_locks) = match OfflineDb::open(&db_path) {
+        Ok(db) => match db.summary() {
+            Ok(summary) => {
+                let state = CurrentState::Readable {
+                    max_epoch: summary.max(),
+                    locks: summary.locks.len(),
+                };
+                (Some(db), state, summary.locks.into_keys().collect())
+            }
+            Err(e) => (Some(db), unreadable(e), BTreeSet::new()),
+        },
+        Err(e @ OfflineError::Busy { .. }) => return Err(e.into()),
+        Err(OfflineError::Missing { .. }) => (None, CurrentState::Missing, BTreeSet::new()),
+        Err(e) => (None, unreadable(e), BTreeSet::new()),
+    };
+    let state_known = matches!(current, CurrentState::Readable { .. });
+
+    let (ledger, ledger_known) = match EpochLedger::load(data_dir) {
+        Ok(found) => (found.clone().unwrap_or_default(), found.is_some()),
+        Err(e) => {
+            warnings.push(format!(
+                "{e}; its floor is unknown and it will be replaced (kept as .damaged)"
+            ));
+            let aside = data_dir.join(format!("{}.damaged", ledger::LEDGER_FILE));
+            std::fs::rename(ledger::path(data_dir), &aside).map_err(io(&aside))?;
+            (EpochLedger::default(), false)
+        }
+    };
+
+    let staging = data_dir.join(format!("{DB_FILE}.restoring"));
+    let discard = |_: &OfflineError| {
+        let _ = std::fs::remove_file(&staging);
+    };
+    let staged = StagedRestore::stage(&opts.from, &staging).inspect_err(discard)?;
+    let backup = staged.info().clone();
+
+    let known_max = [
+        backup.max_epoch,
+        match current {
+            CurrentState::Readable { max_epoch, .. } => max_epoch,
+            _ => 0,
+        },
+        ledger.floor,
+        opts.epoch_floor.unwrap_or(0),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    if !state_known && opts.epoch_floor.is_none() {
+        if opts.epoch_gap == 0 {
+            let _ = std::fs::remove_file(&staging);
+            return Err(RecoveryError::Refused(format!(
+                "the database being replaced ({}) cannot be read, so the epochs it issued are \
+                 unknown: give --epoch-floor N (no epoch above N was ever issued) or a \
+                 non-zero --epoch-gap",
+                db_path.display()
+            )));
+        }
+        warnings.push(unknown_state_warning(
+            &db_path,
+            &current,
+            ledger_known.then_some(&ledger),
+            opts.epoch_gap,
+        ));
+    }
+    let floor = known_max
+        .checked_add(opts.epoch_gap)
+        .filter(|f| *f <= MAX_FLOOR)
+        .ok_or_else(|| {
+            let _ = std::fs::remove_file(&staging);
+            RecoveryError::Refused(format!(
+                "epoch floor {known_max} + gap {} exceeds {MAX_FLOOR}",
+                opts.epoch_gap
+            ))
+        })?;
+
+    let mut locks: BTreeSet<String> = backup.epochs.keys().cloned().collect();
+    locks.extend(current_locks);
+    locks.extend(ledger.locks.keys().cloned());
+    let restored_at_unix = now_unix();
+    let plan = RestorePlan {
+        floor,
+        locks: locks.clone(),
+        restored_at_unix,
+    };
+    let Restored {
+        locks_floored,
+        namespaces_fenced,
+        leases_dropped,
+        ..
+    } = staged.apply(&plan).inspect_err(discard)?;
+
+    // The ledger first: if we stop before the rename, the old file is behind the ledger
+    // and the server refuses it until the restore is run again.
+    let mut new_ledger = ledger.clone();
+    for lock in &locks {
+        new_ledger.raise(lock, floor);
+    }
+    new_ledger.floor = new_ledger.floor.max(floor);
+    new_ledger.last_restore = Some(LedgerRestore {
+        backup_id: backup.backup_id.clone(),
+        floor,
+        at_unix: restored_at_unix,
+    });
+    new_ledger
+        .store(data_dir, restored_at_unix)
+        .map_err(RecoveryError::Ledger)?;
+
+    let replaced_file = match current {
+        CurrentState::Missing => None,
+        _ => {
+            let aside = data_dir.join(format!("{DB_FILE}.replaced-{restored_at_unix}"));
+            if std::fs::hard_link(&db_path, &aside).is_err() {
+                std::fs::copy(&db_path, &aside).map_err(io(&aside))?;
+            }
+            Some(aside)
+        }
+    };
+    std::fs::rename(&staging, &db_path).map_err(io(&db_path))?;
+    sync_dir(data_dir).map_err(io(data_dir))?;
+    drop(current_db);
+
+    Ok(RestoreReport {
+        backup,
+        current,
+        ledger_floor: ledger_known.then_some(ledger.floor),
+        operator_floor: opts.epoch_floor,
+        epoch_gap: opts.epoch_gap,
+        floor,
+        next_epoch: floor + 1,
+        locks_floored,
+        namespaces_fenced,
+        leases_dropped,
+        replaced_file,
+        warnings,
+    })
+}
+
+fn unreadable(e: OfflineError) -> CurrentState {
+    CurrentState::Unreadable {
+        reason: e.to_string(),
+    }
+}
+
+fn unknown_state_warning(
+    db: &Path,
+    current: &CurrentState,
+    ledger: Option<&EpochLedger>,
+    gap: Epoch,
+) -> String {
+    let what = match current {
+        CurrentState::Unreadable { reason } => reason.clone(),
+        _ => format!("{} is missing", db.display()),
+    };
+    let since = match ledger {
+        Some(l) => format!(
+            "the epoch ledger was last updated at {} (unix time) with floor {}",
+            l.updated_at_unix, l.floor
+        ),
+        None => "there is no epoch ledger either".to_string(),
+    };
+    format!(
+        "UNSAFE UNLESS YOU CHECK: {what}, so the epochs issued since the backup are \
+         unknown; {since}. This restore assumes fewer than {gap} \
+         epochs were issued after that. If more may have been, run it again with \
+         --epoch-floor N (N at least every epoch ever issued). Locks created after the \
+         ledger's last update are not known to this restore."
+    )
+}

@@ -1,0 +1,205 @@
+//! The run's summary: operations by outcome, faults by kind, checker verdicts. Printed for
+//! a human and written as `summary.json` for scripts and tests.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use palisade_checker::{History, OpKind, Outcome, Report, Validity, Violation};
+use serde::Serialize;
+
+use crate::nemesis::FaultRecord;
+
+/// Counts by outcome.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Outcomes {
+    pub ok: usize,
+    pub fail: usize,
+    pub info: usize,
+}
+
+impl Outcomes {
+    fn add(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Ok => self.ok += 1,
+            Outcome::Fail => self.fail += 1,
+            Outcome::Info => self.info += 1,
+        }
+    }
+
+    pub fn total(&self) -> usize {
+        self.ok + self.fail + self.info
+    }
+}
+
+/// One checker's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub valid: Validity,
+    pub violations: usize,
+    pub summary: String,
+}
+
+/// Everything `summary.json` holds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub command: String,
+    pub workload: String,
+    pub target: String,
+    pub seed: u64,
+    pub time_secs: u64,
+    pub workers: u32,
+    pub ttl_ms: u64,
+    pub ops: Outcomes,
+    pub ops_by_kind: BTreeMap<String, Outcomes>,
+    /// Refusal codes of `fail` operations (e.g. `stale_token`, `lock_held`).
+    pub fail_codes: BTreeMap<String, usize>,
+    pub faults: BTreeMap<String, usize>,
+    pub checkers: BTreeMap<String, Verdict>,
+    /// Violations over all checkers.
+    pub violations: usize,
+    /// Of which lost updates (lock-set).
+    pub lost_updates: usize,
+    /// Things the reader should know (workers killed at the end, unreadable lines, ...).
+    pub notes: Vec<String>,
+}
+
+/// What went into the summary besides the history.
+pub struct RunFacts {
+    pub command: String,
+    pub workload: String,
+    pub target: String,
+    pub seed: u64,
+    pub time_secs: u64,
+    pub workers: u32,
+    pub ttl_ms: u64,
+    pub notes: Vec<String>,
+}
+
+impl Summary {
+    pub fn new(
+        facts: RunFacts,
+        history: &History,
+        faults: &[FaultRecord],
+        reports: &[(&'static str, Report)],
+    ) -> Summary {
+        let mut ops = Outcomes::default();
+        let mut ops_by_kind: BTreeMap<String, Outcomes> = BTreeMap::new();
+        let mut fail_codes: BTreeMap<String, usize> = BTreeMap::new();
+        for op in history.ops().iter().filter(|op| op.kind != OpKind::Restart) {
+            ops.add(op.outcome);
+            ops_by_kind
+                .entry(op.kind.as_str().to_owned())
+                .or_default()
+                .add(op.outcome);
+            if op.outcome == Outcome::Fail {
+                let code = op.error.clone().unwrap_or_else(|| "?".into());
+                *fail_codes.entry(code).or_default() += 1;
+            }
+        }
+        let mut fault_counts: BTreeMap<String, usize> = BTreeMap::new();
+        for f in faults {
+            *fault_counts.entry(f.kind.as_str().to_owned()).or_default() += 1;
+        }
+        let checkers: BTreeMap<String, Verdict> = reports
+            .iter()
+            .map(|(name, r)| {
+                let verdict = Verdict {
+                    valid: r.valid,
+                    violations: r.violations.len(),
+                    summary: r.summary(),
+                };
+                ((*name).to_owned(), verdict)
+            })
+            .collect();
+        let all = reports.iter().flat_map(|(_, r)| &r.violations);
+        let lost_updates = all
+            .clone()
+            .filter(|v| matches!(v, Violation::LostUpdate { .. }))
+            .count();
+        Summary {
+            command: facts.command,
+            workload: facts.workload,
+            target: facts.target,
+            seed: facts.seed,
+            time_secs: facts.time_secs,
+            workers: facts.workers,
+            ttl_ms: facts.ttl_ms,
+            ops,
+            ops_by_kind,
+            fail_codes,
+            faults: fault_counts,
+            checkers,
+            violations: all.count(),
+            lost_updates,
+            notes: facts.notes,
+        }
+    }
+
+    /// The text printed at the end of a run.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let o = &self.ops;
+        let _ = writeln!(
+            out,
+            "\n{} on {}: {} operations ({} ok, {} fail, {} info)",
+            self.workload,
+            self.target,
+            o.total(),
+            o.ok,
+            o.fail,
+            o.info
+        );
+        for (kind, c) in &self.ops_by_kind {
+            let _ = writeln!(
+                out,
+                "  {kind:<9} {:>6} ok {:>6} fail {:>6} info",
+                c.ok, c.fail, c.info
+            );
+        }
+        if !self.fail_codes.is_empty() {
+            let codes: Vec<String> = self
+                .fail_codes
+                .iter()
+                .map(|(c, n)| format!("{c} {n}"))
+                .collect();
+            let _ = writeln!(out, "  refusals: {}", codes.join(", "));
+        }
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let faults = if faults.is_empty() {
+            "none".to_owned()
+        } else {
+            faults.join(", ")
+        };
+        let _ = writeln!(out, "faults injected: {faults}");
+        let _ = writeln!(out, "checkers:");
+        for (name, v) in &self.checkers {
+            let text = clip_violations(&v.summary, 10).replace('\n', "\n    ");
+            let _ = writeln!(out, "  {name}: {text}");
+        }
+        for note in &self.notes {
+            let _ = writeln!(out, "note: {note}");
+        }
+        let _ = writeln!(
+            out,
+            "violations: {} ({} lost updates)",
+            self.violations, self.lost_updates
+        );
+        let _ = writeln!(out, "seed {}: rerun with `{}`", self.seed, self.command);
+        out
+    }
+}
+
+/// At most `max` lines of a checker's summary, for the terminal (the report has all).
+fn clip_violations(text: &str, max: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= max {
+        return text.to_owned();
+    }
+    let mut out = lines[..max].join("\n");
+    let _ = write!(out, "\n    ... {} more (see the report)", lines.len() - max);
+    out
+}

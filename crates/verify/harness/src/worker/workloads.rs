@@ -1,0 +1,188 @@
+//! One iteration of each workload. Each records every call it makes, and ends its
+//! iteration (releasing the lease) as soon as the store says it is fenced off.
+
+use std::collections::BTreeSet;
+
+use palisade_checker::lockset::decode_set;
+use palisade_checker::OpKind;
+use palisade_client::{Error, LeaseGuard};
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use super::Worker;
+use crate::args::Workload;
+use crate::VerifyError;
+
+/// The lock-set key (one set per lock).
+pub const SET_KEY: &str = "elements";
+/// Keys of the register workload.
+const REGISTER_KEYS: [&str; 3] = ["k0", "k1", "k2"];
+
+/// Acquire, fence, read the set, sleep inside the critical section, write the set back
+/// with one new unique element, release.
+///
+/// The fence (barrier) is what makes this safe under delays: acquiring notifies no
+/// resource (S10), so without it an older holder's delayed write could land after this
+/// holder's read and be overwritten by this holder's write. After the fence, the store
+/// refuses every older epoch, so the set read is the set that will be overwritten.
+pub async fn lock_set(w: &mut Worker) -> Result<(), VerifyError> {
+    let lock = Workload::LockSet.locks()[0];
+    let Some(guard) = w.acquire(lock).await? else {
+        return Ok(());
+    };
+    let epoch = guard.epoch();
+    let kv = w.store.fenced_kv(lock, guard.token());
+
+    let flight = w
+        .rec
+        .invoke(OpKind::Fence, |op| op.lock(lock).epoch(epoch))?;
+    if let Err(e) = kv.fence().await {
+        w.rec.error(flight, &e)?;
+        return w.release(guard).await;
+    }
+    w.rec.ok(flight)?;
+
+    let mut flight = w
+        .rec
+        .invoke(OpKind::ReadSet, |op| op.lock(lock).key(SET_KEY))?;
+    let stored = match kv.get(SET_KEY).await {
+        Ok(entry) => entry.map(|e| String::from_utf8_lossy(&e.value).into_owned()),
+        Err(e) => {
+            w.rec.error(flight, &e)?;
+            return w.release(guard).await;
+        }
+    };
+    flight.op.value = stored.clone();
+    w.rec.ok(flight)?;
+    let mut set: BTreeSet<String> = match stored.as_deref().map(decode_set) {
+        None => BTreeSet::new(),
+        Some(Ok(set)) => set,
+        // Not ours to repair: leave the garbage for the checkers to report.
+        Some(Err(_)) => return w.release(guard).await,
+    };
+
+    // The critical section: most of the cycle, so a pause or delay usually lands here.
+    let work = w.ttl_fraction(0.5, 1.0);
+    tokio::time::sleep(work).await;
+
+    let element = w.unique_value();
+    set.insert(element.clone());
+    let body = serde_json::to_string(&set)
+        .map_err(|e| VerifyError::Internal(format!("cannot encode a set: {e}")))?;
+    let mut flight = w.rec.invoke(OpKind::Add, |op| {
+        op.lock(lock).key(SET_KEY).value(&element).epoch(epoch)
+    })?;
+    match kv.put(SET_KEY, body).await {
+        Ok(written) => {
+            flight.op.revision = Some(written.revision);
+            flight.op.returned_epoch = Some(written.epoch);
+            w.rec.ok(flight)?;
+        }
+        Err(e) => w.rec.error(flight, &e)?,
+    }
+    w.release(guard).await
+}
+
+/// A few fenced writes, deletes and plain reads of a few keys, within one lease.
+pub async fn register(w: &mut Worker) -> Result<(), VerifyError> {
+    let lock = *Workload::Register
+        .locks()
+        .choose(&mut w.rng)
+        .ok_or_else(|| VerifyError::Internal("no register locks".into()))?;
+    let Some(guard) = w.acquire(lock).await? else {
+        return Ok(());
+    };
+    if w.rng.gen_bool(0.5) && !fence(w, &guard).await? {
+        return w.release(guard).await;
+    }
+    let ops = w.rng.gen_range(2..=5);
+    for _ in 0..ops {
+        let key = REGISTER_KEYS[w.rng.gen_range(0..REGISTER_KEYS.len())];
+        let roll: f64 = w.rng.gen();
+        let fenced_off = if roll < 0.4 {
+            read(w, lock, key).await?;
+            false
+        } else {
+            mutate(w, &guard, key, roll < 0.9).await?
+        };
+        if fenced_off {
+            break;
+        }
+        let gap = w.ttl_fraction(0.1, 0.35);
+        tokio::time::sleep(gap).await;
+    }
+    w.release(guard).await
+}
+
+/// Acquire, hold briefly, release: only the issued epochs matter.
+pub async fn tokens(w: &mut Worker) -> Result<(), VerifyError> {
+    let lock = *Workload::Tokens
+        .locks()
+        .choose(&mut w.rng)
+        .ok_or_else(|| VerifyError::Internal("no token locks".into()))?;
+    let Some(guard) = w.acquire(lock).await? else {
+        return Ok(());
+    };
+    let hold = w.ttl_fraction(0.0, 0.5);
+    tokio::time::sleep(hold).await;
+    w.release(guard).await
+}
+
+/// Barrier; false if it did not succeed.
+async fn fence(w: &mut Worker, guard: &LeaseGuard) -> Result<bool, VerifyError> {
+    let (lock, epoch) = (guard.lock().to_owned(), guard.epoch());
+    let flight = w
+        .rec
+        .invoke(OpKind::Fence, |op| op.lock(&lock).epoch(epoch))?;
+    match w.store.fenced_kv(&lock, guard.token()).fence().await {
+        Ok(_) => w.rec.ok(flight).map(|()| true),
+        Err(e) => w.rec.error(flight, &e).map(|()| false),
+    }
+}
+
+async fn read(w: &mut Worker, lock: &str, key: &str) -> Result<(), VerifyError> {
+    let mut flight = w.rec.invoke(OpKind::Read, |op| op.lock(lock).key(key))?;
+    match w.store.kv(lock).get(key).await {
+        Ok(entry) => {
+            flight.op.value = entry.map(|e| String::from_utf8_lossy(&e.value).into_owned());
+            w.rec.ok(flight)
+        }
+        Err(e) => w.rec.error(flight, &e),
+    }
+}
+
+/// A put of a unique value (`put`) or a delete; true if the store said we are fenced off.
+async fn mutate(
+    w: &mut Worker,
+    guard: &LeaseGuard,
+    key: &str,
+    put: bool,
+) -> Result<bool, VerifyError> {
+    let (lock, epoch) = (guard.lock().to_owned(), guard.epoch());
+    let kv = w.store.fenced_kv(&lock, guard.token());
+    let (result, mut flight) = if put {
+        let value = w.unique_value();
+        let flight = w.rec.invoke(OpKind::Write, |op| {
+            op.lock(&lock).key(key).value(&value).epoch(epoch)
+        })?;
+        (kv.put(key, value).await, flight)
+    } else {
+        let flight = w
+            .rec
+            .invoke(OpKind::Delete, |op| op.lock(&lock).key(key).epoch(epoch))?;
+        (kv.delete(key).await, flight)
+    };
+    match result {
+        Ok(written) => {
+            flight.op.revision = Some(written.revision);
+            flight.op.returned_epoch = Some(written.epoch);
+            w.rec.ok(flight)?;
+            Ok(false)
+        }
+        Err(e) => {
+            let fenced = matches!(e, Error::Stale { .. });
+            w.rec.error(flight, &e)?;
+            Ok(fenced)
+        }
+    }
+}
