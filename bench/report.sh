@@ -56,8 +56,9 @@ Durability, the same for all: an fsync before each reply.
 - PostgreSQL: \`fsync=on\`, \`synchronous_commit=on\`, \`full_page_writes=on\`; each statement its own transaction.
 - etcd: defaults (the WAL is fsync'd before a write is answered).
 
-The disk itself: **$FSYNC**. No system can answer a durable write alone faster than
-that; all of them batch concurrent writes into one fsync.
+The disk itself (a 4 KiB write + fdatasync, 1000 times one after another, in the same
+directory as the servers' data): **$FSYNC** before the runs, **$FSYNC_AFTER** after.
+All of the systems group concurrent writes into one fsync.
 
 ## Machine and versions
 
@@ -91,9 +92,9 @@ MD
         echo "| benchmark | time per iteration |"
         echo "|---|---:|"
         awk '/^[a-z_]+\/[a-z0-9_]+/ { name = $1 }
-             /time:/ { printf "| %s | %s %s |\n", name, $(NF-3), $(NF-2) }' "$WORK/micro.txt"
+             /time:/ && !/%/ { printf "| %s | %s %s |\n", name, $(NF-3), $(NF-2) }' "$WORK/micro.txt"
         echo
-        grep '^storage:' "$WORK/micro.txt" | sed 's/^/- /' || true
+        grep -E '^(storage|lock_table):' "$WORK/micro.txt" | sed 's/^/- /' || true
     else
         echo "(not run this time: MICRO=0)"
     fi

@@ -48,7 +48,8 @@ pub struct ScaleReport {
     pub keepalive_max_us: u64,
     /// Longest time one client took to renew all of its leases once.
     pub max_round_ms: u64,
-    /// Longest time between two successful renewals of one lease.
+    /// Longest time between two successful renewals of one lease (the first gap counted
+    /// from the start of the renewal period).
     pub max_gap_ms: u64,
     /// Leases the server reported expired while being renewed.
     pub lost: u64,
@@ -94,7 +95,7 @@ impl std::fmt::Display for ScaleReport {
         let kept = if self.lost == 0 { "yes" } else { "NO" };
         writeln!(
             f,
-            "  kept up: {kept} ({} leases lost; longest renewal round {} ms; longest gap between renewals of one lease {} ms)",
+            "  kept up: {kept} ({} leases lost; longest renewal round {} ms; longest time one lease went unrenewed {} ms)",
             self.lost, self.max_round_ms, self.max_gap_ms
         )?;
         writeln!(

@@ -64,6 +64,11 @@ async fn renew(mut conn: Conn, mut leases: Held, offset: Duration, until: Instan
         errors: BTreeMap::new(),
     };
     tokio::time::sleep(offset).await;
+    // Gaps are measured from here: the time it took to acquire them all is `hold_s`.
+    let start = Instant::now();
+    for (_, last) in leases.iter_mut().flatten() {
+        *last = start;
+    }
     let mut tick = tokio::time::interval(RENEW_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

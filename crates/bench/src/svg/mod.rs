@@ -1,5 +1,10 @@
-//! A hand-written SVG chart: throughput (left) and p99 latency (right) by client count,
-//! one line per (target, job). No dependencies, readable in any browser.
+//! Hand-written SVG charts, no dependencies, readable in any browser:
+//!
+//! - for one target's sweep: throughput (left) and p99 latency (right) by client count,
+//!   one line per job;
+//! - for a comparison of targets (`--merge`): grouped bars per job, in [`bars`].
+
+mod bars;
 
 use std::fmt::Write;
 
@@ -11,12 +16,24 @@ const PANEL_H: f64 = 240.0;
 const LEFT: f64 = 70.0;
 const TOP: f64 = 40.0;
 const GAP: f64 = 110.0;
-const COLORS: [&str; 8] = [
+pub(super) const COLORS: [&str; 8] = [
     "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2",
 ];
 
+/// The chart that suits `runs`: bars when they compare several targets, else lines.
+pub fn chart(runs: &[Summary]) -> String {
+    let mut targets: Vec<_> = runs.iter().map(|r| r.target).collect();
+    targets.sort();
+    targets.dedup();
+    if targets.len() > 1 {
+        bars::chart(runs)
+    } else {
+        lines(runs)
+    }
+}
+
 /// The smallest of 1, 2, 2.5, 5 times a power of ten that is at least `v`.
-fn nice_ceiling(v: f64) -> f64 {
+pub(super) fn nice_ceiling(v: f64) -> f64 {
     if v.is_nan() || v <= 0.0 || !v.is_finite() {
         return 1.0;
     }
@@ -37,7 +54,7 @@ fn short(v: f64) -> String {
     }
 }
 
-fn escape(text: &str) -> String {
+pub(super) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -50,8 +67,8 @@ struct Panel<'a> {
     label: fn(f64) -> String,
 }
 
-/// The chart of `runs` as an SVG document.
-pub fn chart(runs: &[Summary]) -> String {
+/// Throughput and p99 by client count, one line per (target, job).
+fn lines(runs: &[Summary]) -> String {
     let mut xs: Vec<usize> = runs.iter().map(|r| r.clients).collect();
     xs.sort_unstable();
     xs.dedup();
