@@ -31,7 +31,7 @@ $COMMAND
 \`\`\`
 
 **Read the ratios, not the absolute figures.** Every system ran on the same machine in
-the same run, one after the other, with the load generator (\`palisade bench\`) on the
+the same run, each job on the four systems back to back, with the load generator (\`palisade bench\`) on the
 same $(nproc) cores as the server it measured. The machine is shared with other work
 (load average $LOAD_BEFORE before the runs, $LOAD_AFTER after), so figures move by
 tens of percent between runs; ratios from one run move much less. The \`bench cpu\` and
