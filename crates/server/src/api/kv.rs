@@ -11,12 +11,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use palisade_storage::{Action, Applied, FencedOp, Idempotency, Precondition};
 
-use super::{lock_name, path, read_body, ApiError, AppState};
+use super::{lock_name, path, read_body, ApiError, AppState, ListQuery};
 
 const MAX_KEY_LEN: usize = 1024;
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
@@ -302,13 +302,6 @@ pub async fn get(
     Ok(response)
 }
 
-#[derive(Deserialize)]
-pub struct ListQuery {
-    #[serde(default)]
-    prefix: String,
-    limit: Option<usize>,
-}
-
 #[derive(Serialize)]
 pub struct KeyList {
     lock: String,
@@ -323,7 +316,7 @@ pub async fn list(
     let lock = path(lock)?;
     lock_name(&lock)?;
     let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
-    let limit = query.limit.unwrap_or(1000).min(10_000);
+    let limit = query.limit();
     let keys = state.backend.list(&lock, &query.prefix, limit).await?;
     Ok(Json(KeyList { lock, keys }))
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use palisade_core::lock_table::{AcquireRequest, LockView};
 use palisade_token::MAX_HOLDER_LEN;
 
-use super::{json_body, lock_name, path, ApiError, AppState};
+use super::{json_body, lock_name, path, ApiError, AppState, ListQuery};
 
 const MIN_TTL_MS: u64 = 50;
 const MAX_TTL_MS: u64 = 3_600_000;
@@ -160,13 +160,6 @@ pub async fn status(
     Ok(Json(state.issuer.status(&lock).await?.into()))
 }
 
-#[derive(Deserialize)]
-pub struct ListQuery {
-    #[serde(default)]
-    prefix: String,
-    limit: Option<usize>,
-}
-
 #[derive(Serialize)]
 pub struct LockList {
     locks: Vec<LockStatus>,
@@ -177,7 +170,7 @@ pub async fn list(
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<LockList>, ApiError> {
     let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
-    let limit = query.limit.unwrap_or(1000).min(10_000);
+    let limit = query.limit();
     let locks = state.issuer.list(&query.prefix, limit).await?;
     Ok(Json(LockList {
         locks: locks.into_iter().map(Into::into).collect(),

@@ -37,6 +37,21 @@ pub struct AppState {
     pub max_value_bytes: usize,
 }
 
+/// `?prefix=&limit=` of the list routes.
+#[derive(serde::Deserialize)]
+pub struct ListQuery {
+    #[serde(default)]
+    prefix: String,
+    limit: Option<usize>,
+}
+
+impl ListQuery {
+    /// The requested limit: 1,000 by default, 10,000 at most.
+    fn limit(&self) -> usize {
+        self.limit.unwrap_or(1000).min(10_000)
+    }
+}
+
 /// Largest JSON body accepted by the lock routes.
 const MAX_JSON_BODY: usize = 64 * 1024;
 
