@@ -90,6 +90,11 @@ struct ServeArgs {
     /// After a lease expires without release, keep its lock ungrantable this long (ms).
     #[arg(long, env = "PALISADE_LOCK_DELAY_MS", default_value_t = 0)]
     lock_delay_ms: u64,
+    /// A released lock taken again within this many ms is granted without waiting for a
+    /// disk write (its durable reservation still covers it). After a crash, the locks
+    /// released within this window before it wait one TTL, like the locks that were held.
+    #[arg(long, env = "PALISADE_IDLE_GRACE_MS", default_value_t = palisade_server::DEFAULT_IDLE_GRACE_MS)]
+    idle_grace_ms: u64,
     /// Largest value accepted by the store, in bytes.
     #[arg(long, env = "PALISADE_MAX_VALUE_BYTES", default_value_t = 1024 * 1024)]
     max_value_bytes: usize,
@@ -100,6 +105,9 @@ struct ServeArgs {
     /// How many verified tokens to cache.
     #[arg(long, env = "PALISADE_TOKEN_CACHE", default_value_t = 65_536)]
     token_cache: usize,
+    /// Page cache of the embedded database, in MiB (the embedded backend only).
+    #[arg(long, env = "PALISADE_DB_CACHE_MB", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    db_cache_mb: u64,
     /// Where state lives: `embedded` (one redb file in --data-dir, one node) or `etcd`
     /// (several stateless nodes sharing an etcd cluster; needs a build with `--features
     /// etcd`, --etcd-endpoints and --signing-key-file). See docs/deployment.md.
@@ -178,9 +186,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .context("bad --policy")?;
     let mut config = palisade_server::ServerConfig::new(args.listen, args.data_dir);
     config.lock_delay_ms = args.lock_delay_ms;
+    config.idle_grace_ms = args.idle_grace_ms;
     config.max_value_bytes = args.max_value_bytes;
     config.policies = policies;
     config.token_cache = args.token_cache;
+    config.db_cache_bytes = usize::try_from(args.db_cache_mb * 1024 * 1024)
+        .context("--db-cache-mb is too large for this machine")?;
     config.signing_key_file = args.signing_key_file;
     config.trust_key_files = args.trust_key_files;
     if args.backend == "etcd" {

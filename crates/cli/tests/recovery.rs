@@ -12,8 +12,11 @@ mod offline;
 use common::{code, Http, Server};
 use offline::{acquire, acquire_body, assert_unique, backup, cycle, max_issued, put, restore};
 
+/// Without the idle grace: these tests kill the server right after releasing locks and
+/// take them again after the restart, which the grace would delay by one TTL (its
+/// documented price after a crash).
 fn start(data: &std::path::Path) -> (Server, Http) {
-    let server = Server::start_in(data, 0, &[]).expect("server starts");
+    let server = Server::start_in(data, 0, &["--idle-grace-ms", "0"]).expect("server starts");
     let http = Http::new(&server.url);
     (server, http)
 }

@@ -5,6 +5,9 @@ use std::path::PathBuf;
 
 use palisade_core::gate::Policy;
 
+/// Default of [`ServerConfig::idle_grace_ms`].
+pub const DEFAULT_IDLE_GRACE_MS: u64 = 1_000;
+
 /// Everything `palisade serve` can be told.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -14,12 +17,17 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// Lock-delay after a lease expires without release.
     pub lock_delay_ms: u64,
+    /// How long a released lock stays covered by its durable reservation, so that taking
+    /// it again soon needs no disk write (see `palisade_core::lock_table::TableConfig`).
+    pub idle_grace_ms: u64,
     /// Largest value accepted by `PUT /v1/kv`, in bytes.
     pub max_value_bytes: usize,
     /// Per-namespace gate policies.
     pub policies: NamespacePolicies,
     /// How many verified tokens to remember.
     pub token_cache: usize,
+    /// Bytes of the embedded database's page cache.
+    pub db_cache_bytes: usize,
     /// Where the issuer's records and the fenced store live.
     pub backend: BackendConfig,
     /// Sign tokens with this key (64 hex characters, mode 0600) instead of the data
@@ -55,9 +63,11 @@ impl ServerConfig {
             listen,
             data_dir,
             lock_delay_ms: 0,
+            idle_grace_ms: DEFAULT_IDLE_GRACE_MS,
             max_value_bytes: 1024 * 1024,
             policies: NamespacePolicies::default(),
             token_cache: 65_536,
+            db_cache_bytes: palisade_storage::redb_backend::DEFAULT_CACHE_BYTES,
             backend: BackendConfig::Embedded,
             signing_key_file: None,
             trust_key_files: Vec::new(),

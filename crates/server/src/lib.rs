@@ -31,5 +31,5 @@ pub mod openapi;
 pub mod recovery;
 mod run;
 
-pub use config::{BackendConfig, NamespacePolicies, ServerConfig};
+pub use config::{BackendConfig, NamespacePolicies, ServerConfig, DEFAULT_IDLE_GRACE_MS};
 pub use run::{serve, RunningServer, ServerError, DB_FILE};

@@ -109,10 +109,13 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .map_err(ServerError::Key)?;
     recovery::check_before_open(dir).map_err(ServerError::Recovery)?;
     let db_path = dir.join(DB_FILE);
-    let redb =
-        tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, RedbOptions::default()))
-            .await
-            .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??;
+    let options = RedbOptions {
+        cache_bytes: config.db_cache_bytes,
+        ..RedbOptions::default()
+    };
+    let redb = tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, options))
+        .await
+        .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??;
     recovery::check_and_refresh(dir, &redb)
         .await
         .map_err(ServerError::Recovery)?;
@@ -124,6 +127,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         signer,
         TableConfig {
             lock_delay_ms: config.lock_delay_ms,
+            idle_grace_ms: config.idle_grace_ms,
             ..Default::default()
         },
     )

@@ -205,6 +205,7 @@ fn reservations_cover_hand_offs_and_survive_a_restart() {
     let config = TableConfig {
         lock_delay_ms: 0,
         epoch_block: 100,
+        idle_grace_ms: 0,
     };
     let mut t = LockTable::new(config);
     let first = granted(t.acquire(0, req("L", "a", 1000, 0, "l1")));
@@ -250,6 +251,77 @@ fn reservations_cover_hand_offs_and_survive_a_restart() {
     let g = granted(t.acquire(5010, req("L", "d", 10, 0, "l4")));
     assert_eq!(g.epoch, 103, "epochs continue above the ceiling");
     assert!(g.reserve.is_some());
+}
+
+#[test]
+fn a_restored_lease_expiring_early_does_not_cut_the_reservation_block_short() {
+    let mut t = LockTable::new(TableConfig {
+        lock_delay_ms: 10,
+        epoch_block: 100,
+        idle_grace_ms: 0,
+    });
+    // An old lease record (its lazy removal was lost) and an active reservation for
+    // leases of up to 1000 ms: a newer holder may have been answered without a record.
+    t.restore(
+        0,
+        [("L".to_string(), 4)],
+        [Grant {
+            lock: "L".into(),
+            holder: "old".into(),
+            epoch: 4,
+            lease_id: "a".into(),
+            ttl_ms: 100,
+            reserve: None,
+        }],
+    );
+    let active = Reservation {
+        ceiling: 5,
+        max_ttl_ms: 1000,
+        active: true,
+    };
+    t.restore_reservations(0, [("L".to_string(), active)]);
+    t.poll(200); // the old lease expired at 100; its lock-delay would end at 110
+    assert!(matches!(
+        t.acquire(500, req("L", "x", 10, 0, "l1")),
+        AcquireOutcome::Held { .. }
+    ));
+    assert_eq!(
+        granted(t.acquire(1010, req("L", "x", 10, 0, "l1"))).epoch,
+        6
+    );
+}
+
+#[test]
+fn a_lock_taken_again_within_the_idle_grace_needs_no_disk_write() {
+    let mut t = LockTable::new(TableConfig {
+        lock_delay_ms: 0,
+        epoch_block: 100,
+        idle_grace_ms: 50,
+    });
+    let first = granted(t.acquire(0, req("L", "a", 1000, 0, "l1")));
+    t.confirm(0, "L", first.reserve.expect("an idle lock reserves first"));
+    t.release(10, "l1").unwrap();
+    assert!(
+        t.drain_events().is_empty(),
+        "no idle marker inside the grace"
+    );
+    assert_eq!(t.next_wakeup(), Some(60), "a timer at the end of the grace");
+    // Taken again inside the grace: covered, no disk write.
+    let second = granted(t.acquire(40, req("L", "b", 1000, 0, "l2")));
+    assert_eq!((second.epoch, second.reserve), (2, None));
+    t.release(45, "l2").unwrap();
+    // The grace counts from the latest release, not the first.
+    t.poll(60);
+    assert!(t.drain_events().is_empty(), "{:?}", t.drain_events());
+    t.poll(95);
+    let idle = t.drain_events();
+    assert!(
+        matches!(&idle[..], [Event::Idle { lock, reservation }] if lock == "L" && !reservation.active),
+        "{idle:?}"
+    );
+    // Once marked idle, the next grant waits for the disk again.
+    let third = granted(t.acquire(100, req("L", "c", 1000, 0, "l3")));
+    assert!(third.reserve.is_some());
 }
 
 #[test]
@@ -306,8 +378,9 @@ proptest! {
         delay in 0u64..50,
         block in 1u64..5,
         lose_idle in any::<bool>(),
+        grace in prop_oneof![Just(0u64), 1u64..40],
     ) {
-        let config = TableConfig { lock_delay_ms: delay, epoch_block: block };
+        let config = TableConfig { lock_delay_ms: delay, epoch_block: block, idle_grace_ms: grace };
         let mut t = LockTable::new(config);
         let mut now = 0;
         let mut next_id = 0u32;

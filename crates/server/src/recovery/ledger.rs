@@ -16,6 +16,13 @@
 //!
 //! It is a lower bound, not a record of every grant: epochs issued after its last update
 //! are not in it. That is what the restore's gap is for (see `docs/operations.md`).
+//!
+//! While a server runs, the per-lock map is not rewritten: at a million locks that would
+//! mean a full scan of the database and a file of tens of megabytes every few seconds.
+//! Instead the server keeps a small side file, `epoch-ledger.floor.json`, with the highest
+//! epoch its commits have written (the writer tracks it, so no scan is needed), and
+//! [`EpochLedger::load`] raises the ledger's `floor` to it. The per-lock map is brought up
+//! to date at every start and graceful stop, by backups and by restores.
 
 use std::collections::BTreeMap;
 use std::io::{ErrorKind, Write};
@@ -28,6 +35,8 @@ use palisade_token::Epoch;
 
 /// Ledger file name inside the data directory.
 pub const LEDGER_FILE: &str = "epoch-ledger.json";
+/// The running server's floor file (see the module docs).
+pub const FLOOR_FILE: &str = "epoch-ledger.floor.json";
 const VERSION: u32 = 1;
 
 /// The last restore, as the ledger remembers it.
@@ -55,10 +64,87 @@ pub fn path(dir: &Path) -> PathBuf {
     dir.join(LEDGER_FILE)
 }
 
+/// The floor side file: the highest epoch a running server's commits reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct FloorFile {
+    version: u32,
+    floor: Epoch,
+    updated_at_unix: u64,
+}
+
+/// Writes `floor` into the side file of `dir`, atomically (the ledger's own `load` raises
+/// its floor to it). Only ever called with a floor the database has durably reached.
+pub fn store_floor(dir: &Path, floor: Epoch, now_unix: u64) -> Result<(), String> {
+    let text = serde_json::to_vec(&FloorFile {
+        version: VERSION,
+        floor,
+        updated_at_unix: now_unix,
+    })
+    .map_err(|e| format!("cannot encode the epoch floor: {e}"))?;
+    write_atomically(dir, FLOOR_FILE, &text)
+}
+
+/// Reads the side file: `Ok(None)` when there is none.
+fn load_floor(dir: &Path) -> Result<Option<FloorFile>, String> {
+    let file = dir.join(FLOOR_FILE);
+    let text = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read epoch floor {}: {e}", file.display())),
+    };
+    let floor: FloorFile = serde_json::from_str(&text)
+        .map_err(|e| format!("epoch floor {} is damaged: {e}", file.display()))?;
+    if floor.version != VERSION {
+        return Err(format!(
+            "epoch floor {} has version {}, this build reads {VERSION}",
+            file.display(),
+            floor.version
+        ));
+    }
+    Ok(Some(floor))
+}
+
+/// Temporary file, fsync, rename over `name`, fsync of the directory.
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    let file = dir.join(name);
+    let tmp = dir.join(format!("{name}.tmp"));
+    let err = |e: std::io::Error| format!("cannot write {}: {e}", file.display());
+    {
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut out = options.open(&tmp).map_err(err)?;
+        out.write_all(bytes).map_err(err)?;
+        out.sync_all().map_err(err)?;
+    }
+    std::fs::rename(&tmp, &file).map_err(err)?;
+    sync_dir(dir).map_err(err)
+}
+
 impl EpochLedger {
     /// Reads the ledger of `dir`: `Ok(None)` if there is none, an error naming the file if
-    /// it cannot be read or parsed.
+    /// it cannot be read or parsed. The floor side file, if any, raises `floor`.
     pub fn load(dir: &Path) -> Result<Option<EpochLedger>, String> {
+        let side = load_floor(dir)?;
+        let Some(mut ledger) = Self::load_main(dir)? else {
+            return Ok(side.map(|side| EpochLedger {
+                version: VERSION,
+                floor: side.floor,
+                updated_at_unix: side.updated_at_unix,
+                ..EpochLedger::default()
+            }));
+        };
+        if let Some(side) = side {
+            if side.floor > ledger.floor {
+                ledger.floor = side.floor;
+                ledger.updated_at_unix = ledger.updated_at_unix.max(side.updated_at_unix);
+            }
+        }
+        Ok(Some(ledger))
+    }
+
+    fn load_main(dir: &Path) -> Result<Option<EpochLedger>, String> {
         let file = path(dir);
         let text = match std::fs::read_to_string(&file) {
             Ok(text) => text,
@@ -103,22 +189,9 @@ impl EpochLedger {
     pub fn store(&mut self, dir: &Path, now_unix: u64) -> Result<(), String> {
         self.version = VERSION;
         self.updated_at_unix = now_unix;
-        let file = path(dir);
-        let tmp = dir.join(format!("{LEDGER_FILE}.tmp"));
-        let err = |e: std::io::Error| format!("cannot write epoch ledger {}: {e}", file.display());
         let text = serde_json::to_vec_pretty(self)
             .map_err(|e| format!("cannot encode epoch ledger: {e}"))?;
-        {
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create(true).truncate(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut out = options.open(&tmp).map_err(err)?;
-            out.write_all(&text).map_err(err)?;
-            out.sync_all().map_err(err)?;
-        }
-        std::fs::rename(&tmp, &file).map_err(err)?;
-        sync_dir(dir).map_err(err)
+        write_atomically(dir, LEDGER_FILE, &text)
     }
 }
 
@@ -160,6 +233,34 @@ mod tests {
             back.first_behind(&summary(&[("a", 6), ("b", 2), ("c", 9)])),
             None
         );
+    }
+
+    #[test]
+    fn the_floor_file_raises_the_floor_and_never_lowers_it() {
+        let dir = tempfile::tempdir().unwrap();
+        store_floor(dir.path(), 40, 1).unwrap();
+        // A floor file alone is a ledger with a floor and no locks.
+        let alone = EpochLedger::load(dir.path()).unwrap().unwrap();
+        assert_eq!((alone.floor, alone.locks.len()), (40, 0));
+
+        let mut ledger = EpochLedger::default();
+        ledger.merge(&summary(&[("a", 7)]));
+        ledger.store(dir.path(), 2).unwrap();
+        let raised = EpochLedger::load(dir.path()).unwrap().unwrap();
+        assert_eq!((raised.floor, raised.locks["a"]), (40, 7));
+
+        store_floor(dir.path(), 3, 3).unwrap();
+        ledger.merge(&summary(&[("a", 90)]));
+        ledger.store(dir.path(), 4).unwrap();
+        let kept = EpochLedger::load(dir.path()).unwrap().unwrap();
+        assert_eq!(
+            kept.floor, 90,
+            "a lower floor file does not lower the ledger"
+        );
+
+        std::fs::write(dir.path().join(FLOOR_FILE), "{").unwrap();
+        let err = EpochLedger::load(dir.path()).unwrap_err();
+        assert!(err.contains(FLOOR_FILE), "{err}");
     }
 
     #[test]

@@ -25,8 +25,9 @@ use super::schema::{
 
 /// Opens or creates the database file at `path`. Errors do not yet name the path; the
 /// caller adds it.
-pub(super) fn open_file(path: &Path, verify: bool) -> Result<Database, Fault> {
-    let builder = Builder::new();
+pub(super) fn open_file(path: &Path, verify: bool, cache_bytes: usize) -> Result<Database, Fault> {
+    let mut builder = Builder::new();
+    builder.set_cache_size(cache_bytes);
     match OpenOptions::new()
         .read(true)
         .write(true)

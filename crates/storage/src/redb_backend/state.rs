@@ -26,6 +26,9 @@ pub(super) struct State {
     reason: OnceLock<String>,
     commits: AtomicU64,
     ops: AtomicU64,
+    /// The highest epoch a successful commit wrote into the issuer's epoch counters since
+    /// the file was opened (0 if none).
+    max_epoch: AtomicU64,
 }
 
 impl State {
@@ -36,6 +39,7 @@ impl State {
             reason: OnceLock::new(),
             commits: AtomicU64::new(0),
             ops: AtomicU64::new(0),
+            max_epoch: AtomicU64::new(0),
         }
     }
 
@@ -69,9 +73,15 @@ impl State {
         }
     }
 
-    pub(super) fn record_commit(&self, ops: usize) {
+    /// Counts a successful commit of `ops` requests that wrote epochs up to `max_epoch`.
+    pub(super) fn record_commit(&self, ops: usize, max_epoch: u64) {
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.ops.fetch_add(ops as u64, Ordering::Relaxed);
+        self.max_epoch.fetch_max(max_epoch, Ordering::AcqRel);
+    }
+
+    pub(super) fn max_epoch(&self) -> u64 {
+        self.max_epoch.load(Ordering::Acquire)
     }
 }
 

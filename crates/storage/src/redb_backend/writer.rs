@@ -134,8 +134,8 @@ fn commit_batch(db: &Database, batch: Vec<Request>, state: &State, two_phase: bo
         &mut answers,
         &mut failed_request,
     ) {
-        Ok(()) => {
-            state.record_commit(size);
+        Ok(max_epoch) => {
+            state.record_commit(size, max_epoch);
             for answer in answers {
                 answer.send();
             }
@@ -154,19 +154,21 @@ fn commit_batch(db: &Database, batch: Vec<Request>, state: &State, two_phase: bo
     }
 }
 
-/// Applies requests taken from `pending` in one transaction and commits it. On a fault the
-/// request being applied is left in `failed`; the ones not reached stay in `pending`.
+/// Applies requests taken from `pending` in one transaction and commits it; returns the
+/// highest epoch written into an epoch counter. On a fault the request being applied is
+/// left in `failed`; the ones not reached stay in `pending`.
 fn apply_batch(
     db: &Database,
     two_phase: bool,
     pending: &mut impl Iterator<Item = Request>,
     answers: &mut Vec<Answer>,
     failed: &mut Option<Request>,
-) -> Result<(), Fault> {
+) -> Result<u64, Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate);
     // See `RedbOptions::two_phase_commit`.
     txn.set_two_phase_commit(two_phase);
+    let max_epoch;
     {
         let mut tables = Tables::open(&txn)?;
         for request in pending.by_ref() {
@@ -179,9 +181,11 @@ fn apply_batch(
                 }
             }
         }
+        tables.finish()?;
+        max_epoch = tables.max_epoch;
     }
     txn.commit()?;
-    Ok(())
+    Ok(max_epoch)
 }
 
 /// The tables of one write transaction.
@@ -193,6 +197,13 @@ struct Tables<'txn> {
     kv: Table<'txn, (&'static str, &'static str), (u64, u64, &'static [u8])>,
     meta: Table<'txn, &'static str, u64>,
     idempotency: Table<'txn, (&'static str, &'static str), &'static str>,
+    /// The store revision as this transaction has moved it: read at the first write that
+    /// needs it, kept here and written back once, by [`Tables::finish`], instead of a read
+    /// and a write of the meta table per operation.
+    revision: Option<u64>,
+    revision_dirty: bool,
+    /// Highest epoch written into `epochs` by this transaction.
+    max_epoch: u64,
 }
 
 impl<'txn> Tables<'txn> {
@@ -205,7 +216,44 @@ impl<'txn> Tables<'txn> {
             kv: txn.open_table(KV)?,
             meta: txn.open_table(META)?,
             idempotency: txn.open_table(IDEMPOTENCY)?,
+            revision: None,
+            revision_dirty: false,
+            max_epoch: 0,
         })
+    }
+
+    /// The store's current revision, as of the operations applied so far.
+    fn revision(&mut self) -> Result<u64, Fault> {
+        if let Some(revision) = self.revision {
+            return Ok(revision);
+        }
+        let revision = self.meta.get(META_REVISION)?.map_or(0, |g| g.value());
+        self.revision = Some(revision);
+        Ok(revision)
+    }
+
+    /// Takes the next revision for a write.
+    fn bump_revision(&mut self) -> Result<u64, Fault> {
+        let next = next_revision(self.revision()?)?;
+        self.revision = Some(next);
+        self.revision_dirty = true;
+        Ok(next)
+    }
+
+    fn set_epoch(&mut self, lock: &str, epoch: u64) -> Result<(), Fault> {
+        self.epochs.insert(lock, epoch)?;
+        self.max_epoch = self.max_epoch.max(epoch);
+        Ok(())
+    }
+
+    /// Writes what was kept in memory during the batch. Called once, before the commit.
+    fn finish(&mut self) -> Result<(), Fault> {
+        if self.revision_dirty {
+            if let Some(revision) = self.revision {
+                self.meta.insert(META_REVISION, revision)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -255,7 +303,7 @@ fn execute(t: &mut Tables<'_>, request: Request) -> Result<Answer, Box<(Fault, R
 fn record_grant(t: &mut Tables<'_>, lease: &LeaseRecord) -> Result<(), Fault> {
     let last = t.epochs.get(lease.lock.as_str())?.map(|g| g.value());
     let epoch = last.map_or(lease.epoch, |last| last.max(lease.epoch));
-    t.epochs.insert(lease.lock.as_str(), epoch)?;
+    t.set_epoch(lease.lock.as_str(), epoch)?;
     let record = serde_json::to_string(lease)?;
     t.leases.insert(lease.lease_id.as_str(), record.as_str())?;
     Ok(())
@@ -275,7 +323,7 @@ fn reserve(
     t.reservations
         .insert(lock, (ceiling, max_ttl, u64::from(r.active)))?;
     let last = t.epochs.get(lock)?.map_or(0, |g| g.value());
-    t.epochs.insert(lock, last.max(ceiling))?;
+    t.set_epoch(lock, last.max(ceiling))?;
     if let Some(lease) = lease {
         let record = serde_json::to_string(lease)?;
         t.leases.insert(lease.lease_id.as_str(), record.as_str())?;
@@ -334,21 +382,21 @@ fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyEr
         Ok(next) => next,
         Err(refused) => return Ok(Err(refused.into())),
     };
-    let store_revision = t.meta.get(META_REVISION)?.map_or(0, |g| g.value());
-
     let revision = match &op.action {
         Action::Put {
             key,
             value,
             precondition,
         } => {
-            let current = t.kv.get((ns, key.as_str()))?.map(|g| g.value().0);
-            if let Err(refused) = check(*precondition, current) {
-                return Ok(Err(refused));
+            // An unconditional put needs no look at the key: save a lookup.
+            if *precondition != Precondition::None {
+                let current = t.kv.get((ns, key.as_str()))?.map(|g| g.value().0);
+                if let Err(refused) = check(*precondition, current) {
+                    return Ok(Err(refused));
+                }
             }
-            let revision = next_revision(store_revision)?;
+            let revision = t.bump_revision()?;
             t.kv.insert((ns, key.as_str()), (revision, op.epoch, value.as_ref()))?;
-            t.meta.insert(META_REVISION, revision)?;
             revision
         }
         Action::Delete { key, precondition } => {
@@ -359,12 +407,11 @@ fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyEr
             if current.is_none() {
                 return Ok(Err(ApplyError::NotFound));
             }
-            let revision = next_revision(store_revision)?;
+            let revision = t.bump_revision()?;
             t.kv.remove((ns, key.as_str()))?;
-            t.meta.insert(META_REVISION, revision)?;
             revision
         }
-        Action::Fence => store_revision,
+        Action::Fence => t.revision()?,
     };
 
     t.fences.insert(ns, (next.epoch, next.seq))?;

@@ -31,6 +31,8 @@ pub struct Scenario {
     pub lock_delay_ms: u64,
     /// Epochs per durable reservation: small blocks cross ceilings often.
     pub epoch_block: u64,
+    /// How long a released lock keeps its reservation active (see `TableConfig`).
+    pub idle_grace_ms: u64,
     /// Longest ordinary network delay; 5% of messages get up to ten times more.
     pub max_delay_ms: u64,
     pub drop_prob: f64,
@@ -78,6 +80,7 @@ impl Scenario {
             clients: rng.gen_range(3..=6),
             ttl_ms: (150, rng.gen_range(200..=700)),
             epoch_block: [1, 2, 5, 1024][rng.gen_range(0..4)],
+            idle_grace_ms: [0, 0, 50, 1_000][rng.gen_range(0..4)],
             lock_delay_ms: if rng.gen_bool(0.25) {
                 rng.gen_range(20..=200)
             } else {

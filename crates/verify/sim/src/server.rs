@@ -70,6 +70,7 @@ impl Server {
         let table_config = TableConfig {
             lock_delay_ms: sc.lock_delay_ms,
             epoch_block: sc.epoch_block,
+            idle_grace_ms: sc.idle_grace_ms,
         };
         Server {
             up: true,
