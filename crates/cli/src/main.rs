@@ -137,6 +137,11 @@ struct ServeArgs {
     trust_key_files: Vec<PathBuf>,
 }
 
+// mimalloc: the request path allocates and frees many small buffers (HTTP, JSON,
+// tokens); the system allocator spent about a tenth of the server's CPU on them.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
