@@ -80,6 +80,18 @@ MD
         echo "**Runs that reported errors:** ${FAILED[*]} (see the errors column)."
         echo
     fi
+    echo "## Targets, judged on this run"
+    echo
+    echo "Computed by \`bench/targets.py\` from this run's figures (the fdatasync p50 is the one"
+    echo "measured before the runs)."
+    echo
+    python3 "$ROOT/bench/targets.py" "$WORK/results" "$WORK/micro.txt" "$FSYNC" \
+        || echo "(bench/targets.py failed; the figures above stand)"
+    echo
+    if [[ -f "$ROOT/bench/analysis.md" ]]; then
+        cat "$ROOT/bench/analysis.md"
+        echo
+    fi
     if [[ -f "$ROOT/bench/notes.md" ]]; then
         cat "$ROOT/bench/notes.md"
         echo

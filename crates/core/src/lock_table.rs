@@ -199,14 +199,14 @@ struct Waiter {
     give_up_at: Millis,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Lock {
     last_epoch: Epoch,
     /// Boxed: most of a million locks have no lease, and an inline one would make every
     /// entry of the table several times larger.
     lease: Option<Box<Lease>>,
     delay_until: Millis,
-    queue: VecDeque<Waiter>,
+    queue: Queue,
     /// What is known to be durable.
     durable: Reservation,
     /// A lease of this lock expired since the last durable write for it. The next grant
@@ -215,8 +215,77 @@ struct Lock {
     /// grant would bring the expired lease back as the live one.
     expired_unsynced: bool,
     /// When the lock last fell idle with an active reservation (see
-    /// [`TableConfig::idle_grace_ms`]); `None` while it is in use.
-    idle_since: Option<Millis>,
+    /// [`TableConfig::idle_grace_ms`]); [`NOT_IDLE`] while it is in use.
+    idle_since: Millis,
+}
+
+impl Default for Lock {
+    fn default() -> Self {
+        Lock {
+            last_epoch: 0,
+            lease: None,
+            delay_until: 0,
+            queue: Queue::default(),
+            durable: Reservation::default(),
+            expired_unsynced: false,
+            idle_since: NOT_IDLE,
+        }
+    }
+}
+
+/// [`Lock::idle_since`] of a lock in use (kept out of an `Option` to keep entries small).
+const NOT_IDLE: Millis = Millis::MAX;
+
+/// A lock's waiters, boxed: most locks never have any, and an empty inline `VecDeque`
+/// would add 32 bytes to each of them.
+#[derive(Debug, Default)]
+struct Queue(Option<Box<VecDeque<Waiter>>>);
+
+impl Queue {
+    fn is_empty(&self) -> bool {
+        self.0.as_ref().is_none_or(|q| q.is_empty())
+    }
+
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, |q| q.len())
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Waiter> {
+        self.0.iter().flat_map(|q| q.iter())
+    }
+
+    fn push_back(&mut self, waiter: Waiter) {
+        self.0.get_or_insert_with(Box::default).push_back(waiter);
+    }
+
+    fn pop_front(&mut self) -> Option<Waiter> {
+        let waiter = self.0.as_mut()?.pop_front();
+        self.shrink();
+        waiter
+    }
+
+    fn retain(&mut self, keep: impl FnMut(&Waiter) -> bool) {
+        if let Some(q) = &mut self.0 {
+            q.retain(keep);
+        }
+        self.shrink();
+    }
+
+    fn take(&mut self) -> VecDeque<Waiter> {
+        self.0.take().map(|q| *q).unwrap_or_default()
+    }
+
+    fn from_deque(q: VecDeque<Waiter>) -> Queue {
+        let mut queue = Queue((!q.is_empty()).then(|| Box::new(q)));
+        queue.shrink();
+        queue
+    }
+
+    fn shrink(&mut self) {
+        if self.0.as_ref().is_some_and(|q| q.is_empty()) {
+            self.0 = None;
+        }
+    }
 }
 
 /// The lock table. See the module docs.
@@ -504,8 +573,8 @@ impl LockTable {
         if lock.queue.iter().any(|w| w.give_up_at <= now) {
             let (holder, retry_after_ms) = Self::busy(lock, now);
             let (gone, kept): (VecDeque<Waiter>, VecDeque<Waiter>) =
-                lock.queue.drain(..).partition(|w| w.give_up_at <= now);
-            lock.queue = kept;
+                lock.queue.take().into_iter().partition(|w| w.give_up_at <= now);
+            lock.queue = Queue::from_deque(kept);
             for waiter in gone {
                 self.waiters.remove(&waiter.ticket);
                 self.events.push(Event::TimedOut {
@@ -549,13 +618,16 @@ impl LockTable {
             return;
         };
         if !lock.durable.active {
-            lock.idle_since = None;
+            lock.idle_since = NOT_IDLE;
             return;
         }
-        let since = *lock.idle_since.get_or_insert(now);
+        if lock.idle_since == NOT_IDLE {
+            lock.idle_since = now;
+        }
+        let since = lock.idle_since;
         let due = since.saturating_add(grace);
         if due <= now {
-            lock.idle_since = None;
+            lock.idle_since = NOT_IDLE;
             self.mark_idle(name);
         } else if since == now {
             self.timers.push(Reverse((due, name.to_owned())));
@@ -586,7 +658,7 @@ impl LockTable {
         now: Millis,
     ) -> Grant {
         lock.last_epoch += 1;
-        lock.idle_since = None;
+        lock.idle_since = NOT_IDLE;
         lock.lease = Some(Box::new(Lease {
             id: lease_id.clone(),
             holder: holder.clone(),

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""bench/targets.py: the performance targets, checked against one bench/compare run.
+
+Usage: targets.py RESULTS_DIR MICRO_TXT "FSYNC_LINE"
+
+Reads the `palisade bench --json` files of the run, the criterion output and the disk's
+fdatasync line, and prints a markdown table: each target, what this run measured, and
+whether it is met. Called by bench/report.sh; it judges only the figures it is given.
+"""
+
+import glob
+import json
+import os
+import re
+import sys
+
+
+def load(results_dir):
+    runs, scale = {}, None
+    for path in glob.glob(os.path.join(results_dir, "*.json")):
+        with open(path) as f:
+            data = json.load(f)
+        for run in data.get("runs", []):
+            key = (str(run["target"]).lower(), str(run["job"]).lower(), run["clients"])
+            runs[key] = run
+        if data.get("scale"):
+            scale = data["scale"]
+    return runs, scale
+
+
+def micro_ns(micro_txt, name):
+    """Median time of a criterion benchmark, in ns (None if absent)."""
+    if not os.path.exists(micro_txt):
+        return None
+    current, units = None, {"ps": 1e-3, "ns": 1.0, "µs": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9}
+    with open(micro_txt) as f:
+        for line in f:
+            m = re.match(r"^([a-z_]+/[a-z0-9_]+)", line)
+            if m:
+                current = m.group(1)
+            if current == name and "time:" in line and "%" not in line:
+                parts = line.split("[", 1)[1].split()
+                return float(parts[2]) * units.get(parts[3], 1.0)
+    return None
+
+
+def main():
+    results_dir, micro_txt, fsync_line = sys.argv[1], sys.argv[2], sys.argv[3]
+    runs, scale = load(results_dir)
+    rows = []
+
+    def ops(target, job, clients=64):
+        run = runs.get((target, job, clients))
+        return run["ops_per_s"] if run else None
+
+    def ratio_row(label, job, peer, want, clients=64):
+        ours, theirs = ops("palisade", job, clients), ops(peer, job, clients)
+        if ours is None or not theirs:
+            rows.append((label, f"≥ {want}x", "not measured", "-"))
+            return
+        r = ours / theirs
+        rows.append((label, f"≥ {want}x", f"{r:.2f}x ({ours:,.0f} vs {theirs:,.0f}/s)",
+                     "met" if r >= want else f"gap: {want / r:.1f}x short"))
+
+    for peer, want in (("redis", 1.0), ("postgres", 2.5), ("etcd", 8)):
+        ratio_row(f"J2, 64 clients, vs {peer}", "j2", peer, want)
+    ours, redis = runs.get(("palisade", "j2", 64)), runs.get(("redis", "j2", 64))
+    if ours and redis:
+        a, b = ours["p99_us"] / 1000, redis["p99_us"] / 1000
+        rows.append(("J2 p99, 64 clients", "≤ Redis's", f"{a:.2f} ms vs {b:.2f} ms",
+                     "met" if a <= b else f"gap: {a / b:.1f}x higher"))
+    for peer, want in (("redis", 1.0), ("etcd", 10)):
+        ratio_row(f"J1, 64 clients, vs {peer}", "j1", peer, want)
+    ratio_row("contended, 64 clients, vs redis (successful acquisitions)", "contended",
+              "redis", 5)
+    one = runs.get(("palisade", "j2", 1))
+    m = re.search(r"p50 ([0-9.]+) ms", fsync_line or "")
+    if one and m:
+        p50, disk = one["p50_us"] / 1000, float(m.group(1))
+        limit = 1.5 * disk
+        rows.append(("J2, 1 client, p50", "≤ 1.5 × fdatasync p50",
+                     f"{p50:.2f} ms vs fdatasync {disk:.2f} ms ({p50 / disk:.1f}x)",
+                     "met" if p50 <= limit else f"gap: {p50 / limit:.1f}x over"))
+    cached = micro_ns(micro_txt, "token/verify_cached")
+    if cached is not None:
+        rows.append(("token check, cached (criterion)", "< 1 µs", f"{cached:.0f} ns",
+                     "met" if cached < 1000 else "gap"))
+    if scale:
+        rss = max(v for v in (scale.get("rss_after_create"), scale.get("rss_after_hold"),
+                              scale.get("rss_max_renewing")) if v is not None)
+        mb = rss / 1e6
+        kept = scale.get("lost", 1) == 0 and not scale.get("errors")
+        rows.append((f"scale: {scale['locks']:,} locks, {scale['leases']:,} leases renewed every second",
+                     "< 300 MB RSS, keeping up",
+                     f"{mb:.0f} MB ({rss / 2**20:.0f} MiB) at most; {scale.get('lost', 0)} leases lost",
+                     "met" if mb < 300 and kept else "gap"))
+
+    print("| target | wanted | this run | |")
+    print("|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
+
+
+if __name__ == "__main__":
+    main()
