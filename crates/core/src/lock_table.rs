@@ -572,8 +572,11 @@ impl LockTable {
         }
         if lock.queue.iter().any(|w| w.give_up_at <= now) {
             let (holder, retry_after_ms) = Self::busy(lock, now);
-            let (gone, kept): (VecDeque<Waiter>, VecDeque<Waiter>) =
-                lock.queue.take().into_iter().partition(|w| w.give_up_at <= now);
+            let (gone, kept): (VecDeque<Waiter>, VecDeque<Waiter>) = lock
+                .queue
+                .take()
+                .into_iter()
+                .partition(|w| w.give_up_at <= now);
             lock.queue = Queue::from_deque(kept);
             for waiter in gone {
                 self.waiters.remove(&waiter.ticket);
