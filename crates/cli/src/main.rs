@@ -93,6 +93,7 @@ struct ServeArgs {
     /// A released lock taken again within this many ms is granted without waiting for a
     /// disk write (its durable reservation still covers it). After a crash, the locks
     /// released within this window before it wait one TTL, like the locks that were held.
+    /// Embedded backend only.
     #[arg(long, env = "PALISADE_IDLE_GRACE_MS", default_value_t = palisade_server::DEFAULT_IDLE_GRACE_MS)]
     idle_grace_ms: u64,
     /// Largest value accepted by the store, in bytes.
