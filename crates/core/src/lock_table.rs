@@ -238,6 +238,8 @@ const NOT_IDLE: Millis = Millis::MAX;
 
 /// A lock's waiters, boxed: most locks never have any, and an empty inline `VecDeque`
 /// would add 32 bytes to each of them.
+// The box is the point: `Option<Box<_>>` is one word, an empty `VecDeque` four.
+#[allow(clippy::box_collection)]
 #[derive(Debug, Default)]
 struct Queue(Option<Box<VecDeque<Waiter>>>);
 
@@ -467,6 +469,15 @@ impl LockTable {
         let view = Self::lease_view(&name, &lease, now);
         self.settle(now, &name);
         Ok(view)
+    }
+
+    /// The first waiter in line for `lock`, with the epoch it will get if the lock is
+    /// handed to it next: (ticket, holder, epoch). A hint for work that can be done ahead
+    /// of the hand-off (signing its token); the grant itself decides.
+    pub fn head_waiter(&self, lock: &str) -> Option<(Ticket, String, Epoch)> {
+        let l = self.locks.get(lock)?;
+        let w = l.queue.iter().next()?;
+        Some((w.ticket, w.holder.clone(), l.last_epoch + 1))
     }
 
     /// Withdraws a queued waiter (it gave up or went away). Unknown tickets are ignored.

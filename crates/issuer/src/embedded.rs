@@ -29,7 +29,7 @@ use palisade_core::lock_table::{
 };
 use palisade_core::Millis;
 use palisade_storage::{Backend, LazyRecord, LeaseRecord, StorageError};
-use palisade_token::Signer;
+use palisade_token::{Epoch, Signer};
 use tokio::sync::{oneshot, Notify};
 
 use crate::{AcquireError, Granted, LeaseError, LockService};
@@ -42,6 +42,10 @@ type WaitReply = oneshot::Sender<Result<Grant, AcquireError>>;
 struct Inner {
     table: LockTable,
     waiters: HashMap<Ticket, WaitReply>,
+    /// Tokens signed ahead for the waiter at the head of a lock's line: (epoch, token).
+    /// Signing takes tens of microseconds; done while the current holder works, it is off
+    /// the hand-off chain of a contended lock. Used only if the grant's epoch matches.
+    presigned: HashMap<Ticket, (Epoch, String)>,
 }
 
 /// The lock service. See the module docs.
@@ -82,6 +86,7 @@ impl Issuer {
             inner: Mutex::new(Inner {
                 table,
                 waiters: HashMap::new(),
+                presigned: HashMap::new(),
             }),
             backend,
             signer,
@@ -110,6 +115,7 @@ impl Issuer {
     /// Acquires a lock, waiting up to `req.wait_ms` in line.
     pub async fn acquire(self: &Arc<Self>, req: AcquireRequest) -> Result<Granted, AcquireError> {
         let now = self.now();
+        let req_lock = req.lock.clone();
         let (outcome, events, parked) = {
             let mut inner = self.lock();
             let outcome = inner.table.acquire(now, req);
@@ -150,10 +156,23 @@ impl Issuer {
                     issuer: self,
                     ticket,
                 };
+                // First in line: sign the token we will most likely get while we wait.
+                let head = self.lock().table.head_waiter(&req_lock);
+                if let Some((t, holder, epoch)) = head.filter(|(t, ..)| *t == ticket) {
+                    let token = self.signer.issue(&req_lock, epoch, &holder);
+                    self.lock().presigned.insert(t, (epoch, token));
+                }
                 let result = rx.await;
                 std::mem::forget(guard);
+                let ahead = self.lock().presigned.remove(&ticket);
                 // The sender is only dropped with an answer, or at shutdown.
-                result.map_err(|_| AcquireError::Storage(StorageError::Closed))??
+                let grant = result.map_err(|_| AcquireError::Storage(StorageError::Closed))??;
+                if let Some((_, token)) = ahead.filter(|(e, _)| *e == grant.epoch) {
+                    // Same lock, holder (same ticket) and epoch: the very token `issue`
+                    // would make (signatures are deterministic).
+                    return Ok(Granted { grant, token });
+                }
+                grant
             }
         };
         let token = self.signer.issue(&grant.lock, grant.epoch, &grant.holder);
@@ -273,6 +292,23 @@ impl Issuer {
             .record_lazily(LazyRecord::RemoveLease(lease_id.to_owned()));
     }
 
+    /// Signs, on another task, the token of the waiter now first in line for `lock`, so that
+    /// its hand-off does not wait for the signature. Kept only while that waiter waits.
+    fn sign_ahead(self: &Arc<Self>, lock: &str) {
+        let Some((ticket, holder, epoch)) = self.lock().table.head_waiter(lock) else {
+            return;
+        };
+        let this = self.clone();
+        let lock = lock.to_owned();
+        tokio::spawn(async move {
+            let token = this.signer.issue(&lock, epoch, &holder);
+            let mut inner = this.lock();
+            if inner.waiters.contains_key(&ticket) {
+                inner.presigned.insert(ticket, (epoch, token));
+            }
+        });
+    }
+
     /// Carries out what the table decided as a side effect of a call.
     fn handle(self: &Arc<Self>, events: Vec<Event>) {
         for event in events {
@@ -280,6 +316,7 @@ impl Issuer {
                 Event::Granted { ticket, grant } => {
                     self.wake.notify_one();
                     let reply = self.lock().waiters.remove(&ticket);
+                    self.sign_ahead(&grant.lock);
                     if grant.reserve.is_none() {
                         // The hand-off fast path: nothing to wait for.
                         let lease_id = grant.lease_id.clone();
@@ -320,7 +357,12 @@ impl Issuer {
                     holder,
                     retry_after_ms,
                 } => {
-                    if let Some(reply) = self.lock().waiters.remove(&ticket) {
+                    let reply = {
+                        let mut inner = self.lock();
+                        inner.presigned.remove(&ticket);
+                        inner.waiters.remove(&ticket)
+                    };
+                    if let Some(reply) = reply {
                         let _ = reply.send(Err(AcquireError::Held {
                             holder,
                             retry_after_ms,
@@ -358,6 +400,7 @@ impl Drop for CancelOnDrop<'_> {
         let mut inner = self.issuer.lock();
         inner.table.cancel(self.ticket);
         inner.waiters.remove(&self.ticket);
+        inner.presigned.remove(&self.ticket);
     }
 }
 
@@ -406,5 +449,58 @@ impl LockService for Arc<Issuer> {
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
         Ok(Issuer::list(self, prefix, limit))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
+
+    fn req(holder: &str, wait_ms: Millis) -> AcquireRequest {
+        AcquireRequest {
+            lock: "L".into(),
+            holder: holder.into(),
+            ttl_ms: 60_000,
+            wait_ms,
+            lease_id: format!("lease-{holder}"),
+        }
+    }
+
+    /// A contended lock's hand-offs: each waiter's token, signed ahead of its turn or
+    /// not, is exactly the token for its own lock, epoch and holder.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokens_signed_ahead_are_the_waiters_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
+        let signer = Signer::from_secret([7; 32]);
+        let issuer = Issuer::start(Arc::new(store), signer.clone(), TableConfig::default())
+            .await
+            .unwrap();
+        let first = issuer.acquire(req("h0", 0)).await.unwrap();
+        let mut waiting = Vec::new();
+        for i in 1..=5 {
+            let queued = issuer.clone();
+            waiting.push(tokio::spawn(async move {
+                queued.acquire(req(&format!("h{i}"), 10_000)).await
+            }));
+            // In line one after another, so that each reaches the head in turn.
+            while issuer.status("L").waiters < i {
+                tokio::task::yield_now().await;
+            }
+        }
+        let mut lease = first.grant.lease_id;
+        let mut epochs = vec![first.grant.epoch];
+        for handle in waiting {
+            issuer.release(&lease).await.unwrap();
+            let granted = handle.await.unwrap().unwrap();
+            let g = &granted.grant;
+            assert_eq!(granted.token, signer.issue(&g.lock, g.epoch, &g.holder));
+            epochs.push(g.epoch);
+            lease = g.lease_id.clone();
+        }
+        assert_eq!(epochs, (1..=6).collect::<Vec<_>>());
+        assert!(issuer.lock().presigned.is_empty(), "nothing left behind");
     }
 }
