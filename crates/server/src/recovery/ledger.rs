@@ -86,22 +86,33 @@ pub fn store_floor(dir: &Path, floor: Epoch, now_unix: u64) -> Result<(), String
 
 /// Reads the side file: `Ok(None)` when there is none.
 fn load_floor(dir: &Path) -> Result<Option<FloorFile>, String> {
-    let file = dir.join(FLOOR_FILE);
-    let text = match std::fs::read_to_string(&file) {
+    read_versioned(&dir.join(FLOOR_FILE), "epoch floor", |f: &FloorFile| {
+        f.version
+    })
+}
+
+/// Reads a JSON file of this module: `Ok(None)` if it does not exist, an error naming it
+/// (as `what`) if it cannot be read, does not parse or has another version.
+fn read_versioned<T: serde::de::DeserializeOwned>(
+    file: &Path,
+    what: &str,
+    version: impl Fn(&T) -> u32,
+) -> Result<Option<T>, String> {
+    let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read epoch floor {}: {e}", file.display())),
+        Err(e) => return Err(format!("cannot read {what} {}: {e}", file.display())),
     };
-    let floor: FloorFile = serde_json::from_str(&text)
-        .map_err(|e| format!("epoch floor {} is damaged: {e}", file.display()))?;
-    if floor.version != VERSION {
+    let value: T = serde_json::from_str(&text)
+        .map_err(|e| format!("{what} {} is damaged: {e}", file.display()))?;
+    let found = version(&value);
+    if found != VERSION {
         return Err(format!(
-            "epoch floor {} has version {}, this build reads {VERSION}",
-            file.display(),
-            floor.version
+            "{what} {} has version {found}, this build reads {VERSION}",
+            file.display()
         ));
     }
-    Ok(Some(floor))
+    Ok(Some(value))
 }
 
 /// Temporary file, fsync, rename over `name`, fsync of the directory.
@@ -145,22 +156,7 @@ impl EpochLedger {
     }
 
     fn load_main(dir: &Path) -> Result<Option<EpochLedger>, String> {
-        let file = path(dir);
-        let text = match std::fs::read_to_string(&file) {
-            Ok(text) => text,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read epoch ledger {}: {e}", file.display())),
-        };
-        let ledger: EpochLedger = serde_json::from_str(&text)
-            .map_err(|e| format!("epoch ledger {} is damaged: {e}", file.display()))?;
-        if ledger.version != VERSION {
-            return Err(format!(
-                "epoch ledger {} has version {}, this build reads {VERSION}",
-                file.display(),
-                ledger.version
-            ));
-        }
-        Ok(Some(ledger))
+        read_versioned(&path(dir), "epoch ledger", |l: &EpochLedger| l.version)
     }
 
     /// Raises the ledger to what `summary` says; never lowers anything.
