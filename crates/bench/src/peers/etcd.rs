@@ -12,9 +12,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 
-use super::padded;
-use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS, RETRY_SLEEP};
-use crate::{BenchError, Job, OpError, Outcome, Worker};
+use super::{padded, Peer, Recipes};
+use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS};
+use crate::{BenchError, Job, OpError, Worker};
 
 struct Lock {
     lock_key: String,
@@ -27,12 +27,10 @@ struct Lock {
 
 struct EtcdWorker {
     client: Client,
-    job: Job,
     lease: i64,
     locks: Vec<Lock>,
     holder: String,
     value: Vec<u8>,
-    n: usize,
 }
 
 fn code(e: etcd_client::Error) -> OpError {
@@ -73,16 +71,14 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         .collect();
     let mut worker = EtcdWorker {
         client: conn,
-        job: plan.job,
         lease,
         locks,
         holder: plan.holder(client),
         value: plan.value.to_vec(),
-        n: client,
     };
     let setup = async {
         for i in 0..worker.locks.len() {
-            match worker.job {
+            match plan.job {
                 Job::J2 => {
                     let hw_key = worker.locks[i].hw_key.clone();
                     worker
@@ -102,7 +98,8 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         Ok(())
     };
     setup.await.map_err(|e| plan.setup_error(e.code))?;
-    Ok(Box::new(worker))
+    let locks = worker.locks.len();
+    Ok(Peer::boxed(worker, plan.job, locks, client))
 }
 
 impl EtcdWorker {
@@ -138,6 +135,13 @@ impl EtcdWorker {
             _ => Err(OpError::new("bad_answer")),
         }
     }
+}
+
+#[async_trait]
+impl Recipes for EtcdWorker {
+    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
+        Ok(self.try_acquire(i, seq).await?.is_some())
+    }
 
     async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError> {
         let key = self.locks[i].lock_key.as_str();
@@ -162,58 +166,30 @@ impl EtcdWorker {
             .map(drop)
             .map_err(code)
     }
-}
 
-#[async_trait]
-impl Worker for EtcdWorker {
-    async fn op(&mut self) -> Result<Outcome, OpError> {
-        self.n = self.n.wrapping_add(1);
-        let (n, i) = (self.n, self.n % self.locks.len());
-        let key = (n / self.locks.len()) % KEYS_PER_LOCK;
-        match self.job {
-            Job::J1 | Job::Contended => match self.try_acquire(i, n).await? {
-                None if self.job == Job::Contended => {
-                    tokio::time::sleep(RETRY_SLEEP).await;
-                    Ok(Outcome::Refused)
-                }
-                None => Err(OpError::new("lock_held")),
-                Some(_) => {
-                    self.release(i, n).await?;
-                    Ok(Outcome::Done)
-                }
-            },
-            Job::J2 => {
-                let lock = &self.locks[i];
-                // Admit when high-water < epoch + 1, i.e. high-water <= epoch.
-                let txn = Txn::new()
-                    .when([Compare::value(
-                        lock.hw_key.as_str(),
-                        CompareOp::Less,
-                        padded(lock.epoch + 1),
-                    )])
-                    .and_then([
-                        TxnOp::put(lock.hw_key.as_str(), padded(lock.epoch), None),
-                        TxnOp::put(lock.value_keys[key].as_str(), self.value.clone(), None),
-                    ]);
-                match self.client.txn(txn).await.map_err(code)?.succeeded() {
-                    true => Ok(Outcome::Done),
-                    false => Err(OpError::new("stale_token")),
-                }
-            }
-            Job::Plain => {
-                self.write_plain(i, key).await?;
-                Ok(Outcome::Done)
-            }
-            Job::Read => {
-                let key = self.locks[i].value_keys[0].as_str();
-                let answer = self.client.get(key, None).await.map_err(code)?;
-                match answer.kvs().first() {
-                    Some(kv) if kv.value().len() == self.value.len() => Ok(Outcome::Done),
-                    _ => Err(OpError::new("wrong_value")),
-                }
-            }
-            Job::Scale => Err(OpError::new("unsupported_job")),
-        }
+    async fn fenced_write(&mut self, i: usize, key: usize) -> Result<bool, OpError> {
+        let lock = &self.locks[i];
+        // Admit when high-water < epoch + 1, i.e. high-water <= epoch.
+        let txn = Txn::new()
+            .when([Compare::value(
+                lock.hw_key.as_str(),
+                CompareOp::Less,
+                padded(lock.epoch + 1),
+            )])
+            .and_then([
+                TxnOp::put(lock.hw_key.as_str(), padded(lock.epoch), None),
+                TxnOp::put(lock.value_keys[key].as_str(), self.value.clone(), None),
+            ]);
+        Ok(self.client.txn(txn).await.map_err(code)?.succeeded())
+    }
+
+    async fn read(&mut self, i: usize) -> Result<bool, OpError> {
+        let key = self.locks[i].value_keys[0].as_str();
+        let answer = self.client.get(key, None).await.map_err(code)?;
+        Ok(answer
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.value().len() == self.value.len()))
     }
 
     async fn finish(&mut self) {

@@ -8,6 +8,8 @@
 
 use std::sync::Arc;
 
+#[cfg(any(feature = "peers", feature = "peer-etcd"))]
+pub(crate) use self::recipes::{Peer, Recipes};
 use crate::{BenchError, Plan, Worker};
 
 #[cfg(feature = "peer-etcd")]
@@ -69,6 +71,91 @@ pub async fn etcd_worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worke
         target: crate::Target::Etcd,
         feature: "peer-etcd",
     })
+}
+
+#[cfg(any(feature = "peers", feature = "peer-etcd"))]
+mod recipes {
+    use async_trait::async_trait;
+
+    use crate::driver::{KEYS_PER_LOCK, RETRY_SLEEP};
+    use crate::{Job, OpError, Outcome, Worker};
+
+    /// The steps of one system's recipes, on the worker's lock `i` (and its value `key`).
+    /// [`Peer`] runs every job with them, the same way for every system.
+    #[async_trait]
+    pub(crate) trait Recipes: Send {
+        /// Takes the lock if it is free; whether it was taken. `seq` makes the holder
+        /// value unique.
+        async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError>;
+        async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError>;
+        /// The fenced write with the epoch the lock was acquired with; whether admitted.
+        async fn fenced_write(&mut self, i: usize, key: usize) -> Result<bool, OpError>;
+        async fn write_plain(&mut self, i: usize, key: usize) -> Result<(), OpError>;
+        /// Reads the lock's first value; whether it came back whole.
+        async fn read(&mut self, i: usize) -> Result<bool, OpError>;
+        async fn finish(&mut self) {}
+    }
+
+    /// A [`Worker`] over a system's [`Recipes`] and its client's locks.
+    pub(crate) struct Peer<R> {
+        recipes: R,
+        job: Job,
+        locks: usize,
+        n: usize,
+    }
+
+    impl<R: Recipes + 'static> Peer<R> {
+        /// `locks`: how many locks the recipes hold (at least one); `start`: the first
+        /// sequence number (the client's index, so that holder values differ).
+        pub(crate) fn boxed(recipes: R, job: Job, locks: usize, start: usize) -> Box<dyn Worker> {
+            Box::new(Peer {
+                recipes,
+                job,
+                locks: locks.max(1),
+                n: start,
+            })
+        }
+    }
+
+    #[async_trait]
+    impl<R: Recipes> Worker for Peer<R> {
+        async fn op(&mut self) -> Result<Outcome, OpError> {
+            self.n = self.n.wrapping_add(1);
+            let (n, i) = (self.n, self.n % self.locks);
+            let key = (n / self.locks) % KEYS_PER_LOCK;
+            let r = &mut self.recipes;
+            match self.job {
+                Job::J1 | Job::Contended => {
+                    if r.acquire(i, n).await? {
+                        r.release(i, n).await?;
+                        Ok(Outcome::Done)
+                    } else if self.job == Job::Contended {
+                        tokio::time::sleep(RETRY_SLEEP).await;
+                        Ok(Outcome::Refused)
+                    } else {
+                        Err(OpError::new("lock_held"))
+                    }
+                }
+                Job::J2 => match r.fenced_write(i, key).await? {
+                    true => Ok(Outcome::Done),
+                    false => Err(OpError::new("stale_token")),
+                },
+                Job::Plain => {
+                    r.write_plain(i, key).await?;
+                    Ok(Outcome::Done)
+                }
+                Job::Read => match r.read(i).await? {
+                    true => Ok(Outcome::Done),
+                    false => Err(OpError::new("wrong_value")),
+                },
+                Job::Scale => Err(OpError::new("unsupported_job")),
+            }
+        }
+
+        async fn finish(&mut self) {
+            self.recipes.finish().await;
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use crate::driver::{Plan, KEYS_PER_LOCK, RETRY_SLEEP};
-use crate::{BenchError, Job, OpError, Outcome, Worker};
+use super::{Peer, Recipes};
+use crate::driver::{Plan, KEYS_PER_LOCK};
+use crate::{BenchError, Job, OpError, Worker};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS bench_locks (
@@ -84,14 +85,12 @@ struct Statements {
 struct PostgresWorker {
     client: Client,
     sql: Statements,
-    job: Job,
     /// (lock name, epoch held for `j2`).
     locks: Vec<(String, i64)>,
     keys: Vec<String>,
     holder: String,
     ttl_ms: f64,
     value: Vec<u8>,
-    n: usize,
 }
 
 pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, BenchError> {
@@ -115,17 +114,15 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
     let mut worker = PostgresWorker {
         client: conn,
         sql,
-        job: plan.job,
         locks: names.into_iter().map(|n| (n, 0)).collect(),
         keys: (0..KEYS_PER_LOCK).map(|k| format!("k{k}")).collect(),
         holder: plan.holder(client),
         ttl_ms: plan.ttl_ms as f64,
         value: plan.value.to_vec(),
-        n: client,
     };
     let setup = async {
         for i in 0..worker.locks.len() {
-            match worker.job {
+            match plan.job {
                 Job::J2 => match worker.try_acquire(i, 0).await? {
                     Some(epoch) => worker.locks[i].1 = epoch,
                     None => return Err(OpError::new("lock_held")),
@@ -137,7 +134,8 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         Ok(())
     };
     setup.await.map_err(|e| plan.setup_error(e.code))?;
-    Ok(Box::new(worker))
+    let locks = worker.locks.len();
+    Ok(Peer::boxed(worker, plan.job, locks, client))
 }
 
 impl PostgresWorker {
@@ -155,6 +153,13 @@ impl PostgresWorker {
         row.map(|r| r.try_get::<_, i64>(0))
             .transpose()
             .map_err(code)
+    }
+}
+
+#[async_trait]
+impl Recipes for PostgresWorker {
+    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
+        Ok(self.try_acquire(i, seq).await?.is_some())
     }
 
     async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError> {
@@ -179,52 +184,26 @@ impl PostgresWorker {
             .map(drop)
             .map_err(code)
     }
-}
 
-#[async_trait]
-impl Worker for PostgresWorker {
-    async fn op(&mut self) -> Result<Outcome, OpError> {
-        self.n = self.n.wrapping_add(1);
-        let (n, i) = (self.n, self.n % self.locks.len());
-        let key = (n / self.locks.len()) % KEYS_PER_LOCK;
-        match self.job {
-            Job::J1 | Job::Contended => match self.try_acquire(i, n).await? {
-                None if self.job == Job::Contended => {
-                    tokio::time::sleep(RETRY_SLEEP).await;
-                    Ok(Outcome::Refused)
-                }
-                None => Err(OpError::new("lock_held")),
-                Some(_) => {
-                    self.release(i, n).await?;
-                    Ok(Outcome::Done)
-                }
-            },
-            Job::J2 => {
-                let (name, epoch) = &self.locks[i];
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-                    [epoch, name, &self.keys[key], &self.value];
-                match self.client.execute(&self.sql.fenced_write, &params).await {
-                    Ok(1) => Ok(Outcome::Done),
-                    Ok(_) => Err(OpError::new("stale_token")),
-                    Err(e) => Err(code(e)),
-                }
-            }
-            Job::Plain => {
-                self.write_plain(i, key).await?;
-                Ok(Outcome::Done)
-            }
-            Job::Read => {
-                let row = self
-                    .client
-                    .query_opt(&self.sql.read, &[&self.locks[i].0, &self.keys[0]])
-                    .await
-                    .map_err(code)?;
-                match row.map(|r| r.try_get::<_, Vec<u8>>(0)) {
-                    Some(Ok(v)) if v.len() == self.value.len() => Ok(Outcome::Done),
-                    _ => Err(OpError::new("wrong_value")),
-                }
-            }
-            Job::Scale => Err(OpError::new("unsupported_job")),
+    async fn fenced_write(&mut self, i: usize, key: usize) -> Result<bool, OpError> {
+        let (name, epoch) = &self.locks[i];
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+            [epoch, name, &self.keys[key], &self.value];
+        match self.client.execute(&self.sql.fenced_write, &params).await {
+            Ok(rows) => Ok(rows == 1),
+            Err(e) => Err(code(e)),
         }
+    }
+
+    async fn read(&mut self, i: usize) -> Result<bool, OpError> {
+        let row = self
+            .client
+            .query_opt(&self.sql.read, &[&self.locks[i].0, &self.keys[0]])
+            .await
+            .map_err(code)?;
+        Ok(matches!(
+            row.map(|r| r.try_get::<_, Vec<u8>>(0)),
+            Some(Ok(v)) if v.len() == self.value.len()
+        ))
     }
 }

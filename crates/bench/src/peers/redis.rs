@@ -11,8 +11,9 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 
-use crate::driver::{Plan, KEYS_PER_LOCK, RETRY_SLEEP};
-use crate::{BenchError, Job, OpError, Outcome, Worker};
+use super::{Peer, Recipes};
+use crate::driver::{Plan, KEYS_PER_LOCK};
+use crate::{BenchError, Job, OpError, Worker};
 
 /// Take the lock if free (with a ttl), and only then issue the lock's next epoch.
 const ACQUIRE: &str = r"
@@ -48,7 +49,6 @@ struct Lock {
 
 struct RedisWorker {
     conn: MultiplexedConnection,
-    job: Job,
     locks: Vec<Lock>,
     holder: String,
     ttl_ms: u64,
@@ -56,7 +56,6 @@ struct RedisWorker {
     acquire: Script,
     release: Script,
     fenced_write: Script,
-    n: usize,
 }
 
 fn code(e: redis::RedisError) -> OpError {
@@ -92,7 +91,6 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         .collect();
     let mut worker = RedisWorker {
         conn,
-        job: plan.job,
         locks,
         holder: plan.holder(client),
         ttl_ms: plan.ttl_ms,
@@ -100,11 +98,10 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         acquire: Script::new(ACQUIRE),
         release: Script::new(RELEASE),
         fenced_write: Script::new(FENCED_WRITE),
-        n: client,
     };
     let setup = async {
         for i in 0..worker.locks.len() {
-            match worker.job {
+            match plan.job {
                 // Acquire once for the whole run, as a Palisade client does.
                 Job::J2 => match worker.try_acquire(i, 0).await? {
                     0 => return Err(OpError::new("lock_held")),
@@ -117,7 +114,8 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         Ok::<_, OpError>(())
     };
     setup.await.map_err(|e| plan.setup_error(e.code))?;
-    Ok(Box::new(worker))
+    let locks = worker.locks.len();
+    Ok(Peer::boxed(worker, plan.job, locks, client))
 }
 
 impl RedisWorker {
@@ -132,6 +130,13 @@ impl RedisWorker {
             .invoke_async(&mut self.conn)
             .await
             .map_err(code)
+    }
+}
+
+#[async_trait]
+impl Recipes for RedisWorker {
+    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
+        Ok(self.try_acquire(i, seq).await? != 0)
     }
 
     async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError> {
@@ -148,6 +153,20 @@ impl RedisWorker {
         }
     }
 
+    async fn fenced_write(&mut self, i: usize, key: usize) -> Result<bool, OpError> {
+        let lock = &self.locks[i];
+        let admitted: i64 = self
+            .fenced_write
+            .key(&lock.hw_key)
+            .key(&lock.value_keys[key])
+            .arg(lock.epoch)
+            .arg(&self.value[..])
+            .invoke_async(&mut self.conn)
+            .await
+            .map_err(code)?;
+        Ok(admitted == lock.epoch)
+    }
+
     async fn write_plain(&mut self, i: usize, key: usize) -> Result<(), OpError> {
         redis::cmd("SET")
             .arg(&self.locks[i].value_keys[key])
@@ -156,58 +175,13 @@ impl RedisWorker {
             .await
             .map_err(code)
     }
-}
 
-#[async_trait]
-impl Worker for RedisWorker {
-    async fn op(&mut self) -> Result<Outcome, OpError> {
-        self.n = self.n.wrapping_add(1);
-        let (n, i) = (self.n, self.n % self.locks.len());
-        let key = (n / self.locks.len()) % KEYS_PER_LOCK;
-        match self.job {
-            Job::J1 | Job::Contended => match self.try_acquire(i, n).await? {
-                0 if self.job == Job::Contended => {
-                    tokio::time::sleep(RETRY_SLEEP).await;
-                    Ok(Outcome::Refused)
-                }
-                0 => Err(OpError::new("lock_held")),
-                _ => {
-                    self.release(i, n).await?;
-                    Ok(Outcome::Done)
-                }
-            },
-            Job::J2 => {
-                let lock = &self.locks[i];
-                let admitted: i64 = self
-                    .fenced_write
-                    .key(&lock.hw_key)
-                    .key(&lock.value_keys[key])
-                    .arg(lock.epoch)
-                    .arg(&self.value[..])
-                    .invoke_async(&mut self.conn)
-                    .await
-                    .map_err(code)?;
-                match admitted {
-                    e if e == lock.epoch => Ok(Outcome::Done),
-                    _ => Err(OpError::new("stale_token")),
-                }
-            }
-            Job::Plain => {
-                self.write_plain(i, key).await?;
-                Ok(Outcome::Done)
-            }
-            Job::Read => {
-                let value: Option<Vec<u8>> = redis::cmd("GET")
-                    .arg(&self.locks[i].value_keys[0])
-                    .query_async(&mut self.conn)
-                    .await
-                    .map_err(code)?;
-                match value {
-                    Some(v) if v.len() == self.value.len() => Ok(Outcome::Done),
-                    _ => Err(OpError::new("wrong_value")),
-                }
-            }
-            Job::Scale => Err(OpError::new("unsupported_job")),
-        }
+    async fn read(&mut self, i: usize) -> Result<bool, OpError> {
+        let value: Option<Vec<u8>> = redis::cmd("GET")
+            .arg(&self.locks[i].value_keys[0])
+            .query_async(&mut self.conn)
+            .await
+            .map_err(code)?;
+        Ok(value.is_some_and(|v| v.len() == self.value.len()))
     }
 }
