@@ -18,8 +18,7 @@ use bytes::Bytes;
 use etcd_client::{Compare, CompareOp, GetOptions, TxnOp};
 use palisade_core::gate::{admit, HighWater};
 use palisade_storage::{
-    Action, Applied, ApplyError, Backend, Entry, FencedOp, IssuerState, LeaseRecord, Precondition,
-    StorageError,
+    Action, Applied, ApplyError, Backend, Entry, FencedOp, IssuerState, LeaseRecord, StorageError,
 };
 
 use crate::keys::{self, from_json, json, IdemRecord};
@@ -104,7 +103,7 @@ impl EtcdStore {
                     precondition,
                     ..
                 } => {
-                    check(*precondition, current)?;
+                    precondition.check(current)?;
                     writes.push(TxnOp::put(
                         data_key,
                         keys::encode_value(op.epoch, value),
@@ -112,7 +111,7 @@ impl EtcdStore {
                     ));
                 }
                 Action::Delete { precondition, .. } => {
-                    check(*precondition, current)?;
+                    precondition.check(current)?;
                     if current.is_none() {
                         return Err(ApplyError::NotFound);
                     }
@@ -143,21 +142,6 @@ impl EtcdStore {
 /// Index of the idempotency record's get: after the mark and, if any, the key.
 fn gets_len(data_key: &Option<Vec<u8>>) -> usize {
     1 + usize::from(data_key.is_some())
-}
-
-/// `If-Match` / `If-None-Match: *` against the key's current revision, checked before
-/// "not found", as HTTP orders them (and as the embedded backend does).
-fn check(precondition: Precondition, current: Option<u64>) -> Result<(), ApplyError> {
-    let ok = match precondition {
-        Precondition::None => true,
-        Precondition::Revision(wanted) => current == Some(wanted),
-        Precondition::Absent => current.is_none(),
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(ApplyError::RevisionMismatch { current })
-    }
 }
 
 #[async_trait]

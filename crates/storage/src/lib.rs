@@ -95,6 +95,24 @@ pub enum Precondition {
     Absent,
 }
 
+impl Precondition {
+    /// Checks the key's current revision (`None`: no such key). Every backend checks it
+    /// before "not found", as HTTP orders them: a delete with `If-Match` on a missing key
+    /// is a mismatch.
+    pub fn check(self, current: Option<u64>) -> Result<(), ApplyError> {
+        let ok = match self {
+            Precondition::None => true,
+            Precondition::Revision(wanted) => current == Some(wanted),
+            Precondition::Absent => current.is_none(),
+        };
+        if ok {
+            Ok(())
+        } else {
+            Err(ApplyError::RevisionMismatch { current })
+        }
+    }
+}
+
 /// The mutation a fenced operation carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {

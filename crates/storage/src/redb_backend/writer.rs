@@ -391,7 +391,7 @@ fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyEr
             // An unconditional put needs no look at the key: save a lookup.
             if *precondition != Precondition::None {
                 let current = t.kv.get((ns, key.as_str()))?.map(|g| g.value().0);
-                if let Err(refused) = check(*precondition, current) {
+                if let Err(refused) = precondition.check(current) {
                     return Ok(Err(refused));
                 }
             }
@@ -401,7 +401,7 @@ fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyEr
         }
         Action::Delete { key, precondition } => {
             let current = t.kv.get((ns, key.as_str()))?.map(|g| g.value().0);
-            if let Err(refused) = check(*precondition, current) {
+            if let Err(refused) = precondition.check(current) {
                 return Ok(Err(refused));
             }
             if current.is_none() {
@@ -430,22 +430,6 @@ fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyEr
             .insert((ns, idem.key.as_str()), record.as_str())?;
     }
     Ok(Ok(applied))
-}
-
-/// `If-Match` / `If-None-Match: *` against the key's current revision. Evaluated before
-/// "not found", as HTTP orders them: a delete with `If-Match` on a missing key is a
-/// mismatch.
-pub(super) fn check(precondition: Precondition, current: Option<u64>) -> Result<(), ApplyError> {
-    let ok = match precondition {
-        Precondition::None => true,
-        Precondition::Revision(wanted) => current == Some(wanted),
-        Precondition::Absent => current.is_none(),
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(ApplyError::RevisionMismatch { current })
-    }
 }
 
 fn next_revision(current: u64) -> Result<u64, Fault> {

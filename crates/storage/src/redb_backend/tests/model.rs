@@ -16,7 +16,6 @@ use proptest::prelude::*;
 
 use palisade_core::gate::{admit, HighWater, Policy};
 
-use crate::redb_backend::writer::check;
 use crate::redb_backend::{RedbBackend, RedbOptions};
 use crate::{Action, Applied, ApplyError, Backend, FencedOp, Idempotency, Precondition};
 
@@ -58,7 +57,7 @@ impl Model {
                 precondition,
             } => {
                 let slot = (ns.clone(), key.clone());
-                check(*precondition, self.kv.get(&slot).map(|e| e.0))?;
+                precondition.check(self.kv.get(&slot).map(|e| e.0))?;
                 self.revision += 1;
                 self.kv
                     .insert(slot, (self.revision, op.epoch, value.clone()));
@@ -66,7 +65,7 @@ impl Model {
             }
             Action::Delete { key, precondition } => {
                 let slot = (ns.clone(), key.clone());
-                check(*precondition, self.kv.get(&slot).map(|e| e.0))?;
+                precondition.check(self.kv.get(&slot).map(|e| e.0))?;
                 self.kv.remove(&slot).ok_or(ApplyError::NotFound)?;
                 self.revision += 1;
                 self.revision
