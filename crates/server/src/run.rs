@@ -139,36 +139,18 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         policies: Arc::new(config.policies.clone()),
         max_value_bytes: config.max_value_bytes,
     };
-    let listener = tokio::net::TcpListener::bind(config.listen)
-        .await
-        .map_err(|source| ServerError::Listen {
-            addr: config.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(ServerError::Serve)?;
-    let (tx, rx) = oneshot::channel::<()>();
-    let app = router(state);
     let data_dir = dir.clone();
     let ledger_refresh = recovery::spawn_ledger_refresh(data_dir.clone(), redb.clone());
-    let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await
-            .map_err(ServerError::Serve);
+    let stop_refresh = ledger_refresh.abort_handle();
+    let on_stop = async move {
         // Let the writer answer what is queued and release the file.
         ledger_refresh.abort();
         recovery::refresh(&data_dir, &redb).await;
         backend.close().await;
-        served
-    });
-    tracing::info!(%addr, "palisade serving");
-    Ok(RunningServer {
-        addr,
-        shutdown: Some(tx),
-        task,
-    })
+    };
+    listen_and_serve(config.listen, state, on_stop)
+        .await
+        .inspect_err(|_| stop_refresh.abort())
 }
 
 async fn shutdown_signal() {
@@ -193,8 +175,7 @@ async fn shutdown_signal() {
 }
 
 /// Binds `listen` and serves `state` until shut down, then runs `on_stop` (for backends
-/// with something to flush or release). Used by the etcd backend's start-up.
-#[cfg(feature = "etcd")]
+/// with something to flush or release).
 pub(crate) async fn listen_and_serve(
     listen: SocketAddr,
     state: AppState,
