@@ -209,7 +209,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let server = palisade_server::serve(config).await?;
     // Scripts and tests read this line to learn the port.
-    println!("palisade listening on http://{}", server.addr());
+    println!(
+        "{}",
+        palisade_api::listening::line(&format!("http://{}", server.addr()))
+    );
     server.run_until_signal().await?;
     Ok(())
 }

@@ -53,7 +53,7 @@ impl Server {
         BufReader::new(stdout)
             .read_line(&mut line)
             .map_err(|e| format!("read: {e}"))?;
-        let Some(url) = line.trim().strip_prefix("palisade listening on ") else {
+        let Some(url) = palisade_api::listening::parse(&line) else {
             let mut err = String::new();
             if let Some(mut stderr) = child.stderr.take() {
                 use std::io::Read;

@@ -8,12 +8,13 @@
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use palisade_api::{headers as h, ErrorCode};
 use palisade_storage::{Action, Applied, FencedOp, Idempotency, Precondition};
 
 use super::{lock_name, path, read_body, ApiError, AppState, ListQuery};
@@ -56,7 +57,7 @@ struct Fencing {
 
 /// Verifies the token and reads the fencing headers.
 fn fencing(state: &AppState, lock: &str, headers: &HeaderMap) -> Result<Fencing, ApiError> {
-    let token = match headers.get("fencing-token") {
+    let token = match headers.get(h::FENCING_TOKEN) {
         None => return Err(ApiError::missing_token()),
         Some(v) => v
             .to_str()
@@ -69,19 +70,18 @@ fn fencing(state: &AppState, lock: &str, headers: &HeaderMap) -> Result<Fencing,
     let claims = state.verifier.verify(token)?;
     if claims.lock != lock {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "wrong_lock",
+            ErrorCode::WrongLock,
             format!("token is for lock {:?}, not {lock:?}", claims.lock),
         )
         .with("token_lock", claims.lock.clone()));
     }
-    let seq = header_text(headers, "fencing-seq")?
+    let seq = header_text(headers, h::FENCING_SEQ)?
         .map(|s| {
             s.parse::<u64>()
                 .map_err(|_| ApiError::bad_request("Fencing-Seq must be an unsigned integer"))
         })
         .transpose()?;
-    let idempotency_key = header_text(headers, "idempotency-key")?
+    let idempotency_key = header_text(headers, h::IDEMPOTENCY_KEY)?
         .map(|k| {
             let ok = !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN;
             ok.then(|| k.to_owned()).ok_or_else(|| {
@@ -175,7 +175,7 @@ fn written(applied: Applied) -> Response {
     if applied.replayed {
         response
             .headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            .insert(h::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
     response
 }
@@ -298,7 +298,7 @@ pub async fn get(
     if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", entry.revision)) {
         headers.insert(header::ETAG, etag);
     }
-    headers.insert("fencing-epoch", HeaderValue::from(entry.epoch));
+    headers.insert(h::FENCING_EPOCH, HeaderValue::from(entry.epoch));
     Ok(response)
 }
 

@@ -81,8 +81,7 @@ pub fn router(state: AppState) -> Router {
 async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
     if state.backend.is_failed() {
         return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "storage_failed",
+            palisade_api::ErrorCode::StorageFailed,
             "storage has failed; the server refuses writes",
         )
         .into_response();
