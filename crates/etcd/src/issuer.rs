@@ -303,6 +303,14 @@ impl LockService for EtcdIssuer {
         }
     }
 
+    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
+        match self.lease_record(lease_id).await {
+            Ok(record) => Ok(Some(view_of(&record, record.ttl_ms))),
+            Err(LeaseError::Expired) => Ok(None),
+            Err(LeaseError::Storage(e)) => Err(e),
+        }
+    }
+
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
         let snap = self.read_lock(lock, None).await?;
         Ok(self.view(lock, snap).await)

@@ -228,6 +228,18 @@ impl Issuer {
         view
     }
 
+    /// The live lease with this id, if any.
+    pub fn lease(self: &Arc<Self>, lease_id: &str) -> Option<LeaseView> {
+        let now = self.now();
+        let (view, events) = {
+            let mut inner = self.lock();
+            let view = inner.table.lease(now, lease_id);
+            (view, inner.table.drain_events())
+        };
+        self.handle(events);
+        view
+    }
+
     /// Known locks by name.
     pub fn list(self: &Arc<Self>, prefix: &str, limit: usize) -> Vec<LockView> {
         let now = self.now();
@@ -441,6 +453,10 @@ impl LockService for Arc<Issuer> {
 
     async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
         Issuer::release(self, lease_id).await
+    }
+
+    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
+        Ok(Issuer::lease(self, lease_id))
     }
 
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {

@@ -68,6 +68,8 @@ pub trait LockService: Send + Sync + 'static {
     async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError>;
     /// Releases a lease; the lock passes to the next waiter.
     async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError>;
+    /// The live lease with this id, if any (to check who owns it before acting on it).
+    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError>;
     /// A lock's state (epoch 0 and no lease if never acquired).
     async fn status(&self, lock: &str) -> Result<LockView, StorageError>;
     /// Known locks whose names start with `prefix`, sorted, at most `limit`.

@@ -212,3 +212,18 @@ impl Http {
 pub fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no code>")
 }
+
+/// Calls `check` until it returns Some or `within` has passed (then None). For state that
+/// another process or task produces: poll for it instead of sleeping and hoping.
+pub fn poll<T>(within: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(found) = check() {
+            return Some(found);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -9,6 +9,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use palisade_api::ErrorCode;
+
+use crate::audit::AuditEvent;
 use palisade_core::gate::GateError;
 use palisade_storage::{ApplyError, StorageError};
 use palisade_token::TokenError;
@@ -21,6 +23,8 @@ pub struct ApiError {
     code: ErrorCode,
     message: String,
     extra: Map<String, Value>,
+    /// A line for the audit log, recorded by the auth middleware with the caller's name.
+    audit: Option<Box<AuditEvent>>,
 }
 
 impl ApiError {
@@ -29,7 +33,19 @@ impl ApiError {
             code,
             message: message.into(),
             extra: Map::new(),
+            audit: None,
         }
+    }
+
+    /// Marks this error for the audit log.
+    pub fn audited(mut self, event: AuditEvent) -> Self {
+        self.audit = Some(Box::new(event));
+        self
+    }
+
+    /// An extra field's value, if this error carries it.
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        self.extra.get(name)
     }
 
     /// Adds an extra field next to `code` and `message`.
@@ -69,6 +85,17 @@ impl ApiError {
         .with("limit", limit)
     }
 
+    /// 429: `resource` is limited to `limit`.
+    pub fn quota_exceeded(resource: &str, limit: impl Into<Value>) -> Self {
+        let limit = limit.into();
+        Self::new(
+            ErrorCode::QuotaExceeded,
+            format!("quota exceeded: {resource} is limited to {limit}"),
+        )
+        .with("resource", resource)
+        .with("limit", limit)
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(
             ErrorCode::MethodNotAllowed,
@@ -92,6 +119,7 @@ impl IntoResponse for ApiError {
         body.insert("code".into(), self.code.as_str().into());
         body.insert("message".into(), self.message.into());
         body.extend(self.extra);
+        let audit = self.audit;
         let mut response = (status, axum::Json(json!({ "error": body }))).into_response();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             // The rest of the oversized body was never read; the connection cannot carry
@@ -100,6 +128,9 @@ impl IntoResponse for ApiError {
                 axum::http::header::CONNECTION,
                 axum::http::HeaderValue::from_static("close"),
             );
+        }
+        if let Some(event) = audit {
+            response.extensions_mut().insert(*event);
         }
         response
     }

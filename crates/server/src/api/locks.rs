@@ -7,19 +7,21 @@ use axum::http::HeaderMap;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use palisade_core::lock_table::{AcquireRequest, LockView};
-use palisade_token::MAX_HOLDER_LEN;
+use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView};
 
 use super::{json_body, lock_name, path, ApiError, AppState, ListQuery};
+use crate::audit::AuditEvent;
+use crate::auth::{Caller, Verb};
 
 const MIN_TTL_MS: u64 = 50;
-const MAX_TTL_MS: u64 = 3_600_000;
 const MAX_WAIT_MS: u64 = 300_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
-    holder: String,
+    /// Who holds the lease. With authentication on, an optional label after the
+    /// principal's name.
+    holder: Option<String>,
     ttl_ms: u64,
     #[serde(default)]
     wait_ms: u64,
@@ -37,25 +39,24 @@ pub struct AcquireAnswer {
 
 pub async fn acquire(
     State(state): State<AppState>,
+    caller: Caller,
     lock: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<AcquireAnswer>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
+    caller.require(Verb::Acquire, &lock)?;
     let body: AcquireBody = json_body(&headers, body).await?;
-    if body.holder.is_empty()
-        || body.holder.len() > MAX_HOLDER_LEN
-        || body.holder.chars().any(char::is_control)
-    {
+    let holder = caller.holder(body.holder)?;
+    let max_ttl_ms = state.limits.max_ttl_for(&caller);
+    if body.ttl_ms < MIN_TTL_MS {
         return Err(ApiError::bad_request(format!(
-            "holder must be 1 to {MAX_HOLDER_LEN} bytes without control characters"
+            "ttl_ms must be at least {MIN_TTL_MS}"
         )));
     }
-    if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&body.ttl_ms) {
-        return Err(ApiError::bad_request(format!(
-            "ttl_ms must be between {MIN_TTL_MS} and {MAX_TTL_MS}"
-        )));
+    if body.ttl_ms > max_ttl_ms {
+        return Err(ApiError::quota_exceeded("ttl_ms", max_ttl_ms));
     }
     if body.wait_ms > MAX_WAIT_MS {
         return Err(ApiError::bad_request(format!(
@@ -67,7 +68,7 @@ pub async fn acquire(
         .issuer
         .acquire(AcquireRequest {
             lock,
-            holder: body.holder,
+            holder,
             ttl_ms: body.ttl_ms,
             wait_ms: body.wait_ms,
             lease_id,
@@ -92,11 +93,35 @@ pub struct KeepaliveAnswer {
     ttl_ms: u64,
 }
 
+/// Ownership of a lease, checked before anything changes: the caller may `acquire` the
+/// lease's lock and the lease is its own (or the caller is an admin). Lease ids never
+/// change hands, so what this reads stays true for the call that follows. Returns the
+/// lease with authentication on; nothing to look up with it off.
+async fn owned_lease(
+    state: &AppState,
+    caller: &Caller,
+    lease_id: &str,
+) -> Result<Option<LeaseView>, ApiError> {
+    if caller.principal().is_none() {
+        return Ok(None);
+    }
+    let lease = state
+        .issuer
+        .lease(lease_id)
+        .await?
+        .ok_or_else(ApiError::lease_expired)?;
+    caller.require(Verb::Acquire, &lease.lock)?;
+    caller.require_owner(&lease.holder, "this lease", &lease.lock)?;
+    Ok(Some(lease))
+}
+
 pub async fn keepalive(
     State(state): State<AppState>,
+    caller: Caller,
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<KeepaliveAnswer>, ApiError> {
     let lease_id = path(lease_id)?;
+    owned_lease(&state, &caller, &lease_id).await?;
     let view = state.issuer.keepalive(&lease_id).await?;
     Ok(Json(KeepaliveAnswer {
         lease_id: view.lease_id,
@@ -116,10 +141,26 @@ pub struct ReleaseAnswer {
 
 pub async fn release(
     State(state): State<AppState>,
+    caller: Caller,
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ReleaseAnswer>, ApiError> {
     let lease_id = path(lease_id)?;
+    let lease = owned_lease(&state, &caller, &lease_id).await?;
     let view = state.issuer.release(&lease_id).await?;
+    if let Some(lease) = lease.filter(|l| {
+        caller
+            .principal()
+            .is_some_and(|p| !p.owns_holder(&l.holder))
+    }) {
+        state.audit.record(
+            AuditEvent::new("lease_released_by_other")
+                .principal(caller.name())
+                .lock(&lease.lock)
+                .lease(&lease_id)
+                .epochs(Some(lease.epoch), None)
+                .detail(format!("holder {}", lease.holder)),
+        );
+    }
     Ok(Json(ReleaseAnswer {
         lease_id: view.lease_id,
         lock: view.lock,
@@ -138,26 +179,40 @@ pub struct LockStatus {
     waiters: usize,
 }
 
-impl From<LockView> for LockStatus {
-    fn from(v: LockView) -> Self {
+impl LockStatus {
+    /// A lock as `caller` may see it: the lease id only for its owner (and admins).
+    fn seen_by(v: LockView, caller: &Caller) -> Self {
+        let lease = v.lease.as_ref();
         LockStatus {
-            lock: v.lock,
+            lock: v.lock.clone(),
             epoch: v.epoch,
-            holder: v.lease.as_ref().map(|l| l.holder.clone()),
-            lease_id: v.lease.as_ref().map(|l| l.lease_id.clone()),
-            remaining_ms: v.lease.as_ref().map(|l| l.remaining_ms),
+            holder: lease.map(|l| l.holder.clone()),
+            lease_id: lease
+                .filter(|l| caller.acts_for(&l.holder))
+                .map(|l| l.lease_id.clone()),
+            remaining_ms: lease.map(|l| l.remaining_ms),
             waiters: v.waiters,
         }
     }
 }
 
+/// Whether the caller may see a lock at all: it may acquire or read it.
+fn may_see(caller: &Caller, lock: &str) -> bool {
+    caller.may(Verb::Acquire, lock) || caller.may(Verb::Read, lock)
+}
+
 pub async fn status(
     State(state): State<AppState>,
+    caller: Caller,
     lock: Result<Path<String>, PathRejection>,
 ) -> Result<Json<LockStatus>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
-    Ok(Json(state.issuer.status(&lock).await?.into()))
+    if !may_see(&caller, &lock) {
+        caller.require(Verb::Read, &lock)?;
+    }
+    let view = state.issuer.status(&lock).await?;
+    Ok(Json(LockStatus::seen_by(view, &caller)))
 }
 
 #[derive(Serialize)]
@@ -167,12 +222,17 @@ pub struct LockList {
 
 pub async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<LockList>, ApiError> {
     let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
     let limit = query.limit();
     let locks = state.issuer.list(&query.prefix, limit).await?;
     Ok(Json(LockList {
-        locks: locks.into_iter().map(Into::into).collect(),
+        locks: locks
+            .into_iter()
+            .filter(|v| may_see(&caller, &v.lock))
+            .map(|v| LockStatus::seen_by(v, &caller))
+            .collect(),
     }))
 }

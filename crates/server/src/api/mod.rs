@@ -23,7 +23,9 @@ use serde::de::DeserializeOwned;
 use palisade_storage::Backend;
 use palisade_token::{validate_lock_name, Verifier};
 
-use crate::config::NamespacePolicies;
+use crate::audit::Audit;
+use crate::auth::Auth;
+use crate::config::{Limits, NamespacePolicies};
 pub use error::ApiError;
 use palisade_issuer::LockService;
 
@@ -35,6 +37,10 @@ pub struct AppState {
     pub verifier: Arc<Verifier>,
     pub policies: Arc<NamespacePolicies>,
     pub max_value_bytes: usize,
+    /// The auth file in use; `None` serves every request as `Caller::Open`.
+    pub auth: Option<Arc<Auth>>,
+    pub audit: Audit,
+    pub limits: Limits,
 }
 
 /// `?prefix=&limit=` of the list routes.
@@ -75,6 +81,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/openapi.json", get(crate::openapi::document))
         .fallback(not_found)
         .layer(axum::middleware::map_response(json_method_not_allowed))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authenticate,
+        ))
         .with_state(state)
 }
 
