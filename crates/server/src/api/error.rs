@@ -184,6 +184,13 @@ impl From<ApplyError> for ApiError {
                 ErrorCode::IdempotencyConflict,
                 "this Idempotency-Key was already used for a different request",
             ),
+            ApplyError::QuotaExceeded { resource, limit } => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                format!("the namespace may hold at most {limit} {resource}"),
+            )
+            .with("resource", resource)
+            .with("limit", limit),
             ApplyError::Storage(s) => s.into(),
         }
     }
