@@ -184,13 +184,14 @@ impl From<ApplyError> for ApiError {
                 ErrorCode::IdempotencyConflict,
                 "this Idempotency-Key was already used for a different request",
             ),
-            ApplyError::QuotaExceeded { resource, limit } => ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "quota_exceeded",
-                format!("the namespace may hold at most {limit} {resource}"),
-            )
-            .with("resource", resource)
-            .with("limit", limit),
+            ApplyError::QuotaExceeded { resource, limit } => {
+                let resource = match resource {
+                    "keys" => "keys_per_namespace",
+                    "bytes" => "bytes_per_namespace",
+                    other => other,
+                };
+                ApiError::quota_exceeded(resource, limit)
+            }
             ApplyError::Storage(s) => s.into(),
         }
     }
