@@ -182,6 +182,16 @@ struct ServeArgs {
     /// room, and a new lock that finds no room is refused with 429 quota_exceeded.
     #[arg(long, env = "PALISADE_MAX_LOCKS", default_value_t = palisade_server::Limits::default().max_locks as u64, value_parser = clap::value_parser!(u64).range(1..))]
     max_locks: u64,
+    /// Keys one namespace of the store may hold.
+    #[arg(long, env = "PALISADE_MAX_KEYS_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_KEYS_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
+    max_keys_per_namespace: u64,
+    /// Bytes of keys plus values one namespace of the store may hold.
+    #[arg(long, env = "PALISADE_MAX_BYTES_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_BYTES_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
+    max_bytes_per_namespace: u64,
+    /// How long an idempotency key is remembered (seconds); after it a request with the
+    /// same key is applied afresh, and the record is purged.
+    #[arg(long, env = "PALISADE_IDEMPOTENCY_RETENTION_S", default_value_t = palisade_storage::DEFAULT_IDEMPOTENCY_RETENTION.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    idempotency_retention_s: u64,
 }
 
 // mimalloc: the request path allocates and frees many small buffers (HTTP, JSON,
@@ -282,6 +292,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_waiters_per_principal: args.max_waiters_per_principal,
         max_waiters_per_lock: args.max_waiters_per_lock,
         max_locks: usize::try_from(args.max_locks).context("--max-locks is too large")?,
+    };
+    config.store_limits = palisade_storage::StoreLimits {
+        max_keys_per_namespace: args.max_keys_per_namespace,
+        max_bytes_per_namespace: args.max_bytes_per_namespace,
+        idempotency_retention: std::time::Duration::from_secs(args.idempotency_retention_s),
     };
     if args.backend == "etcd" {
         config.backend = palisade_server::BackendConfig::Etcd {

@@ -64,6 +64,7 @@ fn grant_of(record: &HolderRecord) -> Grant {
         ttl_ms: record.ttl_ms,
         // etcd holds the epoch and the lease itself: nothing else to make durable.
         reserve: None,
+        generation: 0,
     }
 }
 

@@ -45,6 +45,9 @@ pub enum AcquireError {
         holder: Option<String>,
         retry_after_ms: Millis,
     },
+    /// A quota would be exceeded (`resource` is limited to `limit`); nothing changed.
+    #[error("quota exceeded: {resource} is limited to {limit}")]
+    QuotaExceeded { resource: &'static str, limit: u64 },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -58,7 +58,11 @@ pub(crate) async fn serve(
         request_timeout: *request_timeout,
     })
     .await?;
-    let backend: Arc<dyn Backend> = Arc::new(EtcdStore::new(etcd.clone()));
+    let backend: Arc<dyn Backend> = Arc::new(EtcdStore::with_limits(
+        etcd.clone(),
+        config.store_limits,
+        palisade_storage::WallClock::system(),
+    ));
     let state = front.state(
         &config,
         Arc::new(EtcdIssuer::new(etcd, signer)),

@@ -30,6 +30,23 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The quota an acquisition by `caller` counts against: its principal's (with its own
+    /// limits where the auth file sets them); none with authentication off.
+    pub fn owner_for(
+        &self,
+        caller: &crate::auth::Caller,
+    ) -> Option<palisade_core::lock_table::Owner> {
+        let p = caller.principal()?;
+        Some(palisade_core::lock_table::Owner {
+            name: p.name.as_str().into(),
+            max_leases: p.limits.max_leases.unwrap_or(self.max_leases_per_principal),
+            max_waiters: p
+                .limits
+                .max_waiters
+                .unwrap_or(self.max_waiters_per_principal),
+        })
+    }
+
     /// The longest TTL `caller` may ask for.
     pub fn max_ttl_for(&self, caller: &crate::auth::Caller) -> u64 {
         caller
@@ -89,8 +106,10 @@ pub struct ServerConfig {
     pub audit_log: Option<PathBuf>,
     /// Size at which the audit log rotates to `<file>.1`.
     pub audit_log_max_bytes: u64,
-    /// Quotas.
+    /// Quotas on locks, leases and waiters.
     pub limits: Limits,
+    /// Quotas on each namespace of the fenced store, and idempotency retention.
+    pub store_limits: palisade_storage::StoreLimits,
 }
 
 /// Where a server keeps its state.
@@ -130,6 +149,7 @@ impl ServerConfig {
             audit_log: None,
             audit_log_max_bytes: DEFAULT_AUDIT_LOG_MAX_BYTES,
             limits: Limits::default(),
+            store_limits: palisade_storage::StoreLimits::default(),
         }
     }
 }

@@ -210,6 +210,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let db_path = dir.join(DB_FILE);
     let options = RedbOptions {
         cache_bytes: config.db_cache_bytes,
+        limits: config.store_limits,
         ..RedbOptions::default()
     };
     let redb = tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, options))
@@ -227,6 +228,8 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         TableConfig {
             lock_delay_ms: config.lock_delay_ms,
             idle_grace_ms: config.idle_grace_ms,
+            max_locks: config.limits.max_locks,
+            max_waiters_per_lock: config.limits.max_waiters_per_lock,
             ..Default::default()
         },
     )

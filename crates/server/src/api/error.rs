@@ -206,6 +206,9 @@ impl From<AcquireError> for ApiError {
             } => ApiError::new(ErrorCode::LockHeld, "the lock is held")
                 .with("holder", holder)
                 .with("retry_after_ms", retry_after_ms),
+            AcquireError::QuotaExceeded { resource, limit } => {
+                ApiError::quota_exceeded(resource, limit)
+            }
             AcquireError::Storage(s) => s.into(),
         }
     }

@@ -72,6 +72,7 @@ pub async fn acquire(
             ttl_ms: body.ttl_ms,
             wait_ms: body.wait_ms,
             lease_id,
+            owner: state.limits.owner_for(&caller),
         })
         .await?;
     let g = granted.grant;

@@ -351,7 +351,10 @@ fn record_grant(t: &mut Tables<'_>, lease: &LeaseRecord) -> Result<(), Fault> {
     Ok(())
 }
 
-/// Raises the lock's reservation (ceiling and TTL never go down) and records the lease.
+/// Records the lock's reservation and the lease. The ceiling never goes down. The TTL
+/// never goes down while the reservation stays active; an inactive reservation (the lock
+/// fell idle) has no live lease to cover, so its TTL is what it says (0), and the next
+/// active one starts from its own.
 fn reserve(
     t: &mut Tables<'_>,
     lock: &str,
@@ -359,8 +362,14 @@ fn reserve(
     lease: Option<&LeaseRecord>,
 ) -> Result<(), Fault> {
     let stored = t.reservations.get(lock)?.map(|g| g.value());
-    let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m, _)| {
-        (c.max(r.ceiling), m.max(r.max_ttl_ms))
+    let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m, active)| {
+        let still_active = active != 0 && r.active;
+        let ttl = if still_active {
+            m.max(r.max_ttl_ms)
+        } else {
+            r.max_ttl_ms
+        };
+        (c.max(r.ceiling), ttl)
     });
     t.reservations
         .insert(lock, (ceiling, max_ttl, u64::from(r.active)))?;
