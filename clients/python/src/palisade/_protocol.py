@@ -176,10 +176,10 @@ class Attempts:
         raise attempts.exhausted()
 
     Each endpoint is tried once, in :meth:`Endpoints.order`. A call that is safe to
-    resend gets one more try on the same endpoint after an answer was lost: a keep-alive
-    connection the server closed between two requests fails exactly that way (RFC 9112
-    9.3.1 lets a client resend an idempotent request then), and the retry goes out on a
-    new connection.
+    resend gets one more try on an endpoint that lost an answer, after the others: a
+    keep-alive connection the server closed between two requests fails exactly that way
+    (RFC 9112 9.3.1 lets a client resend an idempotent request then), and the retry goes
+    out on a new connection.
     """
 
     def __init__(self, endpoints: Endpoints, call: Call) -> None:
@@ -208,8 +208,9 @@ class Attempts:
         if failure is None or not may_try_next(self._call.retry, failure):
             raise error
         if failure is Failure.UNKNOWN and base not in self._resent:
+            # After the other endpoints: a node that lost one answer may be going down.
             self._resent.add(base)
-            self._queue.insert(0, base)
+            self._queue.append(base)
 
     def answered(self, base: str, response: httpx.Response) -> bool:
         """True if this answer is the call's outcome; False to try the next endpoint."""
