@@ -39,13 +39,17 @@ fn main() -> ExitCode {
 
 fn run() -> Result<(), Failure> {
     let mut args = std::env::args().skip(1);
-    let command = args.next().ok_or("missing command: write, verify or mint")?;
+    let command = args
+        .next()
+        .ok_or("missing command: write, verify or mint")?;
     let mut flags = HashMap::new();
     while let Some(flag) = args.next() {
         let name = flag
             .strip_prefix("--")
             .ok_or_else(|| format!("unexpected argument {flag:?}"))?;
-        let value = args.next().ok_or_else(|| format!("--{name} needs a value"))?;
+        let value = args
+            .next()
+            .ok_or_else(|| format!("--{name} needs a value"))?;
         flags.insert(name.to_owned(), value);
     }
     let flag = |name: &str| -> Result<&str, Failure> {
@@ -79,7 +83,11 @@ fn run() -> Result<(), Failure> {
         "write" => {
             let verifier = verifier(flag("public-key")?)?;
             let table = flag("table")?;
-            if table.is_empty() || !table.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            if table.is_empty()
+                || !table
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
                 return Err("--table must be [A-Za-z0-9_]+".into());
             }
             let seq = flags.get("seq").map(|s| s.parse::<u64>()).transpose()?;
@@ -142,7 +150,9 @@ impl Write<'_> {
             let outcome = loop {
                 let tx = sqlite::begin(&mut conn)?;
                 let admitted = match self.seq {
-                    Some(seq) => sqlite::admit_sequenced(&tx, self.verifier, self.token, self.lock, seq),
+                    Some(seq) => {
+                        sqlite::admit_sequenced(&tx, self.verifier, self.token, self.lock, seq)
+                    }
                     None => sqlite::admit(&tx, self.verifier, self.token, self.lock),
                 };
                 match admitted {
@@ -161,7 +171,8 @@ impl Write<'_> {
     }
 
     async fn postgres(&self, config: &str) -> Result<(), Failure> {
-        let (mut client, connection) = tokio_postgres::connect(config, tokio_postgres::NoTls).await?;
+        let (mut client, connection) =
+            tokio_postgres::connect(config, tokio_postgres::NoTls).await?;
         tokio::spawn(connection);
         let upsert = format!(
             "INSERT INTO {} (key, value) VALUES ($1, $2) \
@@ -197,7 +208,11 @@ impl Write<'_> {
 /// Prints one outcome line; a backend failure is an error of the run, not an outcome.
 fn report(outcome: Result<Admitted, AdmitError>) -> Result<(), Failure> {
     match outcome {
-        Ok(admitted) => println!("admitted {} {}", admitted.epoch(), admitted.high_water.epoch),
+        Ok(admitted) => println!(
+            "admitted {} {}",
+            admitted.epoch(),
+            admitted.high_water.epoch
+        ),
         Err(AdmitError::Backend(e)) => return Err(e),
         Err(e) => {
             let detail = match &e {
@@ -229,15 +244,11 @@ fn verifier(public_keys: &str) -> Result<Verifier, Failure> {
 }
 
 fn hex(text: &str) -> Result<Vec<u8>, Failure> {
-    if text.len() % 2 != 0 {
-        return Err("odd number of hex digits".into());
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| {
-            text.get(i..i + 2)
-                .ok_or_else(|| Failure::from("hex must be ASCII"))
-                .and_then(|pair| Ok(u8::from_str_radix(pair, 16)?))
+    text.as_bytes()
+        .chunks(2)
+        .map(|pair| match pair {
+            [hi, lo] => Ok(u8::from_str_radix(std::str::from_utf8(&[*hi, *lo])?, 16)?),
+            _ => Err("odd number of hex digits".into()),
         })
         .collect()
 }
