@@ -38,33 +38,8 @@ What this package does not guarantee:
 - It is not access control (S14): a token proves an ownership generation, not identity.
 """
 
-from ._errors import (
-    ApiError,
-    BadRequestError,
-    BadSignatureError,
-    ConflictError,
-    DecodeError,
-    FencedError,
-    IdempotencyConflictError,
-    InvalidTokenError,
-    LeaseLostError,
-    LockHeldError,
-    MalformedTokenError,
-    MissingTokenError,
-    NotFoundError,
-    PalisadeError,
-    PayloadTooLargeError,
-    PermissionDeniedError,
-    QuotaExceededError,
-    RevisionMismatchError,
-    StaleSequenceError,
-    StaleTokenError,
-    StorageFailedError,
-    TransportError,
-    UnauthenticatedError,
-    UnknownKeyError,
-    WrongLockError,
-)
+from ._errors import *  # noqa: F403 - every error class is part of the surface
+from ._errors import __all__ as _error_names
 from ._protocol import CONNECT_TIMEOUT, LIST_LIMIT, REQUEST_TIMEOUT, WAIT_MARGIN
 from ._sync import Client, FencedKv, Kv, Lease, LockContext
 from ._types import (
@@ -98,29 +73,5 @@ __all__ = [
     "CONNECT_TIMEOUT",
     "WAIT_MARGIN",
     "LIST_LIMIT",
-    "PalisadeError",
-    "FencedError",
-    "StaleTokenError",
-    "StaleSequenceError",
-    "LockHeldError",
-    "LeaseLostError",
-    "NotFoundError",
-    "MissingTokenError",
-    "InvalidTokenError",
-    "MalformedTokenError",
-    "UnknownKeyError",
-    "BadSignatureError",
-    "WrongLockError",
-    "RevisionMismatchError",
-    "ConflictError",
-    "PayloadTooLargeError",
-    "IdempotencyConflictError",
-    "StorageFailedError",
-    "BadRequestError",
-    "UnauthenticatedError",
-    "PermissionDeniedError",
-    "QuotaExceededError",
-    "ApiError",
-    "TransportError",
-    "DecodeError",
+    *_error_names,
 ]

@@ -11,7 +11,6 @@ state is guarded by one condition variable; nothing holds it across a request.
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 import weakref
@@ -22,6 +21,7 @@ import httpx
 
 from . import _protocol as proto
 from ._errors import LeaseLostError, StaleTokenError
+from ._lease import LeaseBase
 from ._paths import normalise_bases
 from ._protocol import CertArg, WriteOptions
 from ._renewal import Renewal
@@ -228,7 +228,7 @@ def _renew(client: Client, lease_id: str, renewal: Renewal, cond: threading.Cond
             cond.notify_all()
 
 
-class Lease:
+class Lease(LeaseBase):
     """A lease held by this process, renewed in the background every ``ttl / 3``.
 
     The renewals notice loss; they cannot prevent it. After a pause longer than the TTL
@@ -241,13 +241,10 @@ class Lease:
     """
 
     def __init__(self, client: Client, grant: Grant, sent_at: float) -> None:
-        self._client = client
-        self._grant = grant
-        self._renewal = Renewal(grant.ttl_ms, sent_at)
         self._cond = threading.Condition()
+        super().__init__(grant, sent_at, self._cond)
+        self._client = client
         self._stop = threading.Event()
-        self._seq = itertools.count(1)
-        self._seq_lock = threading.Lock()
         self._thread = threading.Thread(
             target=_renew,
             args=(client, grant.lease_id, self._renewal, self._cond, self._stop),
@@ -258,54 +255,6 @@ class Lease:
         # Dropping the lease stops the renewals (like the Rust guard); the lease then
         # ends after its TTL.
         weakref.finalize(self, self._stop.set)
-
-    @property
-    def grant(self) -> Grant:
-        """The lease as granted."""
-        return self._grant
-
-    @property
-    def lock(self) -> str:
-        return self._grant.lock
-
-    @property
-    def holder(self) -> str:
-        return self._grant.holder
-
-    @property
-    def epoch(self) -> int:
-        """This holder's ownership generation."""
-        return self._grant.epoch
-
-    @property
-    def token(self) -> str:
-        """The fencing token to attach to every mutation of this lock's resources."""
-        return self._grant.token
-
-    @property
-    def lease_id(self) -> str:
-        return self._grant.lease_id
-
-    @property
-    def ttl_ms(self) -> int:
-        return self._grant.ttl_ms
-
-    @property
-    def lost(self) -> bool:
-        """True once the lease is known or presumed lost."""
-        with self._cond:
-            return self._renewal.is_lost(time.monotonic())
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        with self._cond:
-            return self._renewal.reason(time.monotonic())
-
-    def ensure_alive(self) -> None:
-        """Raises :class:`LeaseLostError` if the lease is known or presumed lost."""
-        reason = self.lost_reason
-        if reason is not None:
-            raise LeaseLostError(f"lease {self.lease_id} on {self.lock!r} is lost: {reason}")
 
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
         """Blocks until the lease is lost (True) or ``timeout`` seconds pass (False)."""
@@ -332,12 +281,6 @@ class Lease:
     def _stop_renewing(self, reason: str) -> None:
         self._stop.set()
         self._lose(reason)
-
-    def next_seq(self) -> int:
-        """1, 2, 3, ...: sequence numbers for this lease's writes to a ``sequence``
-        namespace, where (epoch, seq) must strictly increase."""
-        with self._seq_lock:
-            return next(self._seq)
 
     @property
     def kv(self) -> "FencedKv":
@@ -370,9 +313,6 @@ class Lease:
         tb: Optional[TracebackType],
     ) -> None:
         _release_on_exit(self, exc is not None)
-
-    def __repr__(self) -> str:
-        return f"Lease(lock={self.lock!r}, epoch={self.epoch}, lease_id={self.lease_id!r})"
 
 
 def _release_on_exit(lease: Lease, body_failed: bool) -> None:

@@ -18,7 +18,7 @@ is touched only from that loop, so nothing is locked.
 from __future__ import annotations
 
 import asyncio
-import itertools
+import contextlib
 import time
 import weakref
 from types import TracebackType
@@ -30,6 +30,7 @@ from . import _protocol as proto
 from ._errors import *  # noqa: F401,F403 - the same error classes, importable from here
 from ._errors import LeaseLostError, StaleTokenError
 from ._errors import __all__ as _error_names
+from ._lease import LeaseBase
 from ._paths import normalise_bases
 from ._protocol import CertArg, WriteOptions
 from ._renewal import Renewal
@@ -206,60 +207,17 @@ def _cancel(loop: asyncio.AbstractEventLoop, task: "asyncio.Task[None]") -> None
         loop.call_soon_threadsafe(task.cancel)
 
 
-class Lease:
+class Lease(LeaseBase):
     """A lease held by this process, renewed by a task every ``ttl / 3``; see
     :class:`palisade.Lease` for what it does and does not promise."""
 
     def __init__(self, client: Client, grant: Grant, sent_at: float) -> None:
+        super().__init__(grant, sent_at, contextlib.nullcontext())
         self._client = client
-        self._grant = grant
-        self._renewal = Renewal(grant.ttl_ms, sent_at)
         self._changed = asyncio.Event()
-        self._seq = itertools.count(1)
         loop = asyncio.get_running_loop()
         self._task = loop.create_task(_renew(client, grant.lease_id, self._renewal, self._changed))
         weakref.finalize(self, _cancel, loop, self._task)
-
-    @property
-    def grant(self) -> Grant:
-        return self._grant
-
-    @property
-    def lock(self) -> str:
-        return self._grant.lock
-
-    @property
-    def holder(self) -> str:
-        return self._grant.holder
-
-    @property
-    def epoch(self) -> int:
-        return self._grant.epoch
-
-    @property
-    def token(self) -> str:
-        return self._grant.token
-
-    @property
-    def lease_id(self) -> str:
-        return self._grant.lease_id
-
-    @property
-    def ttl_ms(self) -> int:
-        return self._grant.ttl_ms
-
-    @property
-    def lost(self) -> bool:
-        return self._renewal.is_lost(time.monotonic())
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        return self._renewal.reason(time.monotonic())
-
-    def ensure_alive(self) -> None:
-        reason = self.lost_reason
-        if reason is not None:
-            raise LeaseLostError(f"lease {self.lease_id} on {self.lock!r} is lost: {reason}")
 
     async def wait_lost(self, timeout: Optional[float] = None) -> bool:
         """Waits until the lease is lost (True) or ``timeout`` seconds pass (False)."""
@@ -283,9 +241,6 @@ class Lease:
         self._task.cancel()
         self._renewal.lose(reason)
         self._changed.set()
-
-    def next_seq(self) -> int:
-        return next(self._seq)
 
     @property
     def kv(self) -> "FencedKv":
@@ -312,9 +267,6 @@ class Lease:
         tb: Optional[TracebackType],
     ) -> None:
         await _release_on_exit(self, exc is not None)
-
-    def __repr__(self) -> str:
-        return f"Lease(lock={self.lock!r}, epoch={self.epoch}, lease_id={self.lease_id!r})"
 
 
 async def _release_on_exit(lease: Lease, body_failed: bool) -> None:
