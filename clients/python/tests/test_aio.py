@@ -50,8 +50,8 @@ def test_lock_held_and_a_waiting_acquire(server: PalisadeServer, lock_name: str)
 
 def test_renewals_keep_a_short_lease_alive(server: PalisadeServer, lock_name: str) -> None:
     async def body(client: Client) -> None:
-        async with client.lock(lock_name, holder="h", ttl_ms=300) as lease:
-            assert await lease.wait_lost(timeout=0.9) is False
+        async with client.lock(lock_name, holder="h", ttl_ms=1000) as lease:
+            assert await lease.wait_lost(timeout=2.5) is False
             assert (await client.lock_status(lock_name)).lease_id == lease.lease_id
             await lease.kv.put("k", b"still mine")
 

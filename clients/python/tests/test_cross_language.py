@@ -10,11 +10,9 @@ plus hand-made non-canonical and malformed variants.
 from __future__ import annotations
 
 import base64
-import json
 import sqlite3
 import subprocess
 import threading
-from pathlib import Path
 from typing import Any, Callable, List, Tuple
 
 import nacl.signing
@@ -31,10 +29,11 @@ from palisade import (
     BadSignatureError,
     WrongLockError,
 )
+from palisade.gates import Admitted, postgres
 from palisade.gates import sqlite as sqlite_gate
 from palisade.tokens import Claims, KeyRing, Verifier, canonical_payload, key_id_of
 
-from gates_support import PgGate, SqliteGate
+from gates_support import PG_UPSERT, SQLITE_UPSERT, PgGate, SqliteGate
 from servers import PalisadeServer, fenced_writer_bin, run_writer
 
 
@@ -78,29 +77,30 @@ class Db:
                            "--lock", lock, "--key", key, "--value", value, "--token", token, *extra])
 
     def python(self, token: Any, lock: str, key: str, value: str, seq: Any = None) -> str:
-        return outcome(lambda: self._python_admit(token, lock, key, value, seq))
+        return outcome(lambda: self._python_write(token, lock, key, value, seq))
 
-    def _python_admit(self, token: Any, lock: str, key: str, value: str, seq: Any) -> Any:
-        result: List[Any] = []
+    def _python_write(self, token: Any, lock: str, key: str, value: str, seq: Any) -> Admitted:
         gate = self.gate
         if isinstance(gate, SqliteGate):
             conn = gate.connect()
             try:
                 with sqlite_gate.transaction(conn):
-                    admit = sqlite_gate.admit if seq is None else lambda c, v, t, l: sqlite_gate.admit_sequenced(c, v, t, l, seq)
-                    result.append(admit(conn, gate.verifier, token, lock))
-                    conn.execute("INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
+                    if seq is None:
+                        admitted = sqlite_gate.admit(conn, gate.verifier, token, lock)
+                    else:
+                        admitted = sqlite_gate.admit_sequenced(conn, gate.verifier, token, lock, seq)
+                    conn.execute(SQLITE_UPSERT, (key, value))
+                return admitted
             finally:
                 conn.close()
-        else:
-            from palisade.gates import postgres
-
-            with gate.connect() as conn:
-                with conn.transaction():
-                    admit = postgres.admit if seq is None else lambda c, v, t, l: postgres.admit_sequenced(c, v, t, l, seq)
-                    result.append(admit(conn, gate.verifier, token, lock))
-                    conn.execute("INSERT INTO kv (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value", (key, value))
-        return result[0]
+        with gate.connect() as conn:
+            with conn.transaction():
+                if seq is None:
+                    admitted = postgres.admit(conn, gate.verifier, token, lock)
+                else:
+                    admitted = postgres.admit_sequenced(conn, gate.verifier, token, lock, seq)
+                conn.execute(PG_UPSERT, (key, value))
+            return admitted
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

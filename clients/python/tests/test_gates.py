@@ -8,7 +8,7 @@ import asyncio
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Callable, List
 
 import psycopg
 import pytest
@@ -109,50 +109,55 @@ def test_racing_epochs(gate: Gate, issuer: Issuer) -> None:
     holder's last write is the value, and no write of the smaller epoch was admitted
     after one of the larger epoch had committed."""
     rounds, writes = 12, 6
-    admitted_old: List[int] = []
-    for round_ in range(rounds):
-        lock, key = f"race-{round_}", f"race-key-{round_}"
-        old, new = issuer.token(lock, 1), issuer.token(lock, 2)
-        new_committed = threading.Event()
-        start = threading.Barrier(2)
-        errors: List[BaseException] = []
-
-        def newer() -> None:
-            start.wait()
-            for i in range(writes):
-                write_retrying(gate, new, lock, key, f"2:{i}")
-                new_committed.set()
-
-        def older() -> None:
-            start.wait()
-            for i in range(writes):
-                after_new = new_committed.is_set()
-                try:
-                    write_retrying(gate, old, lock, key, f"1:{i}")
-                except StaleTokenError as e:
-                    assert (e.high_water, e.epoch) == (2, 1)
-                    continue
-                assert not after_new, "epoch 1 admitted after epoch 2 committed"
-                admitted_old.append(i)
-
-        def guarded(fn: Any) -> Any:
-            def run() -> None:
-                try:
-                    fn()
-                except BaseException as e:  # noqa: BLE001 - reported by the main thread
-                    errors.append(e)
-            return run
-
-        threads = [threading.Thread(target=guarded(newer)), threading.Thread(target=guarded(older))]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        assert not errors, errors
-        assert gate.high_water(lock) == 2, f"round {round_}"
-        assert gate.read(key) == f"2:{writes - 1}", f"round {round_}"
+    admitted_old = sum(race_one_round(gate, issuer, f"race-{r}", writes) for r in range(rounds))
     # Not asserted (timing decides), but printed: 0 would mean the race never happened.
-    print(f"racing_epochs: {len(admitted_old)} of {rounds * writes} epoch-1 writes landed before epoch 2")
+    print(f"racing_epochs: {admitted_old} of {rounds * writes} epoch-1 writes landed before epoch 2")
+
+
+def race_one_round(gate: Gate, issuer: Issuer, lock: str, writes: int) -> int:
+    """One round of :func:`test_racing_epochs`; returns how many epoch-1 writes landed."""
+    key = lock + "-key"
+    old, new = issuer.token(lock, 1), issuer.token(lock, 2)
+    new_committed = threading.Event()
+    start = threading.Barrier(2)
+    admitted_old: List[int] = []
+    errors: List[BaseException] = []
+
+    def newer() -> None:
+        start.wait()
+        for i in range(writes):
+            write_retrying(gate, new, lock, key, f"2:{i}")
+            new_committed.set()
+
+    def older() -> None:
+        start.wait()
+        for i in range(writes):
+            after_new = new_committed.is_set()
+            try:
+                write_retrying(gate, old, lock, key, f"1:{i}")
+            except StaleTokenError as e:
+                assert (e.high_water, e.epoch) == (2, 1)
+                continue
+            assert not after_new, "epoch 1 admitted after epoch 2 committed"
+            admitted_old.append(i)
+
+    def guarded(fn: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                fn()
+            except BaseException as e:  # noqa: BLE001 - reported by the main thread
+                errors.append(e)
+        return run
+
+    threads = [threading.Thread(target=guarded(newer)), threading.Thread(target=guarded(older))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert gate.high_water(lock) == 2, lock
+    assert gate.read(key) == f"2:{writes - 1}", lock
+    return len(admitted_old)
 
 
 def test_rejected_admit_rolls_back_own_writes(gate: Gate, issuer: Issuer) -> None:
