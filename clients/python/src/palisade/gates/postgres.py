@@ -37,9 +37,14 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import psycopg
-import psycopg.errors
-from psycopg.pq import TransactionStatus
+try:
+    import psycopg
+    import psycopg.errors
+    from psycopg.pq import TransactionStatus
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "palisade.gates.postgres needs psycopg 3: pip install 'palisade-client[postgres]'"
+    ) from e
 
 from .._errors import ConflictError, PalisadeError, StorageFailedError
 from ..tokens import Verifier
