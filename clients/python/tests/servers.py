@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
+import httpx
+
 REPO = Path(__file__).resolve().parents[3]
 HOW_TO_BUILD = "run scripts/python-test (it builds the server and the Rust writer first)"
 
@@ -179,6 +181,45 @@ class PostgresServer:
 
     def stop(self) -> None:
         _stop(self.proc, signal.SIGINT)  # PostgreSQL's fast shutdown
+        self.dir.cleanup()
+
+
+class EtcdMember:
+    """A one-member etcd cluster for the three-node tests: client and peer ports free on
+    loopback, data in a temp dir, short election settings (as the Rust etcd tests use),
+    stopped by process id."""
+
+    def __init__(self) -> None:
+        etcd = os.environ.get("ETCD_BIN") or shutil.which("etcd")
+        if etcd is None:
+            raise RuntimeError("etcd not found: install Debian's etcd-server (scripts/python-test does)")
+        self.dir = tempfile.TemporaryDirectory(prefix="palisade-etcd-")
+        client, peer = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
+        self.url = client
+        self.proc = subprocess.Popen(
+            [etcd, "--name", "m0", "--data-dir", str(Path(self.dir.name) / "m0"),
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"m0={peer}", "--initial-cluster-state", "new",
+             "--heartbeat-interval", "50", "--election-timeout", "500",
+             "--logger", "zap", "--log-level", "error"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"etcd exited with {self.proc.returncode}")
+            try:
+                if '"true"' in httpx.get(client + "/health", timeout=1).text:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("etcd did not become healthy within 30 s")
+
+    def stop(self) -> None:
+        _stop(self.proc, signal.SIGKILL)
         self.dir.cleanup()
 
 

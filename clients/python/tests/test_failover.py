@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
@@ -16,9 +17,9 @@ from typing import Dict, Iterator, List, Tuple
 import pytest
 
 import palisade.aio
-from palisade import Client, StorageFailedError, TransportError
+from palisade import Client, StaleTokenError, StorageFailedError, TransportError
 
-from servers import PalisadeServer, free_port
+from servers import EtcdMember, PalisadeServer, free_port
 
 WRITE_OK = (200, {"revision": 7, "epoch": 1})
 UNAVAILABLE = (503, {"error": {"code": "storage_failed", "message": "etcd is unavailable"}})
@@ -172,6 +173,53 @@ def test_a_node_killed_under_the_client(tmp_path: Path) -> None:
     finally:
         a.stop()
         b.stop()
+
+
+def test_three_nodes_over_etcd_one_killed_under_the_client(tmp_path: Path) -> None:
+    """The deployment failover is for: three stateless nodes sharing leases, epochs and
+    marks in etcd. A node is SIGKILLed under a client holding a lease; its writes and
+    renewals carry on through the next node, and a write resent to another node with the
+    same idempotency key is answered from the first outcome, not applied twice."""
+    key_file = tmp_path / "signing.key"
+    key_file.write_text("22" * 32)
+    key_file.chmod(0o600)
+    etcd = EtcdMember()
+    prefix = f"/py-{uuid.uuid4().hex[:8]}/"
+    flags = ["--backend", "etcd", "--etcd-endpoints", etcd.url, "--etcd-prefix", prefix,
+             "--signing-key-file", str(key_file), "--etcd-timeout-ms", "2000"]
+    nodes: List[PalisadeServer] = []
+    try:
+        nodes = [PalisadeServer(flags) for _ in range(3)]
+        lock = "etcd-failover"
+        with Client([n.url for n in nodes]) as client, Client(nodes[2].url) as third:
+            with client.lock(lock, holder="h", ttl_ms=2000) as lease:
+                assert lease.fence() == lease.epoch
+                lease.kv.put("k", b"before")
+                assert client._endpoints.order()[0] == nodes[0].url
+                nodes[0].kill()
+                after = lease.kv.put("k", b"after")  # node 0 refuses the connection
+                assert after.epoch == lease.epoch
+                assert client._endpoints.order()[0] == nodes[1].url
+                # Renewals go on through node 1: the lease outlives its TTL.
+                assert lease.wait_lost(timeout=lease.ttl_ms / 1000 * 1.5) is False
+                status = third.lock_status(lock)
+                assert (status.lease_id, status.epoch) == (lease.lease_id, lease.epoch)
+                assert third.kv(lock).get("k") == b"after"
+                # A resend to another node with the same key is not applied twice.
+                first = lease.kv.put("once", b"x", idempotency_key="op-across-nodes")
+                again = third.fenced_kv(lock, lease.token).put("once", b"x", idempotency_key="op-across-nodes")
+                assert (again.revision, again.replayed) == (first.revision, True)
+                old_token = lease.token
+            # Released through a live node; the next holder fences the old one off everywhere.
+            with third.lock(lock, holder="next", ttl_ms=2000) as newer:
+                newer.fence()
+                with pytest.raises(StaleTokenError):
+                    client.fenced_kv(lock, old_token).put("k", b"late")
+            assert third.kv(lock).get("k") == b"after"
+    finally:
+        for n in nodes:
+            n.stop()
+        etcd.stop()
 
 
 def test_asyncio_client_fails_over_by_the_same_rule(stubs: List[Stub]) -> None:
