@@ -30,7 +30,8 @@ from palisade import (
 from palisade import _protocol as proto
 from palisade._errors import decode_error
 from palisade._paths import key_path, normalise_base, segment
-from palisade._protocol import Failure, Retry, may_try_next
+from palisade import _failover
+from palisade._failover import Failure, Retry, may_try_next
 from palisade._renewal import Renewal
 
 
@@ -197,15 +198,15 @@ def test_the_failover_rule() -> None:
 
 def test_httpx_failures_are_classified() -> None:
     req = httpx.Request("GET", "http://h")
-    assert proto.classify(httpx.ConnectError("refused", request=req)) is Failure.UNREACHABLE
-    assert proto.classify(httpx.ConnectTimeout("slow", request=req)) is Failure.UNREACHABLE
-    assert proto.classify(httpx.ReadTimeout("slow", request=req)) is Failure.UNKNOWN
-    assert proto.classify(httpx.RemoteProtocolError("closed", request=req)) is Failure.UNKNOWN
-    assert proto.classify(httpx.UnsupportedProtocol("gopher", request=req)) is None
+    assert _failover.classify(httpx.ConnectError("refused", request=req)) is Failure.UNREACHABLE
+    assert _failover.classify(httpx.ConnectTimeout("slow", request=req)) is Failure.UNREACHABLE
+    assert _failover.classify(httpx.ReadTimeout("slow", request=req)) is Failure.UNKNOWN
+    assert _failover.classify(httpx.RemoteProtocolError("closed", request=req)) is Failure.UNKNOWN
+    assert _failover.classify(httpx.UnsupportedProtocol("gopher", request=req)) is None
 
 
 def test_endpoints_start_from_the_last_that_answered() -> None:
-    ends = proto.Endpoints(["a", "b", "c"])
+    ends = _failover.Endpoints(["a", "b", "c"])
     assert ends.order() == ["a", "b", "c"]
     ends.prefer("b")
     assert ends.order() == ["b", "c", "a"]

@@ -1,8 +1,8 @@
 """The blocking client: :class:`Client`, :class:`Lease`, :class:`Kv`, :class:`FencedKv`.
 
-A thin shell over ``_protocol`` (what to send, how to read it, when to fail over) and
-``_renewal`` (when to renew, when the lease is lost). The asyncio client in ``aio.py`` is
-the same shell over the same two modules.
+A thin shell over ``_protocol`` (what to send, how to read it), ``_failover`` (which node
+next) and ``_renewal`` (when to renew, when the lease is lost). The asyncio client in
+``aio.py`` is the same shell over the same modules.
 
 Threads: one ``httpx.Client`` (a pool of keep-alive connections) per :class:`Client`,
 shared by the caller's threads and one renewal thread per live lease. A lease's renewal
@@ -21,6 +21,7 @@ import httpx
 
 from . import _protocol as proto
 from ._errors import LeaseLostError, StaleTokenError
+from ._failover import Attempts, Call, Endpoints
 from ._lease import LeaseBase
 from ._paths import normalise_bases
 from ._protocol import CertArg, WriteOptions
@@ -67,7 +68,7 @@ class Client:
         connect_timeout: float = proto.CONNECT_TIMEOUT,
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
-        self._endpoints = proto.Endpoints(normalise_bases(url))
+        self._endpoints = Endpoints(normalise_bases(url))
         settings = proto.http_settings(key, ca, cert, timeout, connect_timeout)
         self._http = httpx.Client(transport=transport, **settings)
         self._leases: "weakref.WeakSet[Lease]" = weakref.WeakSet()
@@ -77,8 +78,8 @@ class Client:
         """The base URLs, in the order given."""
         return self._endpoints.bases
 
-    def _send(self, call: proto.Call) -> httpx.Response:
-        attempts = proto.Attempts(self._endpoints, call)
+    def _send(self, call: Call) -> httpx.Response:
+        attempts = Attempts(self._endpoints, call)
         timeout: Any = httpx.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout
         for base in attempts:
             try:
@@ -386,7 +387,7 @@ class FencedKv(Kv):
         self.token = token
         self._lease = lease
 
-    def _mutate(self, call: proto.Call) -> httpx.Response:
+    def _mutate(self, call: Call) -> httpx.Response:
         if self._lease is not None:
             self._lease.ensure_alive()
         try:

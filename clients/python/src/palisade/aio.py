@@ -9,9 +9,9 @@
             await lease.fence()
             await lease.kv.put("invoice-17", b"paid")
 
-The same shell as the blocking client over the same ``_protocol`` and ``_renewal``
-modules, so both send the same requests, raise the same errors and fail over by the
-same rule. A lease is renewed by one task on the event loop that acquired it; its state
+The same shell as the blocking client over the same ``_protocol``, ``_failover`` and
+``_renewal`` modules, so both send the same requests, raise the same errors and fail
+over by the same rule. A lease is renewed by one task on the event loop that acquired it; its state
 is touched only from that loop, so nothing is locked.
 """
 
@@ -29,6 +29,7 @@ import httpx
 from . import _protocol as proto
 from ._errors import *  # noqa: F401,F403 - the same error classes, importable from here
 from ._errors import LeaseLostError, StaleTokenError
+from ._failover import Attempts, Call, Endpoints
 from ._errors import __all__ as _error_names
 from ._lease import LeaseBase
 from ._paths import normalise_bases
@@ -81,7 +82,7 @@ class Client:
         connect_timeout: float = proto.CONNECT_TIMEOUT,
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> None:
-        self._endpoints = proto.Endpoints(normalise_bases(url))
+        self._endpoints = Endpoints(normalise_bases(url))
         settings = proto.http_settings(key, ca, cert, timeout, connect_timeout)
         self._http = httpx.AsyncClient(transport=transport, **settings)
         self._leases: "weakref.WeakSet[Lease]" = weakref.WeakSet()
@@ -90,8 +91,8 @@ class Client:
     def urls(self) -> List[str]:
         return self._endpoints.bases
 
-    async def _send(self, call: proto.Call) -> httpx.Response:
-        attempts = proto.Attempts(self._endpoints, call)
+    async def _send(self, call: Call) -> httpx.Response:
+        attempts = Attempts(self._endpoints, call)
         timeout: Any = httpx.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout
         for base in attempts:
             try:
@@ -328,7 +329,7 @@ class FencedKv(Kv):
         self.token = token
         self._lease = lease
 
-    async def _mutate(self, call: proto.Call) -> httpx.Response:
+    async def _mutate(self, call: Call) -> httpx.Response:
         if self._lease is not None:
             self._lease.ensure_alive()
         try:
