@@ -3,6 +3,7 @@ fenced store with every write option, typed errors, and bad input refused before
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Callable
@@ -110,6 +111,19 @@ def test_a_lease_without_renewals_is_lost_at_its_deadline(client: Client, lock_n
     with pytest.raises(LeaseLostError):
         lease.kv.put("k", b"v")
     lease_client.close()
+
+
+def test_dropping_a_lease_stops_its_renewals_and_the_lease_runs_out(client: Client, lock_name: str) -> None:
+    lease = client.acquire(lock_name, holder="dropped", ttl_ms=300)
+    renewer = lease._thread
+    del lease
+    gc.collect()
+    renewer.join(timeout=5)
+    assert not renewer.is_alive()
+    deadline = time.monotonic() + 10
+    while client.lock_status(lock_name).holder is not None:
+        assert time.monotonic() < deadline, "the dropped lease was still renewed"
+        time.sleep(0.05)
 
 
 def test_fencing_py_scenario_through_the_store(client: Client, lock_name: str) -> None:
