@@ -4,8 +4,11 @@ fenced store with every write option, typed errors, and bad input refused before
 from __future__ import annotations
 
 import gc
+import hashlib
+import json
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 import httpx
@@ -13,6 +16,10 @@ import pytest
 
 from palisade import (
     BadRequestError,
+    PermissionDeniedError,
+    QuotaExceededError,
+    UnauthenticatedError,
+    UnavailableError,
     Client,
     IdempotencyConflictError,
     InvalidTokenError,
@@ -300,33 +307,79 @@ def test_bad_input_is_refused_before_sending(server: PalisadeServer) -> None:
         Client(["http://a:1", "http://a:1/"])
 
 
-def test_bearer_key_is_sent_and_auth_refusals_are_typed(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    seen = []
+def test_keys_principals_and_grants_against_an_auth_server(tmp_path: Path) -> None:
+    """A server with ``--auth-file``: the bearer key names the principal, the principal
+    becomes the holder (a label after it), grants and quotas refuse with typed errors."""
+    writer_key, reader_key = "pal_writer-" + "w" * 20, "pal_reader-" + "r" * 20
+    digest = lambda key: hashlib.sha256(key.encode()).hexdigest()  # noqa: E731
+    auth_file = tmp_path / "auth.toml"
+    auth_file.write_text(f"""
+[[principal]]
+name = "billing"
+key_sha256 = "{digest(writer_key)}"
+max_ttl_ms = 60000
+[[principal.grant]]
+locks = "orders*"
+allow = ["acquire", "read", "write", "check"]
 
-    def record(request: httpx.Request) -> httpx.Response:
-        seen.append(request.headers.get("authorization"))
-        return httpx.Response(401, json={"error": {"code": "unauthenticated", "message": "no"}})
+[[principal]]
+name = "auditor"
+key_sha256 = "{digest(reader_key)}"
+[[principal.grant]]
+locks = "orders*"
+allow = ["read"]
+""")
+    server = PalisadeServer(["--auth-file", str(auth_file)])
+    try:
+        with Client(server.url) as anonymous:
+            assert anonymous.keys()  # public keys are public
+            with pytest.raises(UnauthenticatedError) as no_key:
+                anonymous.locks()
+            assert no_key.value.status == 401
+        with Client(server.url, key=writer_key) as billing:
+            with billing.lock("orders-auth", ttl_ms=5000) as lease:
+                assert lease.holder == "billing"  # no label: the principal itself
+                lease.kv.put("k", b"v")
+                verifier = Verifier(KeyRing.from_public_keys(billing.keys()))
+                assert verifier.verify(lease.token).holder == "billing"
+                token = lease.token
+            with billing.lock("orders-auth", holder="w1", ttl_ms=5000) as labelled:
+                assert labelled.holder == "billing/w1"
+            with pytest.raises(QuotaExceededError) as quota:
+                billing.acquire("orders-long", ttl_ms=120_000)
+            assert (quota.value.resource, quota.value.limit) == ("ttl_ms", 60000)
+            with pytest.raises(PermissionDeniedError):
+                billing.acquire("payroll", ttl_ms=5000)
+        with Client(server.url, key=reader_key) as auditor:
+            assert auditor.kv("orders-auth").get("k") == b"v"
+            with pytest.raises(PermissionDeniedError):
+                auditor.acquire("orders-auth", ttl_ms=5000)
+            with pytest.raises(PermissionDeniedError):
+                auditor.fenced_kv("orders-auth", token).put("k", b"stolen token")
+    finally:
+        server.stop()
 
-    from palisade import PermissionDeniedError, QuotaExceededError, UnauthenticatedError
 
-    with Client("http://127.0.0.1:1", key="k-123", transport=httpx.MockTransport(record)) as c:
-        with pytest.raises(UnauthenticatedError) as denied:
-            c.locks()
-    assert seen == ["Bearer k-123"]
-    assert denied.value.status == 401
-    for status, code, cls in [(403, "permission_denied", PermissionDeniedError), (429, "quota_exceeded", QuotaExceededError)]:
-        answer = httpx.Response(status, json={"error": {"code": code, "message": "m", "retry_after_ms": 5}})
-        with Client("http://h:1", transport=httpx.MockTransport(lambda r, a=answer: a)) as c:
-            with pytest.raises(cls):
-                c.locks()
+def test_auth_arguments_are_checked_when_the_client_is_made(tmp_path: Path) -> None:
     # A CA or certificate file that does not exist fails at construction, not at the
-    # first request.
+    # first request; so does a key that cannot travel in a header.
     with pytest.raises(OSError):
         Client("https://h:1", ca=str(tmp_path / "missing-ca.pem"))
     with pytest.raises(OSError):
         Client("https://h:1", cert=(str(tmp_path / "missing.pem"), str(tmp_path / "missing.key")))
     with pytest.raises(BadRequestError):
         Client("https://h:1", key="line\nbreak")
+    seen = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        seen.append((request.headers.get("authorization"), json.loads(request.content)))
+        return httpx.Response(503, json={"error": {"code": "unavailable", "message": "shutting down"}})
+
+    with Client("http://h:1", key="k-123", transport=httpx.MockTransport(record)) as c:
+        with pytest.raises(UnavailableError):
+            c.acquire_grant("orders", ttl_ms=1000)
+    # With a key and no holder, no holder is sent: the server makes it the principal.
+    assert seen == [("Bearer k-123", {"ttl_ms": 1000})]
 
 
 def test_health(client: Client) -> None:

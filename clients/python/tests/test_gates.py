@@ -241,7 +241,7 @@ def test_pg_repeatable_read_surfaces_conflict(pg_dsn: str, issuer: Issuer) -> No
         write(gate, issuer.token(LOCK, 2), LOCK, "k", "v2")
         with pytest.raises(ConflictError) as conflict:
             postgres.admit(conn, issuer.verifier, issuer.token(LOCK, 3), LOCK)
-        assert conflict.value.code == "revision_mismatch"
+        assert conflict.value.code == "write_conflict"
         conn.rollback()
     assert gate.high_water(LOCK) == 2
 

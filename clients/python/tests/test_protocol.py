@@ -11,6 +11,7 @@ import pytest
 from palisade import (
     ApiError,
     BadRequestError,
+    ConflictError,
     DecodeError,
     IdempotencyConflictError,
     InvalidTokenError,
@@ -25,6 +26,7 @@ from palisade import (
     StaleTokenError,
     StorageFailedError,
     UnauthenticatedError,
+    UnavailableError,
     WrongLockError,
 )
 from palisade import _protocol as proto
@@ -82,12 +84,19 @@ def test_simple_codes_map_to_their_classes() -> None:
         (503, "storage_failed", StorageFailedError),
         (400, "bad_request", BadRequestError),
         (401, "unauthenticated", UnauthenticatedError),
-        (429, "quota_exceeded", QuotaExceededError),
+        (409, "write_conflict", ConflictError),
+        (503, "unavailable", UnavailableError),
         (403, "wrong_lock", ApiError),  # without token_lock: not invented
+        (429, "quota_exceeded", ApiError),  # without resource and limit: not invented
     ]:
         e = decode(status, err(code))
         assert type(e) is cls, code
         assert e.code == code  # type: ignore[attr-defined]
+
+
+def test_quota_exceeded_carries_resource_and_limit() -> None:
+    e = decode(429, err("quota_exceeded", resource="ttl_ms", limit=60000))
+    assert isinstance(e, QuotaExceededError) and (e.resource, e.limit, e.status) == ("ttl_ms", 60000, 429)
 
 
 def test_wrong_lock_carries_the_tokens_lock() -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "UnauthenticatedError",
     "PermissionDeniedError",
     "QuotaExceededError",
+    "UnavailableError",
     "ApiError",
     "TransportError",
     "DecodeError",
@@ -208,11 +209,12 @@ class RevisionMismatchError(PalisadeError):
 
 
 class ConflictError(PalisadeError):
-    """A gate lost a race inside your database (serialisation failure, deadlock, busy
-    database). Nothing of the operation committed; retrying the whole transaction is safe
-    as far as fencing is concerned. Same code as the Rust gates' ``Conflict``."""
+    """``write_conflict``: another writer changed the guarded resource between read and
+    write (a gate's serialisation failure, deadlock or busy database). Nothing of the
+    operation committed; retrying the whole transaction is safe as far as fencing is
+    concerned. Same code as the Rust gates' ``Conflict``."""
 
-    code = "revision_mismatch"
+    code = "write_conflict"
 
 
 class PayloadTooLargeError(PalisadeError):
@@ -258,16 +260,22 @@ class PermissionDeniedError(PalisadeError):
 
 
 class QuotaExceededError(PalisadeError):
-    """``quota_exceeded`` (429): the principal's quota is used up; retry after
-    ``retry_after_ms`` when the server says."""
+    """``quota_exceeded`` (429): a server limit would be exceeded: ``resource`` (for
+    example ``ttl_ms``, ``leases``, ``keys_per_namespace``) may be at most ``limit``."""
 
     code = "quota_exceeded"
 
-    def __init__(
-        self, message: str, retry_after_ms: Optional[int], *, status: Optional[int] = None
-    ) -> None:
+    def __init__(self, message: str, resource: str, limit: int, *, status: Optional[int] = None) -> None:
         super().__init__(message, status=status)
-        self.retry_after_ms = retry_after_ms
+        self.resource = resource
+        self.limit = limit
+
+
+class UnavailableError(PalisadeError):
+    """``unavailable`` (503): the server is shutting down and did not take the request.
+    A client with several URLs sends it to the next one."""
+
+    code = "unavailable"
 
 
 class ApiError(PalisadeError):
@@ -344,7 +352,10 @@ def _decode_known(status: int, code: str, message: str, extra: Mapping[str, Any]
     if code == "payload_too_large":
         return PayloadTooLargeError(message, num("limit"), status=status)
     if code == "quota_exceeded":
-        return QuotaExceededError(message, num("retry_after_ms"), status=status)
+        resource, limit = extra.get("resource"), num("limit")
+        if not isinstance(resource, str) or limit is None:
+            return None
+        return QuotaExceededError(message, resource, limit, status=status)
     simple: Dict[str, Type[PalisadeError]] = {
         "lease_expired": LeaseLostError,
         "not_found": NotFoundError,
@@ -355,6 +366,8 @@ def _decode_known(status: int, code: str, message: str, extra: Mapping[str, Any]
         "bad_request": BadRequestError,
         "unauthenticated": UnauthenticatedError,
         "permission_denied": PermissionDeniedError,
+        "write_conflict": ConflictError,
+        "unavailable": UnavailableError,
     }
     cls = simple.get(code)
     return cls(message, status=status) if cls is not None else None

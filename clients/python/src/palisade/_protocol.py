@@ -50,9 +50,9 @@ WAIT_MARGIN = 5.0
 LIST_LIMIT = 10_000
 #: Longest idempotency key the server accepts.
 MAX_IDEMPOTENCY_KEY_LEN = 128
-#: The server's bounds on an acquire (docs/api.md); checked here too, so a mistake fails
-#: before any request.
-MIN_TTL_MS, MAX_TTL_MS, MAX_WAIT_MS = 50, 3_600_000, 300_000
+#: The server's fixed bounds on an acquire (docs/api.md); checked here too, so a mistake
+#: fails before any request.
+MIN_TTL_MS, MAX_WAIT_MS = 50, 300_000
 _U64_MAX = 2**64 - 1
 
 FENCING_TOKEN = "Fencing-Token"
@@ -90,16 +90,22 @@ def _json_body(value: Dict[str, Any]) -> bytes:
 # ---- locks and leases (the issuer) ---------------------------------------------------
 
 
-def acquire(lock: str, holder: str, ttl_ms: int, wait_ms: int) -> Call:
+def acquire(lock: str, holder: Optional[str], ttl_ms: int, wait_ms: int) -> Call:
+    """``holder=None`` sends no holder: with authentication on, the lease's holder is
+    then the caller's principal (with a label, ``<principal>/<label>``)."""
     ttl_ms = _u64("ttl_ms", ttl_ms) or 0
     wait_ms = _u64("wait_ms", wait_ms) or 0
-    if not MIN_TTL_MS <= ttl_ms <= MAX_TTL_MS:
-        raise BadRequestError(f"ttl_ms must be between {MIN_TTL_MS} and {MAX_TTL_MS}")
+    # The upper bound of a TTL is the server's (per principal with authentication on):
+    # it answers quota_exceeded.
+    if ttl_ms < MIN_TTL_MS:
+        raise BadRequestError(f"ttl_ms must be at least {MIN_TTL_MS}")
     if wait_ms > MAX_WAIT_MS:
         raise BadRequestError(f"wait_ms must be at most {MAX_WAIT_MS}")
-    if not isinstance(holder, str):
+    if holder is not None and not isinstance(holder, str):
         raise BadRequestError("holder must be a string")
-    body: Dict[str, Any] = {"holder": holder, "ttl_ms": ttl_ms}
+    body: Dict[str, Any] = {"ttl_ms": ttl_ms}
+    if holder is not None:
+        body["holder"] = holder
     if wait_ms:
         body["wait_ms"] = wait_ms
     return Call(
@@ -332,6 +338,15 @@ def healthy(response: httpx.Response) -> None:
 
 
 # ---- client settings ------------------------------------------------------------------
+
+
+def holder_for(holder: Optional[str], authenticated: bool) -> Optional[str]:
+    """The holder an acquire sends. A server without authentication needs one, so a
+    missing holder becomes ``<hostname>/<pid>``; with credentials the holder is the
+    principal and a label is only sent when the caller gave one."""
+    if holder is not None or authenticated:
+        return holder
+    return default_holder()
 
 
 def default_holder() -> str:

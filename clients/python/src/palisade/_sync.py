@@ -69,6 +69,7 @@ class Client:
         transport: Optional[httpx.BaseTransport] = None,
     ) -> None:
         self._endpoints = Endpoints(normalise_bases(url))
+        self._authenticated = key is not None or cert is not None
         settings = proto.http_settings(key, ca, cert, timeout, connect_timeout)
         self._http = httpx.Client(transport=transport, **settings)
         self._leases: "weakref.WeakSet[Lease]" = weakref.WeakSet()
@@ -128,7 +129,7 @@ class Client:
     ) -> Grant:
         """Acquires ``name`` without background renewal: call :meth:`keepalive` yourself,
         or the lease ends after ``ttl_ms``."""
-        holder = proto.default_holder() if holder is None else holder
+        holder = proto.holder_for(holder, self._authenticated)
         return proto.grant(self._send(proto.acquire(name, holder, ttl_ms, wait_ms)))
 
     def keepalive(self, lease_id: str, *, timeout: Optional[float] = None) -> KeepaliveInfo:

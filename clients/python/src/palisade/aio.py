@@ -83,6 +83,7 @@ class Client:
         transport: Optional[httpx.AsyncBaseTransport] = None,
     ) -> None:
         self._endpoints = Endpoints(normalise_bases(url))
+        self._authenticated = key is not None or cert is not None
         settings = proto.http_settings(key, ca, cert, timeout, connect_timeout)
         self._http = httpx.AsyncClient(transport=transport, **settings)
         self._leases: "weakref.WeakSet[Lease]" = weakref.WeakSet()
@@ -127,7 +128,7 @@ class Client:
         self, name: str, *, holder: Optional[str] = None, ttl_ms: int = 10_000, wait_ms: int = 0
     ) -> Grant:
         """Acquires ``name`` without background renewal."""
-        holder = proto.default_holder() if holder is None else holder
+        holder = proto.holder_for(holder, self._authenticated)
         return proto.grant(await self._send(proto.acquire(name, holder, ttl_ms, wait_ms)))
 
     async def keepalive(self, lease_id: str, *, timeout: Optional[float] = None) -> KeepaliveInfo:
