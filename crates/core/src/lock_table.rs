@@ -645,23 +645,6 @@ impl LockTable {
         }
     }
 
-    /// Every known lock with a name starting with `prefix`, sorted, at most `limit`.
-    pub fn list(&mut self, now: Millis, prefix: &str, limit: usize) -> Vec<LockView> {
-        self.poll(now);
-        let mut names: Vec<&str> = self
-            .locks
-            .keys()
-            .map(|n| &**n)
-            .filter(|n| n.starts_with(prefix))
-            .collect();
-        names.sort();
-        names.truncate(limit);
-        names
-            .into_iter()
-            .filter_map(|n| self.locks.get(n).map(|l| Self::lock_view(n, l, now)))
-            .collect()
-    }
-
     /// The live lease with this id, if any.
     pub fn lease(&mut self, now: Millis, lease_id: &str) -> Option<LeaseView> {
         let name = self.leases.get(lease_id).cloned()?;

@@ -381,7 +381,12 @@ impl LockService for EtcdIssuer {
         Ok(self.view(lock, snap).await)
     }
 
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
-        self.list_page(prefix, None, limit).await
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError> {
+        self.list_page(prefix, after, limit).await
     }
 }

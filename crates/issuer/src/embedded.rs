@@ -244,16 +244,36 @@ impl Issuer {
         view
     }
 
-    /// Known locks by name.
-    pub fn list(self: &Arc<Self>, prefix: &str, limit: usize) -> Vec<LockView> {
-        let now = self.now();
-        let (views, events) = {
-            let mut inner = self.lock();
-            let views = inner.table.list(now, prefix, limit);
-            (views, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        views
+    /// One page of known locks by name: the names (and durable epochs) come from the
+    /// store's ordered index, read without the table's lock; each lock's live state is then
+    /// looked up in the table, a few at a time, so that renewals and acquisitions never
+    /// wait behind a listing for long.
+    pub async fn list(
+        self: &Arc<Self>,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError> {
+        /// Locks looked up per hold of the table's lock.
+        const CHUNK: usize = 128;
+        let known = self.backend.list_locks(prefix, after, limit).await?;
+        let mut views = Vec::with_capacity(known.len());
+        for chunk in known.chunks(CHUNK) {
+            let now = self.now();
+            let events = {
+                let mut inner = self.lock();
+                for (name, durable_epoch) in chunk {
+                    let mut view = inner.table.status(now, name);
+                    // A lock the table forgot is known by its durable record only.
+                    view.epoch = view.epoch.max(*durable_epoch);
+                    views.push(view);
+                }
+                self.take_events(&mut inner)
+            };
+            self.handle(events);
+            tokio::task::yield_now().await;
+        }
+        Ok(views)
     }
 
     /// Durably records a grant; withdraws it from the table if that fails.
@@ -493,8 +513,13 @@ impl LockService for Arc<Issuer> {
         Ok(Issuer::status(self, lock))
     }
 
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
-        Ok(Issuer::list(self, prefix, limit))
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError> {
+        Issuer::list(self, prefix, after, limit).await
     }
 }
 

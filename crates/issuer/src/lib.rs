@@ -75,6 +75,13 @@ pub trait LockService: Send + Sync + 'static {
     async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError>;
     /// A lock's state (epoch 0 and no lease if never acquired).
     async fn status(&self, lock: &str) -> Result<LockView, StorageError>;
-    /// Known locks whose names start with `prefix`, sorted, at most `limit`.
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError>;
+    /// Known locks whose names start with `prefix` and sort after `after`, in name order,
+    /// at most `limit`: one page. Read from an ordered index, not by sorting every lock,
+    /// and never holding up acquisitions and renewals while it reads.
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError>;
 }

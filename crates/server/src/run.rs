@@ -151,6 +151,7 @@ impl Front {
             auth: self.auth,
             audit: self.audit,
             limits: config.limits,
+            listings: Arc::new(tokio::sync::Semaphore::new(crate::api::listing_permits())),
         }
     }
 }

@@ -4,14 +4,16 @@ use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use palisade_api::ErrorCode;
 use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView};
 
-use super::{json_body, lock_name, path, ApiError, AppState, ListQuery};
+use super::{json_body, lock_name, path, ApiError, AppState};
 use crate::audit::AuditEvent;
-use crate::auth::{Caller, Verb};
+use crate::auth::{Caller, LockPattern, Verb};
 
 const MIN_TTL_MS: u64 = 50;
 const MAX_WAIT_MS: u64 = 300_000;
@@ -219,21 +221,141 @@ pub async fn status(
 #[derive(Serialize)]
 pub struct LockList {
     locks: Vec<LockStatus>,
+    /// Pass as `after` for the next page; `null` on the last page.
+    next: Option<String>,
+}
+
+/// `GET /v1/locks?prefix=&after=&limit=`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockListQuery {
+    #[serde(default)]
+    prefix: String,
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Which names a listing reads: everything under a prefix, or one name.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    Prefix(String),
+    Exact(String),
+}
+
+/// The scans that cover what `caller` may see under `prefix`: one scan of the prefix
+/// for a caller who may see every lock, else one per grant pattern that meets the prefix.
+/// A principal with a grant on `orders*` lists from the `orders` part of the index only,
+/// however many other locks there are.
+fn scans(caller: &Caller, prefix: &str) -> Vec<Scan> {
+    let Some(principal) = caller.principal() else {
+        return vec![Scan::Prefix(prefix.to_owned())];
+    };
+    let Some(patterns) = principal.visible_patterns(&[Verb::Acquire, Verb::Read]) else {
+        return vec![Scan::Prefix(prefix.to_owned())];
+    };
+    let mut scans = Vec::new();
+    for pattern in patterns {
+        let scan = match pattern {
+            LockPattern::Prefix(p) if prefix.starts_with(p.as_str()) => Scan::Prefix(prefix.into()),
+            LockPattern::Prefix(p) if p.starts_with(prefix) => Scan::Prefix(p.clone()),
+            LockPattern::Exact(name) if name.starts_with(prefix) => Scan::Exact(name.clone()),
+            _ => continue,
+        };
+        if !scans.contains(&scan) {
+            scans.push(scan);
+        }
+    }
+    scans
 }
 
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<LockList>, ApiError> {
+    query: Result<Query<LockListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
     let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
-    let limit = query.limit();
-    let locks = state.issuer.list(&query.prefix, limit).await?;
-    Ok(Json(LockList {
-        locks: locks
+    // Held until the answer is encoded: that is part of the work it bounds.
+    let _permit = state
+        .listings
+        .acquire()
+        .await
+        .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the server is shutting down"))?;
+    let limit = query.limit.unwrap_or(1000).clamp(1, 10_000);
+    let after = query.after.as_deref();
+    let mut found: Vec<LockView> = Vec::new();
+    let mut more = false;
+    for scan in scans(&caller, &query.prefix) {
+        let page = match &scan {
+            Scan::Prefix(p) => state.issuer.list(p, after, limit).await?,
+            Scan::Exact(name) => {
+                let mut one = state.issuer.list(name, after, 1).await?;
+                one.retain(|v| &v.lock == name);
+                one
+            }
+        };
+        more |= matches!(scan, Scan::Prefix(_)) && page.len() == limit;
+        found.extend(page);
+    }
+    found.sort_by(|a, b| a.lock.cmp(&b.lock));
+    found.dedup_by(|a, b| a.lock == b.lock);
+    if found.len() > limit {
+        found.truncate(limit);
+        more = true;
+    }
+    let next = more.then(|| found.last().map(|v| v.lock.clone())).flatten();
+    let list = LockList {
+        locks: found
             .into_iter()
             .filter(|v| may_see(&caller, &v.lock))
             .map(|v| LockStatus::seen_by(v, &caller))
             .collect(),
-    }))
+        next,
+    };
+    Ok(Json(list).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::parse;
+
+    fn caller(grants: &str) -> Caller {
+        let text = format!(
+            "[[principal]]\nname = \"p\"\nkey_sha256 = \"{}\"\n{grants}",
+            "ab".repeat(32)
+        );
+        let policy = parse(&text).unwrap();
+        Caller::Principal(policy.principals()[0].clone())
+    }
+
+    fn grant(locks: &str, verbs: &str) -> String {
+        format!("[[principal.grant]]\nlocks = \"{locks}\"\nallow = [{verbs}]\n")
+    }
+
+    #[test]
+    fn listings_read_only_what_the_grants_cover() {
+        let p = caller(&format!(
+            "{}{}{}",
+            grant("orders*", "\"read\""),
+            grant("ledger", "\"acquire\""),
+            grant("secret*", "\"write\"")
+        ));
+        assert_eq!(
+            scans(&p, ""),
+            vec![Scan::Prefix("orders".into()), Scan::Exact("ledger".into())]
+        );
+        assert_eq!(
+            scans(&p, "orders.eu"),
+            vec![Scan::Prefix("orders.eu".into())]
+        );
+        assert_eq!(scans(&p, "or"), vec![Scan::Prefix("orders".into())]);
+        assert_eq!(scans(&p, "led"), vec![Scan::Exact("ledger".into())]);
+        assert!(
+            scans(&p, "secret").is_empty(),
+            "write alone does not show a lock"
+        );
+        assert_eq!(scans(&Caller::Open, "x"), vec![Scan::Prefix("x".into())]);
+        let all = caller(&grant("*", "\"read\""));
+        assert_eq!(scans(&all, "a"), vec![Scan::Prefix("a".into())]);
+    }
 }

@@ -41,6 +41,14 @@ pub struct AppState {
     pub auth: Option<Arc<Auth>>,
     pub audit: Audit,
     pub limits: Limits,
+    /// Listings of locks running at once. A page can be thousands of locks; without a
+    /// bound, many listers at once would take every core and starve renewals.
+    pub listings: Arc<tokio::sync::Semaphore>,
+}
+
+/// How many lock listings run at once: half the cores, at least one.
+pub fn listing_permits() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
 /// `?prefix=&limit=` of the list routes.
