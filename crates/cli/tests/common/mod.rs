@@ -5,6 +5,7 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd_cluster;
+pub mod principals;
 pub mod topology;
 
 use std::io::{BufRead, BufReader};
