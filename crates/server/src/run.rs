@@ -143,15 +143,12 @@ impl Front {
         verifier: Arc<Verifier>,
     ) -> AppState {
         AppState {
-            issuer,
-            backend,
-            verifier,
             policies: Arc::new(config.policies.clone()),
             max_value_bytes: config.max_value_bytes,
             auth: self.auth,
             audit: self.audit,
             limits: config.limits,
-            listings: Arc::new(tokio::sync::Semaphore::new(crate::api::listing_permits())),
+            ..AppState::new(issuer, backend, verifier)
         }
     }
 }

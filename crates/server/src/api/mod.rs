@@ -46,6 +46,28 @@ pub struct AppState {
     pub listings: Arc<tokio::sync::Semaphore>,
 }
 
+impl AppState {
+    /// A state with the default settings: no authentication, no audit log, default
+    /// limits and policies, values up to 1 MiB. Set the public fields to change them.
+    pub fn new(
+        issuer: Arc<dyn LockService>,
+        backend: Arc<dyn Backend>,
+        verifier: Arc<Verifier>,
+    ) -> AppState {
+        AppState {
+            issuer,
+            backend,
+            verifier,
+            policies: Arc::new(NamespacePolicies::default()),
+            max_value_bytes: 1024 * 1024,
+            auth: None,
+            audit: Audit::off(),
+            limits: Limits::default(),
+            listings: Arc::new(tokio::sync::Semaphore::new(listing_permits())),
+        }
+    }
+}
+
 /// How many lock listings run at once: half the cores, at least one.
 pub fn listing_permits() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
