@@ -136,6 +136,68 @@ struct ServeArgs {
         value_delimiter = ','
     )]
     trust_key_files: Vec<PathBuf>,
+    #[command(flatten)]
+    transport: TransportArgs,
+}
+
+/// How connections are accepted and served (see docs/security.md, "Limits on connections").
+#[derive(Args)]
+struct TransportArgs {
+    /// Most connections open at once. At the cap, a new connection closes the one idle (or
+    /// slow to send its request head) for longest; connections with a request in progress
+    /// are never closed for it.
+    #[arg(long, env = "PALISADE_MAX_CONNECTIONS", default_value_t = palisade_server::transport::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// A request head (request line and headers; for a new connection also the TLS
+    /// handshake) must arrive in full within this many ms, or the connection is closed.
+    #[arg(long, env = "PALISADE_HEADER_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_HEADER_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_ms: u64,
+    /// Close a keep-alive connection with no request in progress after this many ms.
+    #[arg(long, env = "PALISADE_IDLE_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_IDLE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout_ms: u64,
+    /// Largest request head (request line and headers) in bytes; larger ones get 431
+    /// headers_too_large. At least 8192.
+    #[arg(long, env = "PALISADE_MAX_HEADER_BYTES", default_value_t = palisade_server::transport::DEFAULT_MAX_HEADER_BYTES as u64, value_parser = clap::value_parser!(u64).range(8192..=1_048_576))]
+    max_header_bytes: u64,
+    /// On SIGTERM, requests in progress get this many ms to finish; then every connection
+    /// is closed. Queued acquisitions are answered 503 at once.
+    #[arg(long, env = "PALISADE_SHUTDOWN_GRACE_MS", default_value_t = palisade_server::transport::DEFAULT_SHUTDOWN_GRACE_MS)]
+    shutdown_grace_ms: u64,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+    /// Reloaded, with the key, on SIGHUP.
+    #[arg(long, env = "PALISADE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "PALISADE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: require every client to present a certificate signed by a CA in this
+    /// PEM file. Needs --tls-cert.
+    #[arg(long, env = "PALISADE_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+impl TransportArgs {
+    fn config(self) -> anyhow::Result<palisade_server::TransportConfig> {
+        use std::time::Duration;
+        let tls = match (self.tls_cert, self.tls_key) {
+            (Some(cert_file), Some(key_file)) => Some(palisade_server::TlsConfig {
+                cert_file,
+                key_file,
+                client_ca_file: self.tls_client_ca,
+            }),
+            _ => None,
+        };
+        Ok(palisade_server::TransportConfig {
+            max_connections: usize::try_from(self.max_connections)
+                .context("--max-connections is too large for this machine")?,
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_header_bytes: usize::try_from(self.max_header_bytes)
+                .context("--max-header-bytes is too large for this machine")?,
+            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            tls,
+        })
+    }
 }
 
 // mimalloc: the request path allocates and frees many small buffers (HTTP, JSON,
@@ -200,6 +262,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("--db-cache-mb is too large for this machine")?;
     config.signing_key_file = args.signing_key_file;
     config.trust_key_files = args.trust_key_files;
+    config.transport = args.transport.config()?;
     if args.backend == "etcd" {
         config.backend = palisade_server::BackendConfig::Etcd {
             endpoints: args.etcd_endpoints,
@@ -208,8 +271,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         };
     }
     let server = palisade_server::serve(config).await?;
-    // Scripts and tests read this line to learn the port.
-    println!("palisade listening on http://{}", server.addr());
+    // Scripts and tests read this line to learn the URL (https:// with TLS) and port.
+    println!("palisade listening on {}", server.url());
     server.run_until_signal().await?;
     Ok(())
 }

@@ -46,6 +46,8 @@ struct Inner {
     /// Signing takes tens of microseconds; done while the current holder works, it is off
     /// the hand-off chain of a contended lock. Used only if the grant's epoch matches.
     presigned: HashMap<Ticket, (Epoch, String)>,
+    /// Set by `close`: nobody waits in line any more.
+    closed: bool,
 }
 
 /// The lock service. See the module docs.
@@ -87,6 +89,7 @@ impl Issuer {
                 table,
                 waiters: HashMap::new(),
                 presigned: HashMap::new(),
+                closed: false,
             }),
             backend,
             signer,
@@ -120,6 +123,10 @@ impl Issuer {
             let mut inner = self.lock();
             let outcome = inner.table.acquire(now, req);
             let parked = match &outcome {
+                AcquireOutcome::Queued(ticket) if inner.closed => {
+                    inner.table.cancel(*ticket);
+                    return Err(AcquireError::Storage(StorageError::Closed));
+                }
                 AcquireOutcome::Queued(ticket) => {
                     let (tx, rx) = oneshot::channel();
                     inner.waiters.insert(*ticket, tx);
@@ -177,6 +184,15 @@ impl Issuer {
         };
         let token = self.signer.issue(&grant.lock, grant.epoch, &grant.holder);
         Ok(Granted { grant, token })
+    }
+
+    /// Answers every waiter with `Closed` and refuses new ones (the server is stopping).
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        inner.closed = true;
+        // A dropped sender answers its waiter `Closed` (see `acquire`).
+        inner.waiters.clear();
+        inner.presigned.clear();
     }
 
     /// Renews a lease for a full TTL from now. Not written to disk: after a restart every
@@ -449,6 +465,10 @@ impl LockService for Arc<Issuer> {
 
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
         Ok(Issuer::list(self, prefix, limit))
+    }
+
+    async fn close(&self) {
+        Issuer::close(self)
     }
 }
 

@@ -72,4 +72,8 @@ pub trait LockService: Send + Sync + 'static {
     async fn status(&self, lock: &str) -> Result<LockView, StorageError>;
     /// Known locks whose names start with `prefix`, sorted, at most `limit`.
     async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError>;
+    /// The server is stopping: answer every acquisition waiting in line now, and any
+    /// that would start waiting from now on, with [`StorageError::Closed`] (HTTP 503),
+    /// instead of letting them wait. Locks held stay held. Default: nothing to answer.
+    async fn close(&self) {}
 }

@@ -64,5 +64,5 @@ pub(crate) async fn serve(config: ServerConfig) -> Result<RunningServer, ServerE
         policies: Arc::new(config.policies.clone()),
         max_value_bytes: config.max_value_bytes,
     };
-    listen_and_serve(config.listen, state, async {}).await
+    listen_and_serve(config.listen, config.transport.clone(), state, async {}).await
 }

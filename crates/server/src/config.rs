@@ -37,6 +37,8 @@ pub struct ServerConfig {
     /// More keys to trust when verifying tokens: public keys (base64url, as `GET /v1/keys`
     /// shows them) or secret key files whose public halves are trusted.
     pub trust_key_files: Vec<PathBuf>,
+    /// Connection limits, timeouts and TLS (see [`crate::transport`]).
+    pub transport: crate::transport::TransportConfig,
 }
 
 /// Where a server keeps its state.
@@ -71,6 +73,7 @@ impl ServerConfig {
             backend: BackendConfig::Embedded,
             signing_key_file: None,
             trust_key_files: Vec::new(),
+            transport: crate::transport::TransportConfig::default(),
         }
     }
 }
