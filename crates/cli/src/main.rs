@@ -67,9 +67,10 @@ enum Command {
     VerifyWorker(palisade_verify::WorkerArgs),
 }
 
+/// Which server a client command talks to, and how it connects.
 #[derive(Args)]
 struct Target {
-    /// Base URL of the Palisade server.
+    /// Base URL of the Palisade server (http:// or https://).
     #[arg(
         long,
         env = "PALISADE_SERVER",
@@ -77,6 +78,52 @@ struct Target {
         global = true
     )]
     server: String,
+    /// File holding the bearer key sent as `Authorization: Bearer <key>` (mode 0600: a
+    /// file group or others may read is refused). Instead of a file, the key itself can be
+    /// given in the environment variable PALISADE_KEY; this flag wins if both are set.
+    #[arg(long, env = "PALISADE_KEY_FILE", global = true, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// Trust only the CA certificates in this PEM file for an https:// server (default:
+    /// the system's roots).
+    #[arg(long, env = "PALISADE_CA_FILE", global = true, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for a server that requires mutual TLS; needs --client-key.
+    #[arg(
+        long,
+        env = "PALISADE_CLIENT_CERT",
+        global = true,
+        value_name = "FILE",
+        requires = "client_key"
+    )]
+    client_cert: Option<PathBuf>,
+    /// Private key (PEM) of --client-cert.
+    #[arg(
+        long,
+        env = "PALISADE_CLIENT_KEY",
+        global = true,
+        value_name = "FILE",
+        requires = "client_cert"
+    )]
+    client_key: Option<PathBuf>,
+}
+
+impl Target {
+    /// A client with these settings (files are read here, before any request).
+    fn client(self) -> anyhow::Result<palisade_client::Client> {
+        let mut builder = palisade_client::Client::builder(&self.server);
+        if let Some(ca) = self.ca_file {
+            builder = builder.ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (self.client_cert, self.client_key) {
+            builder = builder.client_cert(cert, key);
+        }
+        builder = match (self.key_file, std::env::var("PALISADE_KEY")) {
+            (Some(file), _) => builder.bearer_key_file(file),
+            (None, Ok(key)) => builder.bearer_key(key),
+            (None, Err(_)) => builder,
+        };
+        builder.build().map_err(lock_cmd::api_error)
+    }
 }
 
 #[derive(Args)]
@@ -233,8 +280,8 @@ fn main() -> std::process::ExitCode {
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(args).await,
-        Command::Lock { target, command } => lock_cmd::run(&target.server, command).await,
-        Command::Kv { target, command } => kv_cmd::run(&target.server, command).await,
+        Command::Lock { target, command } => lock_cmd::run(target.client()?, command).await,
+        Command::Kv { target, command } => kv_cmd::run(target.client()?, command).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Admin { command } => admin_cmd::run(command),
         Command::DemoWorker(args) => demo::run_worker(args).await,
