@@ -6,6 +6,7 @@
 #[cfg(feature = "etcd")]
 pub mod etcd_cluster;
 pub mod pki;
+pub mod raw;
 pub mod topology;
 
 use std::io::{BufRead, BufReader};
