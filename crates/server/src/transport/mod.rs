@@ -403,3 +403,6 @@ pub enum BindError {
         source: std::io::Error,
     },
 }
+
+#[cfg(test)]
+mod tests;
