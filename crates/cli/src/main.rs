@@ -171,6 +171,40 @@ struct ServeArgs {
     /// storage_failed. Calls etcd never received are resent until then.
     #[arg(long, env = "PALISADE_ETCD_TIMEOUT_MS", default_value_t = 5000)]
     etcd_timeout_ms: u64,
+    /// Talk TLS to etcd, trusting the CA certificates in this PEM file; every
+    /// --etcd-endpoints URL must then be https://.
+    #[arg(long, env = "PALISADE_ETCD_CA_FILE", value_name = "FILE")]
+    etcd_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd members started with --client-cert-auth; needs
+    /// --etcd-key and --etcd-ca-file.
+    #[arg(
+        long,
+        env = "PALISADE_ETCD_CERT",
+        value_name = "FILE",
+        requires = "etcd_key"
+    )]
+    etcd_cert: Option<PathBuf>,
+    /// Private key (PEM) of --etcd-cert.
+    #[arg(
+        long,
+        env = "PALISADE_ETCD_KEY",
+        value_name = "FILE",
+        requires = "etcd_cert"
+    )]
+    etcd_key: Option<PathBuf>,
+    /// Authenticate to etcd as this user (etcd with `auth enable`); needs
+    /// --etcd-password-file.
+    #[arg(long, env = "PALISADE_ETCD_USER", requires = "etcd_password_file")]
+    etcd_user: Option<String>,
+    /// File holding the etcd user's password (mode 0600: a file group or others may read
+    /// is refused).
+    #[arg(
+        long,
+        env = "PALISADE_ETCD_PASSWORD_FILE",
+        value_name = "FILE",
+        requires = "etcd_user"
+    )]
+    etcd_password_file: Option<PathBuf>,
     /// Sign tokens with this key file (64 hex characters, mode 0600) instead of
     /// DATA_DIR/issuer.key. Required with --backend etcd: every node uses the same key.
     #[arg(long, env = "PALISADE_SIGNING_KEY_FILE")]
@@ -315,6 +349,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             endpoints: args.etcd_endpoints,
             prefix: args.etcd_prefix,
             request_timeout: std::time::Duration::from_millis(args.etcd_timeout_ms),
+            access: palisade_server::EtcdAccess {
+                ca_file: args.etcd_ca_file,
+                cert_file: args.etcd_cert,
+                key_file: args.etcd_key,
+                user: args.etcd_user,
+                password_file: args.etcd_password_file,
+            },
         };
     }
     let server = palisade_server::serve(config).await?;

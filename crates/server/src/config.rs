@@ -55,7 +55,24 @@ pub enum BackendConfig {
         prefix: String,
         /// Longest wait for one etcd call before the request fails with `storage_failed`.
         request_timeout: std::time::Duration,
+        /// TLS and user for etcd.
+        access: EtcdAccess,
     },
+}
+
+/// How a node proves itself to etcd and checks etcd's identity (all optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdAccess {
+    /// Talk TLS to etcd, trusting this CA (PEM); endpoints must then be `https://`.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd members that require one; needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// Authenticate as this etcd user; needs `password_file`.
+    pub user: Option<String>,
+    /// File holding the user's password (mode 0600; surrounding whitespace ignored).
+    pub password_file: Option<PathBuf>,
 }
 
 impl ServerConfig {

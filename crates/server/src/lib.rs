@@ -33,6 +33,8 @@ pub mod recovery;
 mod run;
 pub mod transport;
 
-pub use config::{BackendConfig, NamespacePolicies, ServerConfig, DEFAULT_IDLE_GRACE_MS};
+pub use config::{
+    BackendConfig, EtcdAccess, NamespacePolicies, ServerConfig, DEFAULT_IDLE_GRACE_MS,
+};
 pub use run::{serve, RunningServer, ServerError, DB_FILE};
 pub use transport::{ClientCert, TlsConfig, TransportConfig};
