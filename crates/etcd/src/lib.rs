@@ -19,6 +19,11 @@
 //! - an acquisition commits `if the lock has no holder and its epoch key is unchanged then
 //!   put epoch + 1, put the holder key (attached to the new etcd lease)`.
 //!
+//! The connection to etcd can be TLS ([`EtcdTls`]: the members' CA, and a client
+//! certificate for members that require one) and authenticated as an etcd user
+//! ([`EtcdUser`]); expired auth tokens are renewed by the client, and the refused call is
+//! sent again (etcd refused it before applying it).
+//!
 //! ## Invariants
 //! - Nothing is answered Ok unless its etcd transaction succeeded (etcd commits through its
 //!   Raft quorum, each member fsyncs its log). A refusal (stale token, failed

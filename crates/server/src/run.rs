@@ -69,8 +69,9 @@ impl RunningServer {
         format!("{}://{}", self.scheme, self.addr)
     }
 
-    /// Stops accepting connections, answers queued acquisitions (503), lets requests in
-    /// flight finish within the shutdown grace and waits.
+    /// Stops accepting connections, closes idle ones, answers queued acquisitions with
+    /// 503 (the embedded issuer; see [`palisade_issuer::LockService::close`]), lets
+    /// requests in flight finish within the shutdown grace and waits.
     pub async fn shutdown(mut self) -> Result<(), ServerError> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
