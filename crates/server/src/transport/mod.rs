@@ -247,14 +247,19 @@ async fn accept_loop(tcp: &TcpListener, shared: &Arc<Shared>, shutdown: impl Fut
     let mut shutdown = pin!(shutdown);
     let mut hangups = Hangups::new();
     let mut last_warning: Option<Instant> = None;
+    let mut times: u64 = 0;
     let mut warn = |message: &str, error: Option<&std::io::Error>| {
         // At most one line a second: a flood of failures must not become a flood of logs.
+        // `times` says how often it happened since the previous line.
+        times += 1;
         if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
             last_warning = Some(Instant::now());
+            let open = registry.len();
             match error {
-                Some(e) => tracing::warn!(error = %e, open = registry.len(), "{message}"),
-                None => tracing::warn!(open = registry.len(), "{message}"),
+                Some(e) => tracing::warn!(error = %e, times, open, "{message}"),
+                None => tracing::warn!(times, open, "{message}"),
             }
+            times = 0;
         }
     };
     loop {
