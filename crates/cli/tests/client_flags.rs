@@ -50,6 +50,9 @@ fn status(url: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     command.output().expect("run palisade")
 }
 
+/// Flags, environment, and the Authorization header expected.
+type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], Option<&'a str>);
+
 fn authorization(head: &str) -> Option<String> {
     head.lines()
         .find(|l| l.to_ascii_lowercase().starts_with("authorization:"))
@@ -64,7 +67,7 @@ fn the_key_is_sent_as_a_bearer_token() {
     std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let key_arg = key_file.display().to_string();
 
-    let cases: [(&[&str], &[(&str, &str)], Option<&str>); 4] = [
+    let cases: [Case; 4] = [
         (&["--key-file", &key_arg], &[], Some("Bearer from-the-file")),
         (
             &[],
