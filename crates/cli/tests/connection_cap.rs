@@ -32,20 +32,7 @@ async fn a_full_cap_of_slow_clients_does_not_keep_a_prompt_client_out() {
                 .await
         })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, status) = http
-            .send(http.client.get(format!("{}/v1/locks/capped", server.url)))
-            .await;
-        if status["waiters"] == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the waiter never queued"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    http.wait_for_waiters("capped", 1).await;
 
     // Twice the cap of slow clients.
     let mut slow: Vec<_> = tokio::task::spawn_blocking(move || {

@@ -29,20 +29,7 @@ async fn sigterm_answers_a_queued_waiter_503_and_exits() {
             (status, body)
         })
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let (_, status) = http
-            .send(http.client.get(format!("{}/v1/locks/shutdown", server.url)))
-            .await;
-        if status["waiters"] == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the waiter never queued"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    http.wait_for_waiters("shutdown", 1).await;
     // An idle keep-alive connection and a slow head do not hold the exit up either.
     let mut idle = RawConn::open(server.port);
     idle.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");

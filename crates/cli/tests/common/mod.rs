@@ -240,6 +240,24 @@ impl Http {
         body["high_water"].as_u64().expect("high_water")
     }
 
+    /// Polls the lock's status until `n` acquisitions wait in its line (at most 20 s).
+    pub async fn wait_for_waiters(&self, lock: &str, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, status) = self
+                .send(self.client.get(format!("{}/v1/locks/{lock}", self.base)))
+                .await;
+            if status["waiters"] == n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{n} waiters never queued: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Sends and returns (status, JSON body or Null).
     pub async fn send(&self, req: reqwest::RequestBuilder) -> (u16, Value) {
         let resp = req.send().await.expect("request sent");
