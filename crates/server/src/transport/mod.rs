@@ -74,8 +74,9 @@ pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
 pub const MIN_HEADER_BYTES: usize = 8 * 1024;
 /// Default of [`TransportConfig::shutdown_grace`], in milliseconds.
 pub const DEFAULT_SHUTDOWN_GRACE_MS: u64 = 3_000;
-/// Most header fields in one request.
-pub const MAX_HEADERS: usize = 64;
+/// Most header fields in one request: hyper's default, whose parser keeps them on the
+/// stack (any other value costs a heap allocation per request).
+pub const MAX_HEADERS: usize = 100;
 /// Longest request target (path and query) accepted; longer ones answer 414.
 pub const MAX_URI_BYTES: usize = 8 * 1024;
 
@@ -197,7 +198,6 @@ impl Listener {
         let mut http = hyper::server::conn::http1::Builder::new();
         http.max_buf_size(config.max_header_bytes)
             .max_header_size(config.max_header_bytes)
-            .max_headers(MAX_HEADERS)
             // The header and idle timeouts are the connection task's (connection.rs).
             .header_read_timeout(None);
         let shared = Arc::new(Shared {
