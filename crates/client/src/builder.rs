@@ -30,6 +30,9 @@ use crate::client::{Client, CONNECT_TIMEOUT};
 use crate::paths::normalise_base;
 use crate::{Error, REQUEST_TIMEOUT};
 
+/// How long an unused pooled connection is kept.
+const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Where the bearer key comes from.
 #[derive(Debug, Clone)]
 enum Key {
@@ -93,6 +96,9 @@ impl ClientBuilder {
         let mut http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
+            // Give idle connections up before the server does (its default idle timeout is
+            // 60 s), so a request is not sent on a connection the server is just closing.
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             // Small requests on a latency-sensitive path: do not let Nagle batch them.
             .tcp_nodelay(true);
         if !https && (self.ca_file.is_some() || self.identity.is_some()) {
