@@ -79,7 +79,9 @@ fn malformed_requests_get_json_errors() {
             "more header fields than allowed",
             format!(
                 "GET /healthz HTTP/1.1\r\nHost: x\r\n{}\r\n",
-                (0..120).map(|i| format!("X-{i}: v\r\n")).collect::<String>()
+                (0..120)
+                    .map(|i| format!("X-{i}: v\r\n"))
+                    .collect::<String>()
             )
             .into_bytes(),
             431,

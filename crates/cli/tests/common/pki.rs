@@ -70,7 +70,7 @@ impl Ca {
         file: &str,
         sans: &[&str],
         cn: &str,
-        usage: ExtendedKeyUsagePurpose,
+        usages: &[ExtendedKeyUsagePurpose],
     ) -> CertFiles {
         let mut params =
             CertificateParams::new(sans.iter().map(|s| s.to_string()).collect::<Vec<_>>())
@@ -78,7 +78,7 @@ impl Ca {
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, cn);
         params.distinguished_name = dn;
-        params.extended_key_usages = vec![usage];
+        params.extended_key_usages = usages.to_vec();
         let key = KeyPair::generate().expect("key");
         let cert = params.signed_by(&key, &self.issuer).expect("sign");
         let files = CertFiles {
@@ -97,12 +97,26 @@ impl Ca {
             file,
             &["127.0.0.1", "localhost"],
             "palisade test server",
-            ExtendedKeyUsagePurpose::ServerAuth,
+            &[ExtendedKeyUsagePurpose::ServerAuth],
+        )
+    }
+
+    /// A certificate for an etcd member on 127.0.0.1: etcd's gateway dials the member's
+    /// own client port with it, so it is also a client certificate.
+    pub fn etcd_member_cert(&self, file: &str) -> CertFiles {
+        self.issue(
+            file,
+            &["127.0.0.1", "localhost"],
+            "etcd test member",
+            &[
+                ExtendedKeyUsagePurpose::ServerAuth,
+                ExtendedKeyUsagePurpose::ClientAuth,
+            ],
         )
     }
 
     /// A client certificate whose subject Common Name is `cn`.
     pub fn client_cert(&self, file: &str, cn: &str) -> CertFiles {
-        self.issue(file, &[], cn, ExtendedKeyUsagePurpose::ClientAuth)
+        self.issue(file, &[], cn, &[ExtendedKeyUsagePurpose::ClientAuth])
     }
 }
