@@ -1,4 +1,5 @@
-//! SIGTERM does not wait for slow or idle clients, answers queued acquisitions with 503,
+//! SIGTERM does not wait for slow or idle clients, answers queued acquisitions with 503
+//! `unavailable`,
 //! gives a request in progress a bounded grace, and the process exits within seconds.
 
 mod common;
@@ -39,7 +40,7 @@ async fn sigterm_answers_a_queued_waiter_503_and_exits() {
     server.signal(libc::SIGTERM);
     let (status, body) = waiter.await.unwrap();
     assert_eq!(status, 503, "{body}");
-    assert_eq!(code(&body), "storage_failed", "{body}");
+    assert_eq!(code(&body), "unavailable", "{body}");
     let exit = server
         .wait_exit(EXIT_BOUND)
         .expect("the server exits after SIGTERM");

@@ -64,6 +64,7 @@ fn grant_of(record: &HolderRecord) -> Grant {
         ttl_ms: record.ttl_ms,
         // etcd holds the epoch and the lease itself: nothing else to make durable.
         reserve: None,
+        generation: 0,
     }
 }
 
@@ -252,6 +253,70 @@ impl EtcdIssuer {
     }
 }
 
+impl EtcdIssuer {
+    /// Known locks (every lock that was ever granted an epoch) whose names start with
+    /// `prefix` and sort after `after`, in name order, at most `limit`: one page, read by
+    /// one range read of the epoch keys (etcd's ordered index), then one snapshot per lock
+    /// for its holder and line. Pass the last name of a page as `after` for the next.
+    pub async fn list_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError> {
+        let names = self.lock_names(prefix, after, limit).await?;
+        // One snapshot per lock keeps this simple; listing is for operators, not hot paths.
+        let reads = names.iter().map(|(name, _)| async move {
+            let snap = self.read_lock(name, None).await?;
+            Ok::<_, StorageError>(self.view(name, snap).await)
+        });
+        futures::future::try_join_all(reads).await
+    }
+
+    /// One page of known locks with their last epochs, from the epoch keys alone (see
+    /// [`Self::list_page`]).
+    pub async fn lock_names(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Epoch)>, StorageError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = &self.etcd.keys;
+        let base = keys.epoch_prefix();
+        let mut first = base.clone();
+        first.extend_from_slice(prefix.as_bytes());
+        let end = keys::prefix_end(&first);
+        let start = match after {
+            Some(after) if after.as_bytes() >= prefix.as_bytes() => {
+                // The smallest key above `after`: `after` followed by a zero byte.
+                let mut start = base.clone();
+                start.extend_from_slice(after.as_bytes());
+                start.push(0);
+                start
+            }
+            _ => first,
+        };
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let snap = self
+            .etcd
+            .read("list locks", vec![TxnOp::get(start, Some(options))])
+            .await?;
+        snap.all(0)
+            .iter()
+            .filter_map(|kv| {
+                let name = kv.key().strip_prefix(base.as_slice())?;
+                Some((kv, String::from_utf8_lossy(name).into_owned()))
+            })
+            .map(|(kv, name)| Ok((name, keys::decode_epoch(kv.key(), kv.value())?)))
+            .collect()
+    }
+}
+
 #[async_trait]
 impl LockService for EtcdIssuer {
     async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError> {
@@ -303,38 +368,25 @@ impl LockService for EtcdIssuer {
         }
     }
 
+    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
+        match self.lease_record(lease_id).await {
+            Ok(record) => Ok(Some(view_of(&record, record.ttl_ms))),
+            Err(LeaseError::Expired) => Ok(None),
+            Err(LeaseError::Storage(e)) => Err(e),
+        }
+    }
+
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
         let snap = self.read_lock(lock, None).await?;
         Ok(self.view(lock, snap).await)
     }
 
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let keys = &self.etcd.keys;
-        let base = keys.epoch_prefix();
-        let mut start = base.clone();
-        start.extend_from_slice(prefix.as_bytes());
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_keys_only()
-            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
-        let snap = self
-            .etcd
-            .read("list locks", vec![TxnOp::get(start, Some(options))])
-            .await?;
-        let names: Vec<String> = snap
-            .all(0)
-            .iter()
-            .filter_map(|kv| kv.key().strip_prefix(base.as_slice()))
-            .map(|name| String::from_utf8_lossy(name).into_owned())
-            .collect();
-        // One snapshot per lock keeps this simple; listing is for operators, not hot paths.
-        let reads = names.iter().map(|name| async move {
-            let snap = self.read_lock(name, None).await?;
-            Ok::<_, StorageError>(self.view(name, snap).await)
-        });
-        futures::future::try_join_all(reads).await
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError> {
+        self.list_page(prefix, after, limit).await
     }
 }

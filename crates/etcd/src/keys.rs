@@ -85,6 +85,9 @@ impl Keys {
     pub(crate) fn data_prefix(&self, namespace: &str) -> Vec<u8> {
         self.key(&["kv/", namespace, "/"])
     }
+    pub(crate) fn usage(&self, namespace: &str) -> Vec<u8> {
+        self.key(&["usage/", namespace])
+    }
     pub(crate) fn idempotency(&self, namespace: &str, key: &str) -> Vec<u8> {
         self.key(&["idem/", namespace, "/", key])
     }
@@ -94,6 +97,20 @@ impl Keys {
     pub(crate) fn record_prefix(&self) -> Vec<u8> {
         self.key(&["record/"])
     }
+}
+
+/// The first key after every key that starts with `prefix` (etcd's range end for a
+/// prefix): the prefix with its last byte below 0xff incremented and the rest cut off.
+/// An all-0xff (or empty) prefix has no end: `[0]`, which etcd reads as "to the end".
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
 }
 
 /// Who holds a lock: stored under the holder key and the lease key, both attached to the
@@ -116,6 +133,10 @@ pub(crate) struct IdemRecord {
     pub fingerprint: String,
     pub epoch: Epoch,
     pub high_water: HighWater,
+    /// When it was written (wall clock, ms since the Unix epoch); absent in records of
+    /// versions before idempotency retention, which never expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_ms: Option<u64>,
 }
 
 pub(crate) fn json<T: Serialize>(value: &T) -> Vec<u8> {
@@ -180,6 +201,9 @@ mod tests {
         assert!(decode_value(b"k", b"\x02aaaaaaaa").is_err());
         assert!(decode_value(b"k", b"").is_err());
         assert_eq!(decode_epoch(b"k", &encode_epoch(42)).unwrap(), 42);
+        assert_eq!(prefix_end(b"/p/epoch/a"), b"/p/epoch/b");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), b"\0");
         assert!(decode_epoch(b"k", b"-1").is_err());
     }
 }

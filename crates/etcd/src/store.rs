@@ -13,12 +13,16 @@
 //! Because the mark's compare is in every commit, no write can land after a larger epoch
 //! was admitted in the same namespace, on any node (S5, S6, S7).
 
+use std::sync::{Arc, Mutex, PoisonError};
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use etcd_client::{Compare, CompareOp, GetOptions, TxnOp};
-use palisade_core::gate::{admit, HighWater};
+use palisade_core::gate::HighWater;
+use palisade_storage::decide::Change;
 use palisade_storage::{
-    Action, Applied, ApplyError, Backend, Entry, FencedOp, IssuerState, LeaseRecord, StorageError,
+    decide, Action, Applied, ApplyError, Backend, Decision, Entry, FencedOp, IssuerState, KeyState,
+    LeaseRecord, Seen, StorageError, StoreLimits, Usage, WallClock,
 };
 
 use crate::keys::{self, from_json, json, IdemRecord};
@@ -29,18 +33,82 @@ use crate::{Etcd, Resend};
 #[derive(Clone)]
 pub struct EtcdStore {
     etcd: Etcd,
+    limits: StoreLimits,
+    clock: WallClock,
+    /// The etcd lease idempotency records are attached to now (see [`IdemLease`]).
+    idem_lease: Arc<Mutex<Option<IdemLease>>>,
+}
+
+/// Idempotency records are attached to etcd leases, so etcd deletes them once expired and
+/// the cluster's disk stays bounded without a scan. Records written during one bucket of
+/// time share a lease that lives `retention + bucket` from the bucket's start: each record
+/// lives at least its retention. Whether a record still counts is decided from its own
+/// timestamp, not from the lease, so expiry is exact whenever etcd gets round to deleting.
+#[derive(Debug, Clone, Copy)]
+struct IdemLease {
+    id: i64,
+    /// Wall-clock end of the bucket (ms): after it, a new lease.
+    until_ms: u64,
 }
 
 impl EtcdStore {
+    /// A store with the default [`StoreLimits`] and the system clock.
     pub fn new(etcd: Etcd) -> Self {
-        EtcdStore { etcd }
+        EtcdStore::with_limits(etcd, StoreLimits::default(), WallClock::system())
     }
 
-    /// One attempt: `Ok(None)` when the commit lost a race.
-    async fn try_apply(&self, op: &FencedOp) -> Result<Option<Applied>, ApplyError> {
+    /// A store enforcing `limits`, stamping idempotency records with `clock`.
+    pub fn with_limits(etcd: Etcd, limits: StoreLimits, clock: WallClock) -> Self {
+        EtcdStore {
+            etcd,
+            limits,
+            clock,
+            idem_lease: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The lease for a record written at `now_ms`, granting a new one when the bucket ran
+    /// out.
+    async fn idem_lease(&self, now_ms: u64) -> Result<i64, StorageError> {
+        let cached = *self
+            .idem_lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(lease) = cached.filter(|l| now_ms < l.until_ms) {
+            return Ok(lease.id);
+        }
+        let retention = self.limits.retention_ms();
+        let bucket = (retention / 16).clamp(1_000, 600_000);
+        let ttl_s =
+            i64::try_from(retention.saturating_add(bucket).div_ceil(1000)).unwrap_or(i64::MAX);
+        let lease = crate::waiting::EtcdLease::grant(&self.etcd, ttl_s).await?;
+        let id = lease.id();
+        // etcd ends it (and deletes its records) when its TTL runs out; no keepalive.
+        lease.keep();
+        *self
+            .idem_lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(IdemLease {
+            id,
+            until_ms: now_ms.saturating_add(bucket),
+        });
+        Ok(id)
+    }
+
+    fn forget_idem_lease(&self) {
+        *self
+            .idem_lease
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// One attempt: `Ok(None)` when the commit lost a race. With `count_usage`, the
+    /// namespace's data is read too, to count a namespace that has no counter yet.
+    async fn try_apply(&self, op: &FencedOp, count_usage: bool) -> Result<Attempt, ApplyError> {
         let keys = &self.etcd.keys;
         let ns = op.namespace.as_str();
         let fence_key = keys.fence(ns);
+        let usage_key = keys.usage(ns);
         let data_key = match &op.action {
             Action::Put { key, .. } | Action::Delete { key, .. } => Some(keys.data(ns, key)),
             Action::Fence => None,
@@ -49,28 +117,24 @@ impl EtcdStore {
             .idempotency
             .as_ref()
             .map(|i| keys.idempotency(ns, &i.key));
-        let mut gets = vec![TxnOp::get(fence_key.clone(), None)];
+        // Gets, in this order: mark, usage, then the key, the record and the scan if any.
+        let mut gets = vec![
+            TxnOp::get(fence_key.clone(), None),
+            TxnOp::get(usage_key.clone(), None),
+        ];
+        let data_at = gets.len();
         gets.extend(data_key.iter().map(|k| TxnOp::get(k.clone(), None)));
+        let idem_at = gets.len();
         gets.extend(idem_key.iter().map(|k| TxnOp::get(k.clone(), None)));
-        let snap = self.etcd.read("read for a fenced write", gets).await?;
-        let data = data_key.as_ref().and_then(|_| snap.first(1));
-        let idem = idem_key
-            .as_ref()
-            .and_then(|_| snap.first(gets_len(&data_key)));
-
-        if let (Some(wanted), Some(stored)) = (&op.idempotency, idem) {
-            // The first outcome stands, even if the gate would refuse the request today.
-            let record: IdemRecord = from_json(stored.key(), stored.value())?;
-            if record.fingerprint != wanted.fingerprint {
-                return Err(ApplyError::IdempotencyConflict);
-            }
-            return Ok(Some(Applied {
-                revision: revision(stored.mod_revision()),
-                epoch: record.epoch,
-                high_water: record.high_water,
-                replayed: true,
-            }));
+        let scan_at = gets.len();
+        if count_usage {
+            let prefix = keys.data_prefix(ns);
+            gets.push(TxnOp::get(prefix, Some(GetOptions::new().with_prefix())));
         }
+        let snap = self.etcd.read("read for a fenced write", gets).await?;
+        let data = data_key.as_ref().and_then(|_| snap.first(data_at));
+        let idem = idem_key.as_ref().and_then(|_| snap.first(idem_at));
+        let now_ms = self.clock.now_ms();
 
         let (mark, mark_rev) = match snap.first(0) {
             Some(kv) => (
@@ -79,69 +143,146 @@ impl EtcdStore {
             ),
             None => (HighWater::default(), 0),
         };
-        let next = admit(mark, op.policy, op.epoch, op.seq)?;
+        let (usage, usage_rev) = match snap.first(1) {
+            Some(kv) => (from_json::<Usage>(kv.key(), kv.value())?, kv.mod_revision()),
+            None if data_key.is_none() => (Usage::default(), 0),
+            None if !count_usage => return Ok(Attempt::CountUsage),
+            None => (
+                count(keys.data_prefix(ns).as_slice(), snap.all(scan_at))?,
+                0,
+            ),
+        };
+        let key_state = match data {
+            Some(kv) => {
+                let (_, value) = keys::decode_value(kv.key(), kv.value())?;
+                let name = kv
+                    .key()
+                    .get(keys.data_prefix(ns).len()..)
+                    .unwrap_or_default();
+                Some(KeyState {
+                    revision: revision(kv.mod_revision()),
+                    bytes: (name.len() + value.len()) as u64,
+                })
+            }
+            None => None,
+        };
+        let stored_idem = match idem {
+            Some(kv) => {
+                let record: IdemRecord = from_json(kv.key(), kv.value())?;
+                Some(palisade_storage::IdemRecord {
+                    fingerprint: record.fingerprint,
+                    // Records of before expiry existed have no time: they never expire.
+                    created_at_ms: record.created_at_ms.unwrap_or(now_ms),
+                    applied: Applied {
+                        revision: revision(kv.mod_revision()),
+                        epoch: record.epoch,
+                        high_water: record.high_water,
+                        replayed: false,
+                    },
+                })
+            }
+            None => None,
+        };
+        let seen = Seen {
+            mark,
+            key: key_state,
+            idempotency: stored_idem.as_ref(),
+            usage,
+        };
+        let commit = match decide(op, &seen, &self.limits, now_ms) {
+            Decision::Replay(applied) => return Ok(Attempt::Done(applied)),
+            Decision::Refuse(refused) => return Err(refused),
+            Decision::Commit(commit) => commit,
+        };
+
         let mut compares = vec![Compare::mod_revision(
             fence_key.clone(),
             CompareOp::Equal,
             mark_rev,
         )];
         let mut writes = Vec::new();
-        if next != mark {
-            writes.push(TxnOp::put(fence_key, json(&next), None));
+        if commit.mark_changed {
+            writes.push(TxnOp::put(fence_key, json(&commit.high_water), None));
         }
         if let Some(data_key) = data_key {
-            let current = data.map(|kv| revision(kv.mod_revision()));
-            let seen = data.map_or(0, |kv| kv.mod_revision());
             compares.push(Compare::mod_revision(
                 data_key.clone(),
                 CompareOp::Equal,
-                seen,
+                data.map_or(0, |kv| kv.mod_revision()),
             ));
-            match &op.action {
-                Action::Put {
-                    value,
-                    precondition,
-                    ..
-                } => {
-                    precondition.check(current)?;
-                    writes.push(TxnOp::put(
-                        data_key,
-                        keys::encode_value(op.epoch, value),
-                        None,
-                    ));
+            // The counter is compared with every put and delete, also unchanged, so that
+            // a namespace counted from its data (`usage_rev` 0) is counted once.
+            compares.push(Compare::mod_revision(
+                usage_key.clone(),
+                CompareOp::Equal,
+                usage_rev,
+            ));
+            match (&op.action, commit.change) {
+                (Action::Put { value, .. }, Change::Put) => writes.push(TxnOp::put(
+                    data_key,
+                    keys::encode_value(op.epoch, value),
+                    None,
+                )),
+                (Action::Delete { .. }, Change::Delete) => {
+                    writes.push(TxnOp::delete(data_key, None))
                 }
-                Action::Delete { precondition, .. } => {
-                    precondition.check(current)?;
-                    if current.is_none() {
-                        return Err(ApplyError::NotFound);
-                    }
-                    writes.push(TxnOp::delete(data_key, None));
-                }
-                Action::Fence => {}
+                _ => {}
+            }
+            if commit.usage_changed || usage_rev == 0 {
+                writes.push(TxnOp::put(usage_key, json(&commit.usage), None));
             }
         }
         if let (Some(idem_key), Some(wanted)) = (idem_key, &op.idempotency) {
-            compares.push(Compare::version(idem_key.clone(), CompareOp::Equal, 0));
+            // An expired record is replaced; otherwise there must still be none.
+            compares.push(match (commit.replaces_expired, idem) {
+                (Some(_), Some(kv)) => {
+                    Compare::mod_revision(idem_key.clone(), CompareOp::Equal, kv.mod_revision())
+                }
+                _ => Compare::version(idem_key.clone(), CompareOp::Equal, 0),
+            });
             let record = IdemRecord {
                 fingerprint: wanted.fingerprint.clone(),
                 epoch: op.epoch,
-                high_water: next,
+                high_water: commit.high_water,
+                created_at_ms: Some(now_ms),
             };
-            writes.push(TxnOp::put(idem_key, json(&record), None));
+            let lease = self.idem_lease(now_ms).await?;
+            let attached = etcd_client::PutOptions::new().with_lease(lease);
+            writes.push(TxnOp::put(idem_key, json(&record), Some(attached)));
         }
-        let committed = self.etcd.commit("fenced write", compares, writes).await?;
-        Ok(committed.map(|rev| Applied {
-            revision: revision(rev),
-            epoch: op.epoch,
-            high_water: next,
-            replayed: false,
-        }))
+        match self.etcd.commit("fenced write", compares, writes).await {
+            Ok(Some(rev)) => Ok(Attempt::Done(commit.applied(op, revision(rev)))),
+            Ok(None) => Ok(Attempt::Lost),
+            // The lease of the records ended early (revoked by hand, or a clock jump): take
+            // a new one and try again.
+            Err(StorageError::Failed(message)) if message.contains("lease not found") => {
+                self.forget_idem_lease();
+                Ok(Attempt::Lost)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
-/// Index of the idempotency record's get: after the mark and, if any, the key.
-fn gets_len(data_key: &Option<Vec<u8>>) -> usize {
-    1 + usize::from(data_key.is_some())
+/// How one attempt of a fenced write ended.
+enum Attempt {
+    Done(Applied),
+    /// A compare failed: another writer got there first.
+    Lost,
+    /// The namespace has no counter: read again, counting its data.
+    CountUsage,
+}
+
+/// Counts a namespace's data (keys under `prefix`) as [`Usage`].
+fn count(prefix: &[u8], data: &[etcd_client::KeyValue]) -> Result<Usage, StorageError> {
+    let mut usage = Usage::default();
+    for kv in data {
+        let (_, value) = keys::decode_value(kv.key(), kv.value())?;
+        let name = kv.key().get(prefix.len()..).unwrap_or_default();
+        usage.keys += 1;
+        usage.bytes += (name.len() + value.len()) as u64;
+    }
+    Ok(usage)
 }
 
 #[async_trait]
@@ -226,11 +367,16 @@ impl Backend for EtcdStore {
     }
 
     async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError> {
+        let mut count_usage = false;
         for attempt in 0..MAX_ATTEMPTS {
-            if let Some(applied) = self.try_apply(&op).await? {
-                return Ok(applied);
+            match self.try_apply(&op, count_usage).await? {
+                Attempt::Done(applied) => return Ok(applied),
+                Attempt::CountUsage => {
+                    count_usage = true;
+                    continue;
+                }
+                Attempt::Lost => backoff(attempt).await,
             }
-            backoff(attempt).await;
         }
         Err(contended("fenced write").into())
     }

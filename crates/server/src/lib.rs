@@ -24,6 +24,8 @@
 //!   (header and idle timeouts, header size, a connection cap).
 
 pub mod api;
+pub mod audit;
+pub mod auth;
 #[cfg(feature = "etcd")]
 mod cluster;
 pub mod config;
@@ -34,7 +36,8 @@ mod run;
 pub mod transport;
 
 pub use config::{
-    BackendConfig, EtcdAccess, NamespacePolicies, ServerConfig, DEFAULT_IDLE_GRACE_MS,
+    BackendConfig, EtcdAccess, Limits, NamespacePolicies, ServerConfig,
+    DEFAULT_AUDIT_LOG_MAX_BYTES, DEFAULT_IDLE_GRACE_MS,
 };
 pub use run::{serve, RunningServer, ServerError, DB_FILE};
 pub use transport::{ClientCert, TlsConfig, TransportConfig};

@@ -36,6 +36,9 @@
 //! - It does not look at the lock table to decide anything: a namespace learns a newer
 //!   epoch only by seeing it in an operation (S10).
 
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -44,7 +47,10 @@ use palisade_core::gate::{GateError, HighWater, Policy};
 use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
 
+pub mod decide;
 pub mod redb_backend;
+
+pub use decide::{decide, Decision, IdemRecord, KeyState, Seen, Usage};
 
 /// A lease as the issuer records it, so it can be honoured after a restart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -175,6 +181,97 @@ pub struct Entry {
     pub epoch: Epoch,
 }
 
+/// Default of [`StoreLimits::max_keys_per_namespace`]: one million keys.
+pub const DEFAULT_MAX_KEYS_PER_NAMESPACE: u64 = 1_000_000;
+/// Default of [`StoreLimits::max_bytes_per_namespace`]: 1 GiB of keys and values.
+pub const DEFAULT_MAX_BYTES_PER_NAMESPACE: u64 = 1 << 30;
+/// Default of [`StoreLimits::idempotency_retention`]: 24 hours.
+pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// What the fenced store lets one namespace hold, and how long it remembers an
+/// idempotency key. Every backend enforces the same limits with the same rule
+/// ([`decide`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Most keys one namespace may hold. A put that would create a key beyond it is
+    /// refused with [`ApplyError::QuotaExceeded`] (`resource: "keys"`).
+    pub max_keys_per_namespace: u64,
+    /// Most bytes of keys plus values one namespace may hold (key length + value length
+    /// per entry, without any storage overhead). A put that would grow the namespace
+    /// beyond it is refused (`resource: "bytes"`).
+    pub max_bytes_per_namespace: u64,
+    /// How long an idempotency record is kept. After it, the key is forgotten: a request
+    /// carrying it is neither replayed nor refused as a conflict, but applied afresh, and
+    /// the record is purged in the background so the disk stays bounded. Measured on the
+    /// wall clock, so that it survives restarts.
+    pub idempotency_retention: Duration,
+}
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            max_keys_per_namespace: DEFAULT_MAX_KEYS_PER_NAMESPACE,
+            max_bytes_per_namespace: DEFAULT_MAX_BYTES_PER_NAMESPACE,
+            idempotency_retention: DEFAULT_IDEMPOTENCY_RETENTION,
+        }
+    }
+}
+
+impl StoreLimits {
+    /// The retention in milliseconds (saturating).
+    pub fn retention_ms(&self) -> u64 {
+        u64::try_from(self.idempotency_retention.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The wall clock a backend stamps idempotency records with: milliseconds since the Unix
+/// epoch. Wall-clock time, unlike a monotonic clock, means the same after a restart.
+/// Tests pass a clock they move by hand.
+#[derive(Clone)]
+pub struct WallClock(Arc<dyn Fn() -> u64 + Send + Sync>);
+
+impl WallClock {
+    /// The system clock. A clock set before 1970 reads as 0.
+    pub fn system() -> Self {
+        WallClock(Arc::new(|| {
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        }))
+    }
+
+    /// A clock reading `now`.
+    pub fn from_fn(now: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        WallClock(Arc::new(now))
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub fn now_ms(&self) -> u64 {
+        (self.0)()
+    }
+}
+
+impl Default for WallClock {
+    fn default() -> Self {
+        WallClock::system()
+    }
+}
+
+impl std::fmt::Debug for WallClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WallClock")
+    }
+}
+
+/// Two clocks are equal when they are the same clock.
+impl PartialEq for WallClock {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for WallClock {}
+
 /// Storage failures. Not the caller's fault; the backend may be latched failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
@@ -197,6 +294,14 @@ pub enum ApplyError {
     NotFound,
     #[error("idempotency key reused for a different request")]
     IdempotencyConflict,
+    /// The put would take its namespace over a quota of [`StoreLimits`]; nothing was
+    /// written.
+    #[error("namespace quota exceeded: at most {limit} {resource}")]
+    QuotaExceeded {
+        /// `"keys"` or `"bytes"` (keys plus values).
+        resource: &'static str,
+        limit: u64,
+    },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -232,6 +337,36 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Removes a lease record (released or expired). Removing an unknown lease is Ok.
     async fn remove_lease(&self, lease_id: &str) -> Result<(), StorageError>;
+
+    /// Known locks (every lock that ever had a durable epoch or reservation record), in
+    /// name order: names greater than `after` (if given) that start with `prefix`, at
+    /// most `limit`, each with its last epoch (or reservation ceiling, whichever is
+    /// higher). Read from the ordered on-disk index in one read transaction: it sees
+    /// committed state only and never holds up the writer, so listing a million locks
+    /// page by page costs the issuer nothing.
+    async fn list_locks(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Epoch)>, StorageError> {
+        let _ = (prefix, after, limit);
+        Err(StorageError::Failed(
+            "this backend does not keep issuer records".into(),
+        ))
+    }
+
+    /// One lock's durable record: its last epoch (or reservation ceiling, whichever is
+    /// higher) and its reservation (`None`: no record at all; the issuer's epoch floor
+    /// applies). For an issuer that dropped an idle lock from memory and must read it
+    /// back before granting it again. Sees committed state only: a record queued with
+    /// [`Backend::record_lazily`] shows once its batch has committed.
+    async fn lock_record(&self, lock: &str) -> Result<Option<(Epoch, Reservation)>, StorageError> {
+        let _ = lock;
+        Err(StorageError::Failed(
+            "this backend does not keep issuer records".into(),
+        ))
+    }
 
     /// Gate + mutation in one durable transaction.
     async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError>;

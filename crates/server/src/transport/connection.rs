@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::http::{Request, Response, StatusCode};
+use axum::http::{Request, Response};
 use axum::response::IntoResponse;
 use axum::Router;
 use bytes::Bytes;
@@ -31,6 +31,7 @@ use super::registry::{ConnSlot, Order, Registry};
 use super::tls::{client_cert, TlsFiles};
 use super::{ClientCert, Limits};
 use crate::api::ApiError;
+use palisade_api::ErrorCode;
 
 /// What every connection task shares.
 pub(crate) struct Shared {
@@ -174,8 +175,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         let target = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
         if target > self.max_uri_bytes {
             let answer = ApiError::new(
-                StatusCode::URI_TOO_LONG,
-                "uri_too_long",
+                ErrorCode::UriTooLong,
                 format!("the request target exceeds {} bytes", self.max_uri_bytes),
             )
             .into_response();

@@ -27,6 +27,8 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use palisade_api::ErrorCode;
+
 use super::registry::{Clock, ConnSlot};
 use super::Limits;
 
@@ -88,19 +90,17 @@ impl<S: AsyncWrite + Unpin> TrackedIo<S> {
     }
 }
 
-/// The complete HTTP answer to a request hyper could not parse.
+/// The complete HTTP answer to a request hyper could not parse (hyper's `status`).
 fn parse_error_answer(status: u16, limits: &Limits) -> Vec<u8> {
-    let (status, reason, code, message) = match status {
+    let (code, reason, message) = match status {
         414 => (
-            414,
+            ErrorCode::UriTooLong,
             "URI Too Long",
-            "uri_too_long",
             "the request target is too long".to_owned(),
         ),
         431 => (
-            431,
+            ErrorCode::HeadersTooLarge,
             "Request Header Fields Too Large",
-            "headers_too_large",
             format!(
                 "the request line and headers exceed {} bytes or {} fields",
                 limits.max_header_bytes,
@@ -108,15 +108,16 @@ fn parse_error_answer(status: u16, limits: &Limits) -> Vec<u8> {
             ),
         ),
         _ => (
-            400,
+            ErrorCode::BadRequest,
             "Bad Request",
-            "bad_request",
             "the request is not valid HTTP/1.1 (request line or headers)".to_owned(),
         ),
     };
-    let body = serde_json::json!({"error": {"code": code, "message": message}}).to_string();
+    let body = serde_json::json!({"error": {"code": code.as_str(), "message": message}});
+    let body = body.to_string();
     format!(
-        "HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        code.status(),
         body.len()
     )
     .into_bytes()

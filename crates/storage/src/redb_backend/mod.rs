@@ -43,7 +43,11 @@
 //!
 //! ## What this backend does not do
 //! - It is one node: no replication; the etcd backend is the answer to high availability.
-//! - Idempotency records never expire; they grow with the number of distinct keys used.
+//! - Idempotency records are kept for [`StoreLimits::idempotency_retention`] (wall clock,
+//!   so a restart does not reset it); an expired record is forgotten at once and purged
+//!   from the file within [`RedbOptions::purge_every`] (in passes of at most 10,000).
+//! - The namespace quotas of [`StoreLimits`] bound what one namespace holds, not how
+//!   many namespaces there are.
 //! - A caller that stops waiting (a dropped future) does not cancel its operation: it may
 //!   still be applied and committed, as with any database.
 //! - Two processes cannot open the same file (redb takes a file lock); in one process,
@@ -61,6 +65,7 @@ mod tests;
 
 use std::path::Path;
 use std::sync::{mpsc, Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use redb::{Database, ReadTransaction};
@@ -75,7 +80,10 @@ use self::writer::Request;
 pub use self::state::CommitStats;
 use crate::{
     Applied, ApplyError, Backend, Entry, FencedOp, IssuerState, LeaseRecord, StorageError,
+    StoreLimits, WallClock,
 };
+use palisade_core::lock_table::Reservation;
+use palisade_token::Epoch;
 
 /// Tuning of a [`RedbBackend`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,10 +108,19 @@ pub struct RedbOptions {
     /// the default is far below redb's own 1 GiB; a larger cache helps only when the
     /// stored values are large and read often.
     pub cache_bytes: usize,
+    /// Namespace quotas and the idempotency retention.
+    pub limits: StoreLimits,
+    /// The wall clock that stamps idempotency records.
+    pub clock: WallClock,
+    /// How often the writer purges expired idempotency records (a pass between batches,
+    /// or when idle).
+    pub purge_every: Duration,
 }
 
 /// Default of [`RedbOptions::cache_bytes`]: 32 MiB.
 pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
+/// Default of [`RedbOptions::purge_every`]: one minute.
+pub const DEFAULT_PURGE_EVERY: Duration = Duration::from_secs(60);
 
 impl Default for RedbOptions {
     fn default() -> Self {
@@ -112,6 +129,9 @@ impl Default for RedbOptions {
             verify_on_open: true,
             two_phase_commit: false,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            limits: StoreLimits::default(),
+            clock: WallClock::system(),
+            purge_every: DEFAULT_PURGE_EVERY,
         }
     }
 }
@@ -164,7 +184,7 @@ impl RedbBackend {
 
     /// Prepares an opened database and starts its writer. `label` names it in errors.
     fn start(db: Database, label: String, opts: RedbOptions) -> Result<RedbBackend, StorageError> {
-        open::prepare(&db).map_err(|fault| fault.into_storage(&label))?;
+        open::prepare(&db, opts.clock.now_ms()).map_err(|fault| fault.into_storage(&label))?;
         let db = Arc::new(db);
         let state = Arc::new(State::new(label));
         let (queue, requests) = mpsc::channel();
@@ -180,13 +200,14 @@ impl RedbBackend {
             .name("palisade-redb-writer".to_string())
             .spawn(move || {
                 let _guard = guard;
-                writer::run(
-                    writer_db,
-                    requests,
-                    writer_state,
-                    opts.max_batch,
-                    opts.two_phase_commit,
-                );
+                let config = writer::WriterConfig {
+                    max_batch: opts.max_batch,
+                    two_phase: opts.two_phase_commit,
+                    limits: opts.limits,
+                    clock: opts.clock,
+                    purge_every: opts.purge_every,
+                };
+                writer::run(writer_db, requests, writer_state, config);
             })
             .map_err(|e| {
                 StorageError::Failed(format!("cannot start the redb writer thread: {e}"))
@@ -307,7 +328,7 @@ impl Backend for RedbBackend {
     async fn reserve(
         &self,
         lock: &str,
-        reservation: palisade_core::lock_table::Reservation,
+        reservation: Reservation,
         lease: Option<LeaseRecord>,
     ) -> Result<(), StorageError> {
         let (reply, answer) = oneshot::channel();
@@ -330,6 +351,22 @@ impl Backend for RedbBackend {
         let lease_id = lease_id.to_string();
         self.submit(Request::RemoveLease { lease_id, reply })?;
         self.answer(answer).await
+    }
+
+    async fn list_locks(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Epoch)>, StorageError> {
+        let (prefix, after) = (prefix.to_owned(), after.map(str::to_owned));
+        self.read(move |txn| reads::list_locks(txn, &prefix, after.as_deref(), limit))
+            .await
+    }
+
+    async fn lock_record(&self, lock: &str) -> Result<Option<(Epoch, Reservation)>, StorageError> {
+        let lock = lock.to_owned();
+        self.read(move |txn| reads::lock_record(txn, &lock)).await
     }
 
     async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError> {

@@ -17,11 +17,15 @@ use std::fs::OpenOptions;
 use std::io::ErrorKind;
 use std::path::Path;
 
-use redb::{Builder, Database, Durability, ReadableTable};
+use std::collections::BTreeMap;
+
+use redb::{Builder, Database, Durability, ReadableTable, WriteTransaction};
 
 use super::schema::{
-    Fault, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, KV, LEASES, META, META_FORMAT, RESERVATIONS,
+    Fault, IdemRecord, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META,
+    META_FORMAT, RESERVATIONS, USAGE,
 };
+use crate::Usage;
 
 /// Opens or creates the database file at `path`. Errors do not yet name the path; the
 /// caller adds it.
@@ -79,8 +83,11 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fault> {
     })
 }
 
-/// Creates Palisade's tables in an empty database, or checks the format of a populated one.
-pub(super) fn prepare(db: &Database) -> Result<(), Fault> {
+/// Creates Palisade's tables in an empty database, or checks the format of a populated one
+/// and migrates an older layout (in the same durable transaction). `now_ms` (wall clock)
+/// stamps idempotency records written before records had a time: their retention starts
+/// at the migration.
+pub(super) fn prepare(db: &Database, now_ms: u64) -> Result<(), Fault> {
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate);
     txn.set_two_phase_commit(true);
@@ -92,6 +99,10 @@ pub(super) fn prepare(db: &Database) -> Result<(), Fault> {
             Some(FORMAT_VERSION) => {}
             None if fresh => {
                 meta.insert(META_FORMAT, FORMAT_VERSION)?;
+            }
+            Some(1) => {
+                drop(meta);
+                migrate_from_v1(&txn, now_ms)?;
             }
             None => {
                 return Err(Fault(
@@ -111,8 +122,53 @@ pub(super) fn prepare(db: &Database) -> Result<(), Fault> {
         txn.open_table(FENCES)?;
         txn.open_table(KV)?;
         txn.open_table(IDEMPOTENCY)?;
+        txn.open_table(IDEM_EXPIRY)?;
+        txn.open_table(USAGE)?;
     }
     txn.commit()?;
+    Ok(())
+}
+
+/// Layout 1 to 2: counts every namespace's keys and bytes into [`USAGE`], and gives every
+/// idempotency record a creation time (`now_ms`) and its entry in [`IDEM_EXPIRY`].
+fn migrate_from_v1(txn: &WriteTransaction, now_ms: u64) -> Result<(), Fault> {
+    let mut usage: BTreeMap<String, Usage> = BTreeMap::new();
+    for item in txn.open_table(KV)?.iter()? {
+        let (key, value) = item?;
+        let (ns, key) = key.value();
+        let (_, _, bytes) = value.value();
+        let slot = usage.entry(ns.to_owned()).or_default();
+        slot.keys += 1;
+        slot.bytes += Usage::entry_bytes(key, bytes.len());
+    }
+    let mut counters = txn.open_table(USAGE)?;
+    for (ns, u) in &usage {
+        counters.insert(ns.as_str(), (u.keys, u.bytes))?;
+    }
+    let mut records = txn.open_table(IDEMPOTENCY)?;
+    let mut expiry = txn.open_table(IDEM_EXPIRY)?;
+    let mut stamped = Vec::new();
+    for item in records.iter()? {
+        let (key, value) = item?;
+        let (ns, idem_key) = key.value();
+        let mut record: IdemRecord = serde_json::from_str(value.value())?;
+        record.created_at_ms = now_ms;
+        stamped.push((
+            ns.to_owned(),
+            idem_key.to_owned(),
+            serde_json::to_string(&record)?,
+        ));
+    }
+    for (ns, idem_key, record) in &stamped {
+        records.insert((ns.as_str(), idem_key.as_str()), record.as_str())?;
+        expiry.insert((now_ms, ns.as_str(), idem_key.as_str()), ())?;
+    }
+    txn.open_table(META)?.insert(META_FORMAT, FORMAT_VERSION)?;
+    tracing::info!(
+        namespaces = usage.len(),
+        idempotency_records = stamped.len(),
+        "migrated the database from layout 1 to {FORMAT_VERSION}"
+    );
     Ok(())
 }
 

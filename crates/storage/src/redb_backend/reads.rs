@@ -1,6 +1,8 @@
 //! Read paths: plain functions over one redb read transaction (a consistent snapshot).
 //! They never block the writer, and the writer never blocks them.
 
+use std::ops::Bound;
+
 use redb::{ReadTransaction, ReadableTable};
 
 use palisade_core::gate::HighWater;
@@ -37,6 +39,71 @@ pub(super) fn load_issuer(txn: &ReadTransaction) -> Result<IssuerState, Fault> {
             .push((lock.value().to_string(), reservation));
     }
     Ok(state)
+}
+
+/// Known locks in name order from the epoch table (every reservation also raises its
+/// lock's epoch there, so it names every lock with a record): names above `after` that
+/// start with `prefix`, at most `limit`.
+pub(super) fn list_locks(
+    txn: &ReadTransaction,
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<(String, u64)>, Fault> {
+    let mut locks = Vec::new();
+    if limit == 0 {
+        return Ok(locks);
+    }
+    let table = txn.open_table(EPOCHS)?;
+    let range = match after {
+        Some(after) if after >= prefix => {
+            table.range::<&str>((Bound::Excluded(after), Bound::Unbounded))?
+        }
+        _ => table.range::<&str>(prefix..)?,
+    };
+    for item in range {
+        let (lock, epoch) = item?;
+        let lock = lock.value();
+        if !lock.starts_with(prefix) {
+            break;
+        }
+        locks.push((lock.to_owned(), epoch.value()));
+        if locks.len() == limit {
+            break;
+        }
+    }
+    Ok(locks)
+}
+
+/// One lock's epoch (raised to its reservation's ceiling) and reservation.
+pub(super) fn lock_record(
+    txn: &ReadTransaction,
+    lock: &str,
+) -> Result<Option<(u64, Reservation)>, Fault> {
+    let epoch = txn.open_table(EPOCHS)?.get(lock)?.map(|g| g.value());
+    let reservation = txn.open_table(RESERVATIONS)?.get(lock)?.map(|g| {
+        let (ceiling, max_ttl_ms, active) = g.value();
+        Reservation {
+            ceiling,
+            max_ttl_ms,
+            active: active != 0,
+        }
+    });
+    Ok(match (epoch, reservation) {
+        (None, None) => None,
+        (epoch, reservation) => {
+            // A lock with an epoch but no reservation was granted by an older version, one
+            // grant at a time: nothing above its epoch was issued, and no lease is live
+            // unless its record is among the issuer's leases.
+            let reservation = reservation.unwrap_or(Reservation {
+                ceiling: epoch.unwrap_or(0),
+                max_ttl_ms: 0,
+                active: false,
+            });
+            let epoch = epoch.unwrap_or(0).max(reservation.ceiling);
+            Some((epoch, reservation))
+        }
+    })
 }
 
 pub(super) fn get(

@@ -8,12 +8,13 @@
 //! refuses the file.
 
 use redb::TableDefinition;
-use serde::{Deserialize, Serialize};
 
-use crate::{Applied, StorageError};
+pub(super) use crate::IdemRecord;
+use crate::StorageError;
 
-/// Version of this layout, stored under [`META_FORMAT`].
-pub(super) const FORMAT_VERSION: u64 = 1;
+/// Version of this layout, stored under [`META_FORMAT`]. Version 1 had no usage counters
+/// and no expiry index; [`super::open`] migrates it.
+pub(super) const FORMAT_VERSION: u64 = 2;
 
 /// lock name -> last epoch issued for it.
 pub(super) const EPOCHS: TableDefinition<&str, u64> = TableDefinition::new("issuer_epochs");
@@ -31,6 +32,13 @@ pub(super) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 /// (namespace, idempotency key) -> JSON [`IdemRecord`].
 pub(super) const IDEMPOTENCY: TableDefinition<(&str, &str), &str> =
     TableDefinition::new("idempotency");
+/// (created at, namespace, idempotency key) -> (): the idempotency records in the order
+/// they expire, so the purge reads only expired ones. One entry per record, always.
+pub(super) const IDEM_EXPIRY: TableDefinition<(u64, &str, &str), ()> =
+    TableDefinition::new("idempotency_expiry");
+/// namespace -> (keys, bytes of keys and values): the quota counters, kept in the same
+/// transaction as every write. A namespace without data has no entry.
+pub(super) const USAGE: TableDefinition<&str, (u64, u64)> = TableDefinition::new("ns_usage");
 
 /// Global store revision: bumped by every put and delete, in any namespace (as etcd's).
 pub(super) const META_REVISION: &str = "revision";
@@ -38,13 +46,6 @@ pub(super) const META_FORMAT: &str = "format_version";
 /// The floor the last restore raised every epoch counter and mark to: locks and
 /// namespaces the restored file does not know start there, not at zero.
 pub(crate) const META_RESTORE_FLOOR: &str = "restore_epoch_floor";
-
-/// The first outcome of a request made with an idempotency key.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct IdemRecord {
-    pub fingerprint: String,
-    pub applied: Applied,
-}
 
 /// Something went wrong below the backend: an I/O or database error, or a record that
 /// does not decode. Never the caller's fault; it latches the backend failed.

@@ -10,23 +10,26 @@
 //! it. A [`Fault`] anywhere aborts the whole transaction: every request of the batch is
 //! answered [`StorageError::Failed`] (none of them is durable) and the backend latches.
 
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
 use tokio::sync::oneshot;
 
-use palisade_core::gate::{admit, HighWater};
+use palisade_core::gate::HighWater;
 
 use palisade_core::lock_table::Reservation;
 
 use super::schema::{
-    Fault, IdemRecord, EPOCHS, FENCES, IDEMPOTENCY, KV, LEASES, META, META_RESTORE_FLOOR,
-    META_REVISION, RESERVATIONS,
+    Fault, IdemRecord, EPOCHS, FENCES, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META,
+    META_RESTORE_FLOOR, META_REVISION, RESERVATIONS, USAGE,
 };
 use super::state::State;
+use crate::decide::Change;
 use crate::{
-    Action, Applied, ApplyError, FencedOp, LazyRecord, LeaseRecord, Precondition, StorageError,
+    decide, Action, Applied, ApplyError, Decision, FencedOp, KeyState, LazyRecord, LeaseRecord,
+    Seen, StorageError, StoreLimits, Usage, WallClock,
 };
 
 /// One unit of work for the writer, with the channel its answer goes back on.
@@ -94,46 +97,74 @@ impl Answer {
     }
 }
 
-/// Runs until every sender of the queue is gone and the queue is empty.
+/// What the writer is told at start.
+pub(super) struct WriterConfig {
+    pub max_batch: usize,
+    pub two_phase: bool,
+    pub limits: StoreLimits,
+    pub clock: WallClock,
+    /// How often expired idempotency records are purged.
+    pub purge_every: Duration,
+}
+
+/// Runs until every sender of the queue is gone and the queue is empty. Between batches,
+/// and when idle, it purges expired idempotency records every `purge_every`.
 pub(super) fn run(
     db: Arc<Database>,
     queue: Receiver<Request>,
     state: Arc<State>,
-    max_batch: usize,
-    two_phase: bool,
+    config: WriterConfig,
 ) {
-    let max_batch = max_batch.max(1);
-    while let Ok(first) = queue.recv() {
-        let mut batch = Vec::with_capacity(max_batch.min(64));
-        batch.push(first);
-        while batch.len() < max_batch {
-            match queue.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
+    let max_batch = config.max_batch.max(1);
+    let mut next_purge = Instant::now() + config.purge_every;
+    loop {
+        let wait = next_purge.saturating_duration_since(Instant::now());
+        let first = match queue.recv_timeout(wait) {
+            Ok(request) => Some(request),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        if let Some(first) = first {
+            let mut batch = Vec::with_capacity(max_batch.min(64));
+            batch.push(first);
+            while batch.len() < max_batch {
+                match queue.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            if state.is_failed() {
+                for request in batch {
+                    request.fail(state.refusal());
+                }
+                continue;
+            }
+            commit_batch(&db, batch, &state, &config);
+        }
+        if Instant::now() >= next_purge && !state.is_failed() {
+            next_purge = Instant::now() + config.purge_every;
+            match purge_expired(&db, &config.limits, config.clock.now_ms()) {
+                // A full pass: more may be due; go again after the next batch.
+                Ok(PURGE_LIMIT) => next_purge = Instant::now(),
+                Ok(removed) => {
+                    if removed > 0 {
+                        tracing::debug!(removed, "purged expired idempotency records");
+                    }
+                }
+                Err(fault) => {
+                    state.latch(fault);
+                }
             }
         }
-        if state.is_failed() {
-            for request in batch {
-                request.fail(state.refusal());
-            }
-            continue;
-        }
-        commit_batch(&db, batch, &state, two_phase);
     }
 }
 
-fn commit_batch(db: &Database, batch: Vec<Request>, state: &State, two_phase: bool) {
+fn commit_batch(db: &Database, batch: Vec<Request>, state: &State, config: &WriterConfig) {
     let size = batch.len();
     let mut answers = Vec::with_capacity(size);
     let mut pending = batch.into_iter();
     let mut failed_request = None;
-    match apply_batch(
-        db,
-        two_phase,
-        &mut pending,
-        &mut answers,
-        &mut failed_request,
-    ) {
+    match apply_batch(db, config, &mut pending, &mut answers, &mut failed_request) {
         Ok(max_epoch) => {
             state.record_commit(size, max_epoch);
             for answer in answers {
@@ -159,7 +190,7 @@ fn commit_batch(db: &Database, batch: Vec<Request>, state: &State, two_phase: bo
 /// left in `failed`; the ones not reached stay in `pending`.
 fn apply_batch(
     db: &Database,
-    two_phase: bool,
+    config: &WriterConfig,
     pending: &mut impl Iterator<Item = Request>,
     answers: &mut Vec<Answer>,
     failed: &mut Option<Request>,
@@ -167,12 +198,14 @@ fn apply_batch(
     let mut txn = db.begin_write()?;
     txn.set_durability(Durability::Immediate);
     // See `RedbOptions::two_phase_commit`.
-    txn.set_two_phase_commit(two_phase);
+    txn.set_two_phase_commit(config.two_phase);
+    // One reading of the wall clock for the batch: its operations share one commit.
+    let now_ms = config.clock.now_ms();
     let max_epoch;
     {
         let mut tables = Tables::open(&txn)?;
         for request in pending.by_ref() {
-            match execute(&mut tables, request) {
+            match execute(&mut tables, request, &config.limits, now_ms) {
                 Ok(answer) => answers.push(answer),
                 Err(fault_and_request) => {
                     let (fault, request) = *fault_and_request;
@@ -197,6 +230,8 @@ struct Tables<'txn> {
     kv: Table<'txn, (&'static str, &'static str), (u64, u64, &'static [u8])>,
     meta: Table<'txn, &'static str, u64>,
     idempotency: Table<'txn, (&'static str, &'static str), &'static str>,
+    idem_expiry: Table<'txn, (u64, &'static str, &'static str), ()>,
+    usage: Table<'txn, &'static str, (u64, u64)>,
     /// The store revision as this transaction has moved it: read at the first write that
     /// needs it, kept here and written back once, by [`Tables::finish`], instead of a read
     /// and a write of the meta table per operation.
@@ -216,6 +251,8 @@ impl<'txn> Tables<'txn> {
             kv: txn.open_table(KV)?,
             meta: txn.open_table(META)?,
             idempotency: txn.open_table(IDEMPOTENCY)?,
+            idem_expiry: txn.open_table(IDEM_EXPIRY)?,
+            usage: txn.open_table(USAGE)?,
             revision: None,
             revision_dirty: false,
             max_epoch: 0,
@@ -259,9 +296,14 @@ impl<'txn> Tables<'txn> {
 
 /// Applies one request. On a fault the request comes back (boxed: faults are rare and a
 /// request is large) so that it can be answered with the batch's error.
-fn execute(t: &mut Tables<'_>, request: Request) -> Result<Answer, Box<(Fault, Request)>> {
+fn execute(
+    t: &mut Tables<'_>,
+    request: Request,
+    limits: &StoreLimits,
+    now_ms: u64,
+) -> Result<Answer, Box<(Fault, Request)>> {
     match request {
-        Request::Apply { op, reply } => match apply_op(t, &op) {
+        Request::Apply { op, reply } => match apply_op(t, &op, limits, now_ms) {
             Ok(outcome) => Ok(Answer::Apply(reply, outcome)),
             Err(fault) => Err(Box::new((fault, Request::Apply { op, reply }))),
         },
@@ -309,7 +351,10 @@ fn record_grant(t: &mut Tables<'_>, lease: &LeaseRecord) -> Result<(), Fault> {
     Ok(())
 }
 
-/// Raises the lock's reservation (ceiling and TTL never go down) and records the lease.
+/// Records the lock's reservation and the lease. The ceiling never goes down. The TTL
+/// never goes down while the reservation stays active; an inactive reservation (the lock
+/// fell idle) has no live lease to cover, so its TTL is what it says (0), and the next
+/// active one starts from its own.
 fn reserve(
     t: &mut Tables<'_>,
     lock: &str,
@@ -317,8 +362,14 @@ fn reserve(
     lease: Option<&LeaseRecord>,
 ) -> Result<(), Fault> {
     let stored = t.reservations.get(lock)?.map(|g| g.value());
-    let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m, _)| {
-        (c.max(r.ceiling), m.max(r.max_ttl_ms))
+    let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m, active)| {
+        let still_active = active != 0 && r.active;
+        let ttl = if still_active {
+            m.max(r.max_ttl_ms)
+        } else {
+            r.max_ttl_ms
+        };
+        (c.max(r.ceiling), ttl)
     });
     t.reservations
         .insert(lock, (ceiling, max_ttl, u64::from(r.active)))?;
@@ -345,31 +396,28 @@ fn write_lazy(t: &mut Tables<'_>, record: &LazyRecord) -> Result<(), Fault> {
     Ok(())
 }
 
-/// Gate + preconditions + mutation. Every check comes before the first write, so an
-/// `Ok(Err(_))` (a refusal) has written nothing. `Err(Fault)` aborts the batch.
-fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyError>, Fault> {
+/// Reads what [`decide`] needs, then writes exactly what it decided. A refusal returns
+/// before the first write, so it leaves nothing in the batch's transaction. `Err(Fault)`
+/// aborts the batch.
+fn apply_op(
+    t: &mut Tables<'_>,
+    op: &FencedOp,
+    limits: &StoreLimits,
+    now_ms: u64,
+) -> Result<Result<Applied, ApplyError>, Fault> {
     let ns = op.namespace.as_str();
-    if let Some(idem) = &op.idempotency {
-        let stored = t.idempotency.get((ns, idem.key.as_str()))?;
-        if let Some(stored) = stored {
-            let record: IdemRecord = serde_json::from_str(stored.value())?;
-            // The first outcome stands, even if the gate would refuse the request today.
-            return Ok(if record.fingerprint == idem.fingerprint {
-                Ok(Applied {
-                    replayed: true,
-                    ..record.applied
-                })
-            } else {
-                Err(ApplyError::IdempotencyConflict)
-            });
-        }
-    }
-
-    let stored = t.fences.get(ns)?.map(|g| {
+    let stored_idem: Option<IdemRecord> = match &op.idempotency {
+        Some(idem) => match t.idempotency.get((ns, idem.key.as_str()))? {
+            Some(stored) => Some(serde_json::from_str(stored.value())?),
+            None => None,
+        },
+        None => None,
+    };
+    let stored_mark = t.fences.get(ns)?.map(|g| {
         let (epoch, seq) = g.value();
         HighWater { epoch, seq }
     });
-    let mark = match stored {
+    let mark = match stored_mark {
         Some(mark) => mark,
         // A namespace this file never saw may have been written before a restore: the
         // restore's floor stands in for its lost mark.
@@ -378,58 +426,120 @@ fn apply_op(t: &mut Tables<'_>, op: &FencedOp) -> Result<Result<Applied, ApplyEr
             seq: 0,
         },
     };
-    let next = match admit(mark, op.policy, op.epoch, op.seq) {
-        Ok(next) => next,
-        Err(refused) => return Ok(Err(refused.into())),
+    let key = match &op.action {
+        Action::Put { key, .. } | Action::Delete { key, .. } => Some(key.as_str()),
+        Action::Fence => None,
     };
-    let revision = match &op.action {
-        Action::Put {
-            key,
-            value,
-            precondition,
-        } => {
-            // An unconditional put needs no look at the key: save a lookup.
-            if *precondition != Precondition::None {
-                let current = t.kv.get((ns, key.as_str()))?.map(|g| g.value().0);
-                if let Err(refused) = precondition.check(current) {
-                    return Ok(Err(refused));
+    let (key_state, usage) = match key {
+        Some(key) => {
+            let state = t.kv.get((ns, key))?.map(|g| {
+                let (revision, _, value) = g.value();
+                KeyState {
+                    revision,
+                    bytes: Usage::entry_bytes(key, value.len()),
                 }
-            }
+            });
+            let usage = t.usage.get(ns)?.map_or(Usage::default(), |g| {
+                let (keys, bytes) = g.value();
+                Usage { keys, bytes }
+            });
+            (state, usage)
+        }
+        None => (None, Usage::default()),
+    };
+    let seen = Seen {
+        mark,
+        key: key_state,
+        idempotency: stored_idem.as_ref(),
+        usage,
+    };
+    let commit = match decide(op, &seen, limits, now_ms) {
+        Decision::Replay(applied) => return Ok(Ok(applied)),
+        Decision::Refuse(refused) => return Ok(Err(refused)),
+        Decision::Commit(commit) => commit,
+    };
+    let revision = match (&op.action, commit.change) {
+        (Action::Put { key, value, .. }, Change::Put) => {
             let revision = t.bump_revision()?;
             t.kv.insert((ns, key.as_str()), (revision, op.epoch, value.as_ref()))?;
             revision
         }
-        Action::Delete { key, precondition } => {
-            let current = t.kv.get((ns, key.as_str()))?.map(|g| g.value().0);
-            if let Err(refused) = precondition.check(current) {
-                return Ok(Err(refused));
-            }
-            if current.is_none() {
-                return Ok(Err(ApplyError::NotFound));
-            }
+        (Action::Delete { key, .. }, Change::Delete) => {
             let revision = t.bump_revision()?;
             t.kv.remove((ns, key.as_str()))?;
             revision
         }
-        Action::Fence => t.revision()?,
+        _ => t.revision()?,
     };
-
-    t.fences.insert(ns, (next.epoch, next.seq))?;
-    let applied = Applied {
-        revision,
-        epoch: op.epoch,
-        high_water: next,
-        replayed: false,
-    };
-    if let Some(idem) = &op.idempotency {
-        let record = serde_json::to_string(&IdemRecord {
-            fingerprint: idem.fingerprint.clone(),
-            applied,
-        })?;
-        t.idempotency
-            .insert((ns, idem.key.as_str()), record.as_str())?;
+    if commit.mark_changed || stored_mark.is_none() {
+        t.fences
+            .insert(ns, (commit.high_water.epoch, commit.high_water.seq))?;
+    }
+    if commit.usage_changed {
+        if commit.usage == Usage::default() {
+            t.usage.remove(ns)?;
+        } else {
+            t.usage
+                .insert(ns, (commit.usage.keys, commit.usage.bytes))?;
+        }
+    }
+    let applied = commit.applied(op, revision);
+    if let (Some(idem), Some(record)) = (&op.idempotency, commit.record(op, applied, now_ms)) {
+        let idem_key = idem.key.as_str();
+        if let Some(old) = commit.replaces_expired {
+            t.idem_expiry.remove((old, ns, idem_key))?;
+        }
+        let text = serde_json::to_string(&record)?;
+        t.idempotency.insert((ns, idem_key), text.as_str())?;
+        t.idem_expiry.insert((now_ms, ns, idem_key), ())?;
     }
     Ok(Ok(applied))
+}
+
+/// Most expired idempotency records one purge transaction removes, so a purge after a long
+/// downtime does not hold up the writer: the rest goes in the next passes.
+pub(super) const PURGE_LIMIT: usize = 10_000;
+
+/// Removes idempotency records whose retention has run out at `now_ms`, at most
+/// [`PURGE_LIMIT`], in one durable transaction. Returns how many it removed. Losing a
+/// purge in a crash is harmless: the records are still expired and go in the next one.
+pub(super) fn purge_expired(
+    db: &Database,
+    limits: &StoreLimits,
+    now_ms: u64,
+) -> Result<usize, Fault> {
+    let Some(cutoff) = now_ms.checked_sub(limits.retention_ms()) else {
+        return Ok(0);
+    };
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate);
+    let removed;
+    {
+        let mut expiry = txn.open_table(IDEM_EXPIRY)?;
+        let mut records = txn.open_table(IDEMPOTENCY)?;
+        let mut due = Vec::new();
+        // Every entry created at or before the cutoff: strictly below (cutoff + 1, "", "").
+        let end = (cutoff.saturating_add(1), "", "");
+        for item in expiry.range(..end)? {
+            let (key, _) = item?;
+            let (at, ns, idem_key) = key.value();
+            due.push((at, ns.to_owned(), idem_key.to_owned()));
+            if due.len() == PURGE_LIMIT {
+                break;
+            }
+        }
+        for (at, ns, idem_key) in &due {
+            expiry.remove((*at, ns.as_str(), idem_key.as_str()))?;
+            records.remove((ns.as_str(), idem_key.as_str()))?;
+        }
+        removed = due.len();
+    }
+    if removed > 0 {
+        txn.commit()?;
+    } else {
+        txn.abort()?;
+    }
+    Ok(removed)
 }
 
 fn next_revision(current: u64) -> Result<u64, Fault> {

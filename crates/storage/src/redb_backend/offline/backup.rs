@@ -14,7 +14,8 @@ use palisade_token::Epoch;
 
 use super::{check_tables, remove_leftover, summarize, sync_dir_of, OfflineDb, OfflineError};
 use crate::redb_backend::schema::{
-    Fault, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, KV, LEASES, META, RESERVATIONS,
+    Fault, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META,
+    RESERVATIONS, USAGE,
 };
 
 /// The record a backup file carries beside the copied tables.
@@ -135,6 +136,8 @@ fn write_copy(
         copy_table(snapshot, &txn, KV)?;
         copy_table(snapshot, &txn, META)?;
         copy_table(snapshot, &txn, IDEMPOTENCY)?;
+        copy_table(snapshot, &txn, IDEM_EXPIRY)?;
+        copy_table(snapshot, &txn, USAGE)?;
         let record = serde_json::to_string(&info)?;
         txn.open_table(BACKUP_INFO)?
             .insert(INFO_KEY, record.as_str())?;

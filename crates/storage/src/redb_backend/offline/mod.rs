@@ -44,7 +44,9 @@ use serde::{Deserialize, Serialize};
 
 use palisade_token::Epoch;
 
-use super::schema::{Fault, EPOCHS, FENCES, IDEMPOTENCY, KV, LEASES, META, RESERVATIONS};
+use super::schema::{
+    Fault, EPOCHS, FENCES, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META, RESERVATIONS, USAGE,
+};
 use super::RedbBackend;
 use crate::{LeaseRecord, StorageError};
 
@@ -138,6 +140,8 @@ fn check_tables(txn: &ReadTransaction, extra: &[&str]) -> Result<(), Fault> {
         KV.name(),
         META.name(),
         IDEMPOTENCY.name(),
+        IDEM_EXPIRY.name(),
+        USAGE.name(),
     ];
     for table in txn.list_tables()? {
         let name = table.name();
@@ -228,7 +232,8 @@ fn open_existing(path: &Path) -> Result<Database, OfflineError> {
             OfflineError::damaged(path, Fault("damaged database file (redb panicked)".into()))
         })?;
     verified.map_err(|e| OfflineError::damaged(path, e.into()))?;
-    super::open::prepare(&db).map_err(|fault| OfflineError::damaged(path, fault))?;
+    super::open::prepare(&db, crate::WallClock::system().now_ms())
+        .map_err(|fault| OfflineError::damaged(path, fault))?;
     Ok(db)
 }
 

@@ -5,6 +5,7 @@
 
 mod durability;
 mod failures;
+mod limits;
 mod model;
 mod power_loss;
 

@@ -1,15 +1,20 @@
 //! Property test: the redb backend against a model made of a few `BTreeMap`s.
 //!
 //! Random steps (batches of fenced operations submitted together so the writer may group
-//! them into one commit, reads, reopening the file) must give the same answers as the
-//! model, and after every step the whole visible state (every mark, key and listing) must
-//! match.
+//! them into one commit, reads, reopening the file, moving the wall clock past the
+//! idempotency retention) must give the same answers as the model, and after every step the
+//! whole visible state (every mark, key and listing) must match. The limits are tiny, so
+//! quota refusals are common; the model counts a namespace's keys and bytes from its data
+//! on every put, independently of the backend's counters.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::Bytes;
 use proptest::prelude::*;
@@ -17,7 +22,14 @@ use proptest::prelude::*;
 use palisade_core::gate::{admit, HighWater, Policy};
 
 use crate::redb_backend::{RedbBackend, RedbOptions};
-use crate::{Action, Applied, ApplyError, Backend, FencedOp, Idempotency, Precondition};
+use crate::{
+    Action, Applied, ApplyError, Backend, FencedOp, Idempotency, Precondition, StoreLimits,
+    WallClock,
+};
+
+const MAX_KEYS: u64 = 2;
+const MAX_BYTES: u64 = 7;
+const RETENTION_MS: u64 = 10;
 
 const NAMESPACES: [&str; 3] = ["a", "b", "seq"];
 const KEYS: [&str; 3] = ["k1", "k2", "x"];
@@ -27,17 +39,20 @@ const KEYS: [&str; 3] = ["k1", "k2", "x"];
 struct Model {
     kv: BTreeMap<(String, String), (u64, u64, Bytes)>,
     marks: BTreeMap<String, HighWater>,
-    idempotency: BTreeMap<(String, String), (String, Applied)>,
+    idempotency: BTreeMap<(String, String), (String, Applied, u64)>,
     revision: u64,
+    now_ms: u64,
 }
 
 impl Model {
     fn apply(&mut self, op: &FencedOp) -> Result<Applied, ApplyError> {
         let ns = op.namespace.clone();
         if let Some(idem) = &op.idempotency {
-            if let Some((fingerprint, applied)) =
-                self.idempotency.get(&(ns.clone(), idem.key.clone()))
-            {
+            let live = self
+                .idempotency
+                .get(&(ns.clone(), idem.key.clone()))
+                .filter(|(_, _, at)| self.now_ms - at < RETENTION_MS);
+            if let Some((fingerprint, applied, _)) = live {
                 return if *fingerprint == idem.fingerprint {
                     Ok(Applied {
                         replayed: true,
@@ -58,6 +73,7 @@ impl Model {
             } => {
                 let slot = (ns.clone(), key.clone());
                 precondition.check(self.kv.get(&slot).map(|e| e.0))?;
+                self.check_quota(&ns, key, value.len())?;
                 self.revision += 1;
                 self.kv
                     .insert(slot, (self.revision, op.epoch, value.clone()));
@@ -80,10 +96,38 @@ impl Model {
             replayed: false,
         };
         if let Some(idem) = &op.idempotency {
-            self.idempotency
-                .insert((ns, idem.key.clone()), (idem.fingerprint.clone(), applied));
+            self.idempotency.insert(
+                (ns, idem.key.clone()),
+                (idem.fingerprint.clone(), applied, self.now_ms),
+            );
         }
         Ok(applied)
+    }
+
+    /// Refuses a put of `key` that would take `ns` over a limit it does not already exceed.
+    fn check_quota(&self, ns: &str, key: &str, value_len: usize) -> Result<(), ApplyError> {
+        let size = |k: &str, v: &Bytes| (k.len() + v.len()) as u64;
+        let entries = || self.kv.iter().filter(|((n, _), _)| n == ns);
+        let (keys, bytes) = (
+            entries().count() as u64,
+            entries().map(|((_, k), e)| size(k, &e.2)).sum::<u64>(),
+        );
+        let old = self.kv.get(&(ns.to_string(), key.to_string()));
+        let new_keys = keys + u64::from(old.is_none());
+        let new_bytes = bytes - old.map_or(0, |e| size(key, &e.2)) + (key.len() + value_len) as u64;
+        if new_keys > keys && new_keys > MAX_KEYS {
+            return Err(ApplyError::QuotaExceeded {
+                resource: "keys",
+                limit: MAX_KEYS,
+            });
+        }
+        if new_bytes > bytes && new_bytes > MAX_BYTES {
+            return Err(ApplyError::QuotaExceeded {
+                resource: "bytes",
+                limit: MAX_BYTES,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -93,6 +137,8 @@ enum Step {
     Batch(Vec<FencedOp>),
     /// Close and open the file again.
     Reopen,
+    /// Move the wall clock forward by this many milliseconds.
+    Advance(u64),
 }
 
 fn precondition() -> impl Strategy<Value = Precondition> {
@@ -152,6 +198,7 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         12 => proptest::collection::vec(fenced_op(), 1..6).prop_map(Step::Batch),
         1 => Just(Step::Reopen),
+        2 => (1u64..12).prop_map(Step::Advance),
     ]
 }
 
@@ -209,8 +256,22 @@ async fn assert_same_state(store: &RedbBackend, model: &Model) -> Result<(), Tes
 }
 
 async fn run(path: &Path, steps: Vec<Step>) -> Result<(), TestCaseError> {
-    let mut store = RedbBackend::open(path, RedbOptions::default())?;
-    let mut model = Model::default();
+    let clock = Arc::new(AtomicU64::new(1_000));
+    let now = Arc::clone(&clock);
+    let options = RedbOptions {
+        limits: StoreLimits {
+            max_keys_per_namespace: MAX_KEYS,
+            max_bytes_per_namespace: MAX_BYTES,
+            idempotency_retention: Duration::from_millis(RETENTION_MS),
+        },
+        clock: WallClock::from_fn(move || now.load(Ordering::SeqCst)),
+        ..RedbOptions::default()
+    };
+    let mut store = RedbBackend::open(path, options.clone())?;
+    let mut model = Model {
+        now_ms: 1_000,
+        ..Model::default()
+    };
     for step in steps {
         match step {
             Step::Batch(ops) => {
@@ -220,7 +281,11 @@ async fn run(path: &Path, steps: Vec<Step>) -> Result<(), TestCaseError> {
             }
             Step::Reopen => {
                 store.close().await;
-                store = RedbBackend::open(path, RedbOptions::default())?;
+                store = RedbBackend::open(path, options.clone())?;
+            }
+            Step::Advance(ms) => {
+                model.now_ms += ms;
+                clock.fetch_add(ms, Ordering::SeqCst);
             }
         }
         assert_same_state(&store, &model).await?;

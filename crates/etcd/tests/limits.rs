@@ -1,0 +1,251 @@
+//! Namespace quotas and idempotency retention against a real etcd, and the paged lock
+//! listing: the same rule as the embedded store (`palisade_storage::decide`), with the
+//! counters compared in the write's own transaction and expired records deleted by etcd.
+
+mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use etcd_client::{Client, GetOptions};
+use palisade_core::gate::Policy;
+use palisade_core::lock_table::AcquireRequest;
+use palisade_etcd::{EtcdIssuer, EtcdStore};
+use palisade_issuer::LockService;
+use palisade_storage::{
+    Action, ApplyError, Backend, FencedOp, Idempotency, Precondition, StoreLimits, WallClock,
+};
+use palisade_token::Signer;
+use support::EtcdMember;
+
+fn op(ns: &str, epoch: u64, action: Action) -> FencedOp {
+    FencedOp {
+        namespace: ns.to_owned(),
+        epoch,
+        seq: None,
+        policy: Policy::Epoch,
+        idempotency: None,
+        action,
+    }
+}
+
+fn put(key: &str, value: &str) -> Action {
+    Action::Put {
+        key: key.to_owned(),
+        value: Bytes::from(value.to_owned()),
+        precondition: Precondition::None,
+    }
+}
+
+fn delete(key: &str) -> Action {
+    Action::Delete {
+        key: key.to_owned(),
+        precondition: Precondition::None,
+    }
+}
+
+fn keyed(ns: &str, action: Action, fingerprint: &str) -> FencedOp {
+    FencedOp {
+        idempotency: Some(Idempotency {
+            key: "req".into(),
+            fingerprint: fingerprint.into(),
+        }),
+        ..op(ns, 1, action)
+    }
+}
+
+fn limits(keys: u64, bytes: u64, retention: Duration) -> StoreLimits {
+    StoreLimits {
+        max_keys_per_namespace: keys,
+        max_bytes_per_namespace: bytes,
+        idempotency_retention: retention,
+    }
+}
+
+#[tokio::test]
+async fn quotas_are_exact_across_nodes_and_count_old_namespaces() {
+    let etcd = EtcdMember::start();
+    let prefix = format!("/q{}/", support::rand_suffix());
+    let raw = Client::connect([etcd.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    // A namespace written before counters existed: two values, no usage key.
+    let mut kv = raw.kv_client();
+    for (key, value) in [("a", &b"xyz"[..]), ("bb", b"")] {
+        let mut stored = vec![1u8];
+        stored.extend_from_slice(&1u64.to_be_bytes());
+        stored.extend_from_slice(value);
+        kv.put(format!("{prefix}kv/old/{key}"), stored, None)
+            .await
+            .unwrap();
+    }
+    let l = limits(3, 12, Duration::from_secs(3600));
+    let nodes = [
+        EtcdStore::with_limits(etcd.connect_prefix(&prefix).await, l, WallClock::system()),
+        EtcdStore::with_limits(etcd.connect_prefix(&prefix).await, l, WallClock::system()),
+    ];
+    // "a"+"xyz" (4) + "bb" (2) counted: a third key fits, a fourth does not.
+    nodes[0].apply(op("old", 1, put("c", "1"))).await.unwrap();
+    assert_eq!(
+        nodes[1].apply(op("old", 1, put("d", ""))).await,
+        Err(ApplyError::QuotaExceeded {
+            resource: "keys",
+            limit: 3
+        })
+    );
+    // 8 bytes now; 8 - 4 + 9 = 13 > 12.
+    assert_eq!(
+        nodes[1].apply(op("old", 2, put("a", "12345678"))).await,
+        Err(ApplyError::QuotaExceeded {
+            resource: "bytes",
+            limit: 12
+        })
+    );
+    // Nothing of the refusal landed: the value and the mark are as before.
+    assert_eq!(
+        nodes[0].get("old", "a").await.unwrap().unwrap().value,
+        Bytes::from_static(b"xyz")
+    );
+    assert_eq!(nodes[0].high_water("old").await.unwrap().epoch, 1);
+
+    // Many writers on two nodes race to fill a fresh namespace: exactly the limit lands.
+    let mut tasks = Vec::new();
+    for i in 0..12 {
+        let store = nodes[i % 2].clone();
+        tasks.push(tokio::spawn(async move {
+            store
+                .apply(op("race", 1, put(&format!("k{i:02}"), "")))
+                .await
+        }));
+    }
+    let mut landed = 0;
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(_) => landed += 1,
+            Err(ApplyError::QuotaExceeded {
+                resource: "keys", ..
+            }) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(landed, 3);
+    assert_eq!(nodes[0].list("race", "", 100).await.unwrap().len(), 3);
+    // A delete frees room.
+    let first = nodes[0].list("race", "", 1).await.unwrap().remove(0);
+    nodes[1].apply(op("race", 1, delete(&first))).await.unwrap();
+    nodes[0].apply(op("race", 1, put("new", ""))).await.unwrap();
+}
+
+#[tokio::test]
+async fn idempotency_records_expire_and_etcd_deletes_them() {
+    let etcd = EtcdMember::start();
+    let prefix = format!("/i{}/", support::rand_suffix());
+    let clock = Arc::new(AtomicU64::new(1_000_000));
+    let now = Arc::clone(&clock);
+    let store = EtcdStore::with_limits(
+        etcd.connect_prefix(&prefix).await,
+        limits(100, 1 << 20, Duration::from_secs(1)),
+        WallClock::from_fn(move || now.load(Ordering::SeqCst)),
+    );
+    let first = store
+        .apply(keyed("a", put("k", "1"), "fp-1"))
+        .await
+        .unwrap();
+    clock.store(1_000_999, Ordering::SeqCst);
+    let replay = store
+        .apply(keyed("a", put("k", "1"), "fp-1"))
+        .await
+        .unwrap();
+    assert_eq!((replay.replayed, replay.revision), (true, first.revision));
+    assert_eq!(
+        store.apply(keyed("a", put("k", "2"), "fp-2")).await,
+        Err(ApplyError::IdempotencyConflict)
+    );
+    // Past the retention: applied afresh, and recorded again.
+    clock.store(1_001_000, Ordering::SeqCst);
+    let fresh = store
+        .apply(keyed("a", put("k", "2"), "fp-2"))
+        .await
+        .unwrap();
+    assert!(!fresh.replayed && fresh.revision > first.revision);
+    let replay = store
+        .apply(keyed("a", put("k", "2"), "fp-2"))
+        .await
+        .unwrap();
+    assert_eq!((replay.replayed, replay.revision), (true, fresh.revision));
+
+    // etcd deletes the records when their lease ends (retention + one bucket, raised to
+    // etcd's minimum TTL): poll until the idempotency keys are gone.
+    let raw = Client::connect([etcd.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let mut kv = raw.kv_client();
+    let records = format!("{prefix}idem/");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = kv
+            .get(
+                records.as_str(),
+                Some(GetOptions::new().with_prefix().with_count_only()),
+            )
+            .await
+            .unwrap()
+            .count();
+        if left == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left} expired records still in etcd"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn locks_are_listed_page_by_page_in_name_order() {
+    let etcd = EtcdMember::start();
+    let issuer = EtcdIssuer::new(etcd.connect().await, Signer::generate());
+    for lock in ["b", "a.2", "a.1", "a.10", "c"] {
+        let granted = issuer
+            .acquire(AcquireRequest {
+                lock: lock.into(),
+                holder: "h".into(),
+                ttl_ms: 5_000,
+                wait_ms: 0,
+                lease_id: format!("{lock}-lease"),
+                owner: None,
+            })
+            .await
+            .unwrap();
+        issuer.release(&granted.grant.lease_id).await.unwrap();
+    }
+    let names = |page: Vec<(String, u64)>| page.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    assert_eq!(
+        names(issuer.lock_names("", None, 2).await.unwrap()),
+        ["a.1", "a.10"]
+    );
+    assert_eq!(
+        names(issuer.lock_names("", Some("a.10"), 2).await.unwrap()),
+        ["a.2", "b"]
+    );
+    assert_eq!(
+        names(issuer.lock_names("", Some("b"), 5).await.unwrap()),
+        ["c"]
+    );
+    assert_eq!(
+        names(issuer.lock_names("a.", Some("a.1"), 5).await.unwrap()),
+        ["a.10", "a.2"]
+    );
+    assert!(issuer
+        .lock_names("a.", Some("a.3"), 5)
+        .await
+        .unwrap()
+        .is_empty());
+    let page = issuer.list_page("", Some("a.2"), 10).await.unwrap();
+    let views: Vec<_> = page.iter().map(|v| (v.lock.as_str(), v.epoch)).collect();
+    assert_eq!(views, [("b", 1), ("c", 1)]);
+    assert_eq!(issuer.list("a.", None, 10).await.unwrap().len(), 3);
+}
