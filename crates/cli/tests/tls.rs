@@ -186,3 +186,86 @@ fn a_tls_key_that_does_not_load_stops_the_start() {
     };
     assert!(message.contains("key file"), "{message}");
 }
+
+#[tokio::test]
+async fn a_client_certificate_names_its_principal_and_a_key_works_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let server_ca = Ca::new(dir.path(), "server");
+    let client_ca = Ca::new(dir.path(), "clients");
+    let billing = client_ca.client_cert("billing", "billing.internal");
+    let stranger = client_ca.client_cert("stranger", "stranger.internal");
+    let key = "a-bearer-key-for-reports-0123456789";
+    let digest = hex::encode(palisade_server::auth::key_digest(key));
+    let auth = dir.path().join("auth.toml");
+    std::fs::write(
+        &auth,
+        format!(
+            "[[principal]]\nname = \"billing\"\ncert_cn = \"billing.internal\"\n\
+             [[principal.grant]]\nlocks = \"orders*\"\nallow = [\"acquire\"]\n\n\
+             [[principal]]\nname = \"reports\"\nkey_sha256 = \"{digest}\"\n\
+             [[principal.grant]]\nlocks = \"orders*\"\nallow = [\"read\"]\n"
+        ),
+    )
+    .unwrap();
+    let cert = server_ca.server_cert("server");
+    let server = Server::start(&[
+        "--tls-cert",
+        &cert.cert_arg(),
+        "--tls-key",
+        &cert.key_arg(),
+        "--tls-client-ca",
+        &client_ca.cert_arg(),
+        "--auth-file",
+        &auth.display().to_string(),
+    ]);
+    let with_cert = |files: &common::pki::CertFiles| {
+        Client::builder(&server.url)
+            .ca_file(&server_ca.cert_file)
+            .client_cert(&files.cert, &files.key)
+            .build()
+            .unwrap()
+    };
+
+    // The certificate's CN is the principal: the token's holder is "billing".
+    let lease = with_cert(&billing)
+        .acquire_raw("orders-1", "job", AcquireOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(lease.epoch, 1);
+    assert!(lease.holder.starts_with("billing"), "{}", lease.holder);
+
+    // A certificate from the right CA whose CN names no principal: 401.
+    match with_cert(&stranger)
+        .acquire_raw("orders-2", "job", AcquireOptions::default())
+        .await
+    {
+        Err(e) => assert_eq!(e.code(), "unauthenticated", "{e}"),
+        Ok(lease) => panic!("a stranger acquired {lease:?}"),
+    }
+
+    // A bearer key over the same mutual-TLS connection setup, from the CLI.
+    let key_file = dir.path().join("reports.key");
+    std::fs::write(&key_file, key).unwrap();
+    let private = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600);
+    std::fs::set_permissions(&key_file, private).unwrap();
+    let status = palisade(
+        &[
+            "lock",
+            "status",
+            "orders-1",
+            "--server",
+            &server.url,
+            "--ca-file",
+            &server_ca.cert_arg(),
+            "--client-cert",
+            &stranger.cert_arg(),
+            "--client-key",
+            &stranger.key_arg(),
+            "--key-file",
+            &key_file.display().to_string(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(status.success, "{}", status.stderr);
+    assert_eq!(status.json()["epoch"], 1);
+}
