@@ -16,8 +16,10 @@
 //! `finished` as it stood when hyper last flushed: hyper writes out its whole buffer
 //! before flushing the transport, and a response's body is dropped only after the body
 //! is in that buffer). A write that begins `HTTP/1.` while `started == flushed` is
-//! therefore hyper's own answer. One case stays bare: a well-formed request pipelined
-//! with a malformed one in the same packet, whose answers hyper writes in one go.
+//! therefore hyper's own answer. Were hyper ever to write a router's response and its
+//! own answer in one write, its answer would pass through bare (never altered or lost);
+//! it flushes a response before it parses the next head, which the test sending a good
+//! and a malformed request in one packet checks (crates/cli/tests/malformed_requests.rs).
 
 use std::io;
 use std::pin::Pin;
