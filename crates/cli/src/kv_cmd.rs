@@ -92,9 +92,8 @@ struct KeyList<'a> {
     keys: Vec<String>,
 }
 
-/// Runs one store command against `server`.
-pub async fn run(server: &str, cmd: KvCommand) -> anyhow::Result<()> {
-    let client = Client::new(server).map_err(api_error)?;
+/// Runs one store command with `client`.
+pub async fn run(client: Client, cmd: KvCommand) -> anyhow::Result<()> {
     match cmd {
         KvCommand::Put {
             lock,

@@ -46,9 +46,8 @@ pub enum LockCommand {
     },
 }
 
-/// Runs one lock command against `server`.
-pub async fn run(server: &str, cmd: LockCommand) -> anyhow::Result<()> {
-    let client = Client::new(server).map_err(api_error)?;
+/// Runs one lock command with `client`.
+pub async fn run(client: Client, cmd: LockCommand) -> anyhow::Result<()> {
     match cmd {
         LockCommand::Acquire {
             lock,

@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a server node (issuer + fenced store).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Acquire, renew, release and inspect locks.
     Lock {
         #[command(flatten)]
@@ -82,9 +82,10 @@ enum AuthCommand {
     HashKey,
 }
 
+/// Which server a client command talks to, and how it connects.
 #[derive(Args)]
 struct Target {
-    /// Base URL of the Palisade server.
+    /// Base URL of the Palisade server (http:// or https://).
     #[arg(
         long,
         env = "PALISADE_SERVER",
@@ -92,6 +93,52 @@ struct Target {
         global = true
     )]
     server: String,
+    /// File holding the bearer key sent as `Authorization: Bearer <key>` (mode 0600: a
+    /// file group or others may read is refused). Instead of a file, the key itself can be
+    /// given in the environment variable PALISADE_KEY; this flag wins if both are set.
+    #[arg(long, env = "PALISADE_KEY_FILE", global = true, value_name = "FILE")]
+    key_file: Option<PathBuf>,
+    /// Trust only the CA certificates in this PEM file for an https:// server (default:
+    /// the system's roots).
+    #[arg(long, env = "PALISADE_CA_FILE", global = true, value_name = "FILE")]
+    ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for a server that requires mutual TLS; needs --client-key.
+    #[arg(
+        long,
+        env = "PALISADE_CLIENT_CERT",
+        global = true,
+        value_name = "FILE",
+        requires = "client_key"
+    )]
+    client_cert: Option<PathBuf>,
+    /// Private key (PEM) of --client-cert.
+    #[arg(
+        long,
+        env = "PALISADE_CLIENT_KEY",
+        global = true,
+        value_name = "FILE",
+        requires = "client_cert"
+    )]
+    client_key: Option<PathBuf>,
+}
+
+impl Target {
+    /// A client with these settings (files are read here, before any request).
+    fn client(self) -> anyhow::Result<palisade_client::Client> {
+        let mut builder = palisade_client::Client::builder(&self.server);
+        if let Some(ca) = self.ca_file {
+            builder = builder.ca_file(ca);
+        }
+        if let (Some(cert), Some(key)) = (self.client_cert, self.client_key) {
+            builder = builder.client_cert(cert, key);
+        }
+        builder = match (self.key_file, std::env::var("PALISADE_KEY")) {
+            (Some(file), _) => builder.bearer_key_file(file),
+            (None, Ok(key)) => builder.bearer_key(key),
+            (None, Err(_)) => builder,
+        };
+        builder.build().map_err(lock_cmd::api_error)
+    }
 }
 
 #[derive(Args)]
@@ -139,6 +186,40 @@ struct ServeArgs {
     /// storage_failed. Calls etcd never received are resent until then.
     #[arg(long, env = "PALISADE_ETCD_TIMEOUT_MS", default_value_t = 5000)]
     etcd_timeout_ms: u64,
+    /// Talk TLS to etcd, trusting the CA certificates in this PEM file; every
+    /// --etcd-endpoints URL must then be https://.
+    #[arg(long, env = "PALISADE_ETCD_CA_FILE", value_name = "FILE")]
+    etcd_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd members started with --client-cert-auth; needs
+    /// --etcd-key and --etcd-ca-file.
+    #[arg(
+        long,
+        env = "PALISADE_ETCD_CERT",
+        value_name = "FILE",
+        requires = "etcd_key"
+    )]
+    etcd_cert: Option<PathBuf>,
+    /// Private key (PEM) of --etcd-cert.
+    #[arg(
+        long,
+        env = "PALISADE_ETCD_KEY",
+        value_name = "FILE",
+        requires = "etcd_cert"
+    )]
+    etcd_key: Option<PathBuf>,
+    /// Authenticate to etcd as this user (etcd with `auth enable`); needs
+    /// --etcd-password-file.
+    #[arg(long, env = "PALISADE_ETCD_USER", requires = "etcd_password_file")]
+    etcd_user: Option<String>,
+    /// File holding the etcd user's password (mode 0600: a file group or others may read
+    /// is refused).
+    #[arg(
+        long,
+        env = "PALISADE_ETCD_PASSWORD_FILE",
+        value_name = "FILE",
+        requires = "etcd_user"
+    )]
+    etcd_password_file: Option<PathBuf>,
     /// Sign tokens with this key file (64 hex characters, mode 0600) instead of
     /// DATA_DIR/issuer.key. Required with --backend etcd: every node uses the same key.
     #[arg(long, env = "PALISADE_SIGNING_KEY_FILE")]
@@ -192,6 +273,68 @@ struct ServeArgs {
     /// same key is applied afresh, and the record is purged.
     #[arg(long, env = "PALISADE_IDEMPOTENCY_RETENTION_S", default_value_t = palisade_storage::DEFAULT_IDEMPOTENCY_RETENTION.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     idempotency_retention_s: u64,
+    #[command(flatten)]
+    transport: TransportArgs,
+}
+
+/// How connections are accepted and served (see docs/security.md, "Limits on connections").
+#[derive(Args)]
+struct TransportArgs {
+    /// Most connections open at once. At the cap, a new connection closes the one idle (or
+    /// slow to send its request head) for longest; connections with a request in progress
+    /// are never closed for it.
+    #[arg(long, env = "PALISADE_MAX_CONNECTIONS", default_value_t = palisade_server::transport::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    max_connections: u64,
+    /// A request head (request line and headers; for a new connection also the TLS
+    /// handshake) must arrive in full within this many ms, or the connection is closed.
+    #[arg(long, env = "PALISADE_HEADER_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_HEADER_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    header_timeout_ms: u64,
+    /// Close a keep-alive connection with no request in progress after this many ms.
+    #[arg(long, env = "PALISADE_IDLE_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_IDLE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    idle_timeout_ms: u64,
+    /// Largest request head (request line and headers) in bytes; larger ones get 431
+    /// headers_too_large. At least 8192.
+    #[arg(long, env = "PALISADE_MAX_HEADER_BYTES", default_value_t = palisade_server::transport::DEFAULT_MAX_HEADER_BYTES as u64, value_parser = clap::value_parser!(u64).range(8192..=1_048_576))]
+    max_header_bytes: u64,
+    /// On SIGTERM, requests in progress get this many ms to finish; then every connection
+    /// is closed. Queued acquisitions are answered 503 at once.
+    #[arg(long, env = "PALISADE_SHUTDOWN_GRACE_MS", default_value_t = palisade_server::transport::DEFAULT_SHUTDOWN_GRACE_MS)]
+    shutdown_grace_ms: u64,
+    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
+    /// Reloaded, with the key, on SIGHUP.
+    #[arg(long, env = "PALISADE_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// Private key (PEM) of --tls-cert.
+    #[arg(long, env = "PALISADE_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: require every client to present a certificate signed by a CA in this
+    /// PEM file. Needs --tls-cert.
+    #[arg(long, env = "PALISADE_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+impl TransportArgs {
+    fn config(self) -> anyhow::Result<palisade_server::TransportConfig> {
+        use std::time::Duration;
+        let tls = match (self.tls_cert, self.tls_key) {
+            (Some(cert_file), Some(key_file)) => Some(palisade_server::TlsConfig {
+                cert_file,
+                key_file,
+                client_ca_file: self.tls_client_ca,
+            }),
+            _ => None,
+        };
+        Ok(palisade_server::TransportConfig {
+            max_connections: usize::try_from(self.max_connections)
+                .context("--max-connections is too large for this machine")?,
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            max_header_bytes: usize::try_from(self.max_header_bytes)
+                .context("--max-header-bytes is too large for this machine")?,
+            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
+            tls,
+        })
+    }
 }
 
 // mimalloc: the request path allocates and frees many small buffers (HTTP, JSON,
@@ -226,9 +369,9 @@ fn main() -> std::process::ExitCode {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Serve(args) => serve(args).await,
-        Command::Lock { target, command } => lock_cmd::run(&target.server, command).await,
-        Command::Kv { target, command } => kv_cmd::run(&target.server, command).await,
+        Command::Serve(args) => serve(*args).await,
+        Command::Lock { target, command } => lock_cmd::run(target.client()?, command).await,
+        Command::Kv { target, command } => kv_cmd::run(target.client()?, command).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Admin { command } => admin_cmd::run(command),
         Command::Auth { command } => auth(command),
@@ -282,6 +425,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("--db-cache-mb is too large for this machine")?;
     config.signing_key_file = args.signing_key_file;
     config.trust_key_files = args.trust_key_files;
+    config.transport = args.transport.config()?;
     config.auth_file = args.auth_file;
     config.insecure_no_auth = args.insecure_no_auth;
     config.audit_log = args.audit_log;
@@ -303,14 +447,18 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             endpoints: args.etcd_endpoints,
             prefix: args.etcd_prefix,
             request_timeout: std::time::Duration::from_millis(args.etcd_timeout_ms),
+            access: palisade_server::EtcdAccess {
+                ca_file: args.etcd_ca_file,
+                cert_file: args.etcd_cert,
+                key_file: args.etcd_key,
+                user: args.etcd_user,
+                password_file: args.etcd_password_file,
+            },
         };
     }
     let server = palisade_server::serve(config).await?;
-    // Scripts and tests read this line to learn the port.
-    println!(
-        "{}",
-        palisade_api::listening::line(&format!("http://{}", server.addr()))
-    );
+    // Scripts and tests read this line to learn the URL (https:// with TLS) and port.
+    println!("{}", palisade_api::listening::line(&server.url()));
     server.run_until_signal().await?;
     Ok(())
 }

@@ -10,10 +10,11 @@ use tokio::time::Instant;
 
 use crate::decode::decode_error;
 use crate::lease::LeaseGuard;
-use crate::paths::{normalise_base, segment};
+use crate::paths::segment;
 use crate::types::{FenceStatus, KeysBody, LocksBody};
 use crate::{
-    AcquireOptions, Error, FencedKv, KeepaliveInfo, Kv, Lease, LockStatus, PublicKey, TokenCheck,
+    AcquireOptions, ClientBuilder, Error, FencedKv, KeepaliveInfo, Kv, Lease, LockStatus,
+    PublicKey, TokenCheck,
 };
 
 /// Bound on every call that is not a queued acquire. A lock service that does not answer
@@ -25,7 +26,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 pub const WAIT_MARGIN: Duration = Duration::from_secs(5);
 
 /// Bound on establishing a TCP connection, well inside [`REQUEST_TIMEOUT`].
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A handle to one Palisade server.
 ///
@@ -34,7 +35,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 #[derive(Debug, Clone)]
 pub struct Client {
     pub(crate) http: reqwest::Client,
-    base: Arc<str>,
+    pub(crate) base: Arc<str>,
 }
 
 #[derive(Serialize)]
@@ -56,20 +57,17 @@ pub(crate) fn millis(d: Duration) -> u64 {
 }
 
 impl Client {
-    /// A client for the server at `base_url`, e.g. `"http://127.0.0.1:7700"`.
-    /// No request is made; use [`Client::health`] to check reachability.
+    /// A client for the server at `base_url`, e.g. `"http://127.0.0.1:7700"`, with
+    /// default settings (an `https` server is checked against the system's roots; no
+    /// key). No request is made; use [`Client::health`] to check reachability.
     pub fn new(base_url: &str) -> Result<Client, Error> {
-        let base = normalise_base(base_url)?;
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .connect_timeout(CONNECT_TIMEOUT)
-            // Small requests on a latency-sensitive path: do not let Nagle batch them.
-            .tcp_nodelay(true)
-            .build()?;
-        Ok(Client {
-            http,
-            base: base.into(),
-        })
+        Client::builder(base_url).build()
+    }
+
+    /// Settings for a client of the server at `base_url` (`http://` or `https://`): CA
+    /// file, client certificate, bearer key. See [`ClientBuilder`].
+    pub fn builder(base_url: &str) -> ClientBuilder {
+        ClientBuilder::new(base_url)
     }
 
     /// The server's base URL, without a trailing `/`.

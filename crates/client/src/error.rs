@@ -93,11 +93,15 @@ pub enum Error {
     /// The server answered something this client cannot read.
     #[error("undecodable response: {0}")]
     Decode(String),
+    /// The client's own settings are unusable (a CA, certificate or key file that cannot
+    /// be read or used, a key file others may read); raised before any request.
+    #[error("client configuration: {0}")]
+    Config(String),
 }
 
 impl Error {
-    /// The stable machine code: the wire code for server errors, `"transport"` and
-    /// `"decode"` for failures on this side.
+    /// The stable machine code: the wire code for server errors, `"transport"`,
+    /// `"decode"` and `"config"` for failures on this side.
     pub fn code(&self) -> &str {
         let code = match self {
             Error::Stale { .. } => ErrorCode::StaleToken,
@@ -119,6 +123,7 @@ impl Error {
             Error::Api { code, .. } => return code,
             Error::Transport(_) => return "transport",
             Error::Decode(_) => return "decode",
+            Error::Config(_) => return "config",
         };
         code.as_str()
     }

@@ -25,7 +25,8 @@
 //!
 //! ## Pieces
 //! - [`Client`]: one pooled HTTP/1.1 connection set to one server; lock, lease, key and
-//!   token calls.
+//!   token calls. [`ClientBuilder`] sets how it connects: `https`, the CA to trust, a
+//!   client certificate for mutual TLS, and the bearer key sent with every request.
 //! - [`LeaseGuard`]: a held lease renewed every `ttl / 3` by a background task, with
 //!   [`LeaseGuard::lost`] to learn when it is gone.
 //! - [`Kv`] (reads, no token) and [`FencedKv`] (reads and token-carrying writes). There is
@@ -60,6 +61,7 @@
 //!   pause right after asking. Only the resource's answer is authoritative.
 //! - It is not access control (S14): a token proves ownership generation, not identity.
 
+mod builder;
 mod client;
 mod decode;
 mod error;
@@ -69,6 +71,7 @@ mod lease;
 mod paths;
 mod types;
 
+pub use builder::ClientBuilder;
 pub use client::{Client, REQUEST_TIMEOUT, WAIT_MARGIN};
 pub use error::Error;
 pub use fenced::FencedKv;

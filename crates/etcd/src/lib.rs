@@ -19,6 +19,11 @@
 //! - an acquisition commits `if the lock has no holder and its epoch key is unchanged then
 //!   put epoch + 1, put the holder key (attached to the new etcd lease)`.
 //!
+//! The connection to etcd can be TLS ([`EtcdTls`]: the members' CA, and a client
+//! certificate for members that require one) and authenticated as an etcd user
+//! ([`EtcdUser`]); expired auth tokens are renewed by the client, and the refused call is
+//! sent again (etcd refused it before applying it).
+//!
 //! ## Invariants
 //! - Nothing is answered Ok unless its etcd transaction succeeded (etcd commits through its
 //!   Raft quorum, each member fsyncs its log). A refusal (stale token, failed
@@ -53,11 +58,12 @@ mod txn;
 mod waiting;
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use palisade_storage::StorageError;
 
 pub use issuer::EtcdIssuer;
@@ -76,17 +82,93 @@ pub struct EtcdConfig {
     pub prefix: String,
     /// Longest wait for one etcd call before the operation fails with `storage_failed`.
     pub request_timeout: Duration,
+    /// Talk to etcd over TLS (every endpoint must be `https://`).
+    pub tls: Option<EtcdTls>,
+    /// Authenticate as this etcd user (etcd's `auth enable`).
+    pub user: Option<EtcdUser>,
+}
+
+/// TLS to etcd: the CA that signed the members' certificates, and optionally a client
+/// certificate for members started with `--client-cert-auth`. PEM files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca_file: PathBuf,
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
+/// An etcd user and its password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdUser {
+    pub name: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for EtcdUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdUser")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl EtcdConfig {
-    /// A config with the default prefix and timeout.
+    /// A config with the default prefix and timeout, plain HTTP and no user.
     pub fn new(endpoints: Vec<String>) -> Self {
         EtcdConfig {
             endpoints,
             prefix: DEFAULT_PREFIX.to_owned(),
             request_timeout: Duration::from_secs(5),
+            tls: None,
+            user: None,
         }
     }
+}
+
+fn read_pem(what: &str, path: &Path) -> Result<Vec<u8>, StorageError> {
+    std::fs::read(path).map_err(|e| {
+        StorageError::Failed(format!(
+            "cannot read the etcd {what} {}: {e}",
+            path.display()
+        ))
+    })
+}
+
+/// The TLS options for `tls`, after checking that every endpoint is `https://` (and
+/// that no endpoint is `https://` without TLS settings).
+fn tls_options(config: &EtcdConfig) -> Result<Option<TlsOptions>, StorageError> {
+    let plain = config.endpoints.iter().find(|e| !e.starts_with("https://"));
+    let secure = config.endpoints.iter().find(|e| e.starts_with("https://"));
+    let Some(tls) = &config.tls else {
+        if let Some(endpoint) = secure {
+            return Err(StorageError::Failed(format!(
+                "etcd endpoint {endpoint} is https:// but no etcd CA file is configured"
+            )));
+        }
+        return Ok(None);
+    };
+    if let Some(endpoint) = plain {
+        return Err(StorageError::Failed(format!(
+            "etcd TLS is configured but endpoint {endpoint} is not https://"
+        )));
+    }
+    let mut options =
+        TlsOptions::new().ca_certificate(Certificate::from_pem(read_pem("CA file", &tls.ca_file)?));
+    match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            options = options.identity(Identity::from_pem(
+                read_pem("client certificate", cert)?,
+                read_pem("client key", key)?,
+            ));
+        }
+        (None, None) => {}
+        _ => {
+            return Err(StorageError::Failed(
+                "an etcd client certificate needs both its certificate and its key file".to_owned(),
+            ))
+        }
+    }
+    Ok(Some(options))
 }
 
 /// Which failed etcd calls may be sent again.
@@ -122,18 +204,29 @@ pub struct Etcd {
 impl Etcd {
     /// Builds the client. The connection itself is lazy: an unreachable cluster is not an
     /// error here (nodes are stateless and may start before etcd), but it is logged, and
-    /// every operation fails with `storage_failed` until etcd answers.
+    /// every operation fails with `storage_failed` until etcd answers. With a user, etcd
+    /// must answer now: the password is checked here, and a wrong one is an error.
     pub async fn connect(config: &EtcdConfig) -> Result<Etcd, StorageError> {
         if config.endpoints.is_empty() {
             return Err(StorageError::Failed("no etcd endpoints given".to_owned()));
         }
         let prefix = keys::Keys::new(&config.prefix)?;
-        let options = ConnectOptions::new()
+        let mut options = ConnectOptions::new()
             .with_connect_timeout(config.request_timeout)
             .with_timeout(config.request_timeout)
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2))
             // Without a leader, etcd refuses rather than serving a partitioned member's view.
             .with_require_leader(true);
+        if let Some(tls) = tls_options(config)? {
+            options = options.with_tls(tls);
+        }
+        if let Some(user) = &config.user {
+            options = options
+                .with_user(user.name.clone(), user.password.clone())
+                // etcd's auth tokens expire; a long-running node must get new ones. A call
+                // refused for an expired token was not applied, so sending it again is safe.
+                .with_auto_token_refresh(true);
+        }
         let client = Client::connect(&config.endpoints, Some(options))
             .await
             .map_err(|e| error::storage("connect", e))?;

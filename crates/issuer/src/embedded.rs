@@ -46,6 +46,8 @@ struct Inner {
     /// Signing takes tens of microseconds; done while the current holder works, it is off
     /// the hand-off chain of a contended lock. Used only if the grant's epoch matches.
     presigned: HashMap<Ticket, (Epoch, String)>,
+    /// Set by `close`: nobody waits in line any more.
+    closed: bool,
 }
 
 /// The lock service. See the module docs.
@@ -88,6 +90,7 @@ impl Issuer {
                 table,
                 waiters: HashMap::new(),
                 presigned: HashMap::new(),
+                closed: false,
             }),
             backend,
             signer,
@@ -121,6 +124,10 @@ impl Issuer {
             let mut inner = self.lock();
             let outcome = inner.table.acquire(now, req);
             let parked = match &outcome {
+                AcquireOutcome::Queued(ticket) if inner.closed => {
+                    inner.table.cancel(*ticket);
+                    return Err(AcquireError::Storage(StorageError::Closed));
+                }
                 AcquireOutcome::Queued(ticket) => {
                     let (tx, rx) = oneshot::channel();
                     inner.waiters.insert(*ticket, tx);
@@ -181,6 +188,15 @@ impl Issuer {
         };
         let token = self.signer.issue(&grant.lock, grant.epoch, &grant.holder);
         Ok(Granted { grant, token })
+    }
+
+    /// Answers every waiter with `Closed` and refuses new ones (the server is stopping).
+    pub fn close(&self) {
+        let mut inner = self.lock();
+        inner.closed = true;
+        // A dropped sender answers its waiter `Closed` (see `acquire`).
+        inner.waiters.clear();
+        inner.presigned.clear();
     }
 
     /// Renews a lease for a full TTL from now. Not written to disk: after a restart every
@@ -520,6 +536,10 @@ impl LockService for Arc<Issuer> {
         limit: usize,
     ) -> Result<Vec<LockView>, StorageError> {
         Issuer::list(self, prefix, after, limit).await
+    }
+
+    async fn close(&self) {
+        Issuer::close(self)
     }
 }
 

@@ -84,4 +84,9 @@ pub trait LockService: Send + Sync + 'static {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<LockView>, StorageError>;
+    /// The server is stopping: answer every acquisition waiting in line now, and any
+    /// that would start waiting from now on, with [`StorageError::Closed`] (HTTP 503
+    /// `unavailable`),
+    /// instead of letting them wait. Locks held stay held. Default: nothing to answer.
+    async fn close(&self) {}
 }

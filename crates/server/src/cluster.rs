@@ -9,12 +9,12 @@
 //! the signing key (`--signing-key-file`, required) and the trusted keys. Refused here:
 //! `--lock-delay-ms > 0`, which etcd's leases cannot express (see `palisade_etcd`).
 
-use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdStore};
+use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdStore, EtcdTls, EtcdUser};
 use palisade_storage::Backend;
 use palisade_token::Verifier;
 use std::sync::Arc;
 
-use crate::config::{BackendConfig, ServerConfig};
+use crate::config::{BackendConfig, EtcdAccess, ServerConfig};
 use crate::keys;
 use crate::run::{listen_and_serve, Front, RunningServer, ServerError};
 
@@ -27,6 +27,7 @@ pub(crate) async fn serve(
         endpoints,
         prefix,
         request_timeout,
+        access,
     } = &config.backend
     else {
         return Err(ServerError::Config("not an etcd configuration".to_owned()));
@@ -56,6 +57,8 @@ pub(crate) async fn serve(
         endpoints: endpoints.clone(),
         prefix: prefix.clone(),
         request_timeout: *request_timeout,
+        tls: etcd_tls(access)?,
+        user: etcd_user(access)?,
     })
     .await?;
     let backend: Arc<dyn Backend> = Arc::new(EtcdStore::with_limits(
@@ -69,5 +72,64 @@ pub(crate) async fn serve(
         backend,
         Arc::new(Verifier::new(ring, config.token_cache)),
     );
-    listen_and_serve(config.listen, state, async {}).await
+    listen_and_serve(config.listen, config.transport.clone(), state, async {}).await
+}
+
+fn etcd_tls(access: &EtcdAccess) -> Result<Option<EtcdTls>, ServerError> {
+    let Some(ca_file) = &access.ca_file else {
+        if access.cert_file.is_some() || access.key_file.is_some() {
+            return Err(ServerError::Config(
+                "--etcd-cert and --etcd-key need --etcd-ca-file (TLS to etcd)".to_owned(),
+            ));
+        }
+        return Ok(None);
+    };
+    if access.cert_file.is_some() != access.key_file.is_some() {
+        return Err(ServerError::Config(
+            "--etcd-cert and --etcd-key go together".to_owned(),
+        ));
+    }
+    Ok(Some(EtcdTls {
+        ca_file: ca_file.clone(),
+        cert_file: access.cert_file.clone(),
+        key_file: access.key_file.clone(),
+    }))
+}
+
+fn etcd_user(access: &EtcdAccess) -> Result<Option<EtcdUser>, ServerError> {
+    let (name, file) = match (&access.user, &access.password_file) {
+        (None, None) => return Ok(None),
+        (Some(name), Some(file)) => (name, file),
+        _ => {
+            return Err(ServerError::Config(
+                "--etcd-user and --etcd-password-file go together".to_owned(),
+            ))
+        }
+    };
+    let password = std::fs::read_to_string(file).map_err(|e| {
+        ServerError::Config(format!(
+            "cannot read etcd password file {}: {e}",
+            file.display()
+        ))
+    })?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(file)
+            .map_err(|e| ServerError::Config(format!("{}: {e}", file.display())))?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(ServerError::Config(format!(
+                "etcd password file {} may be read by group or others (mode {:o}); run chmod \
+                 600 on it",
+                file.display(),
+                mode & 0o777
+            )));
+        }
+    }
+    Ok(Some(EtcdUser {
+        name: name.clone(),
+        password: password.trim().to_owned(),
+    }))
 }

@@ -110,6 +110,8 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Quotas on each namespace of the fenced store, and idempotency retention.
     pub store_limits: palisade_storage::StoreLimits,
+    /// Connection limits, timeouts and TLS (see [`crate::transport`]).
+    pub transport: crate::transport::TransportConfig,
 }
 
 /// Where a server keeps its state.
@@ -126,7 +128,24 @@ pub enum BackendConfig {
         prefix: String,
         /// Longest wait for one etcd call before the request fails with `storage_failed`.
         request_timeout: std::time::Duration,
+        /// TLS and user for etcd.
+        access: EtcdAccess,
     },
+}
+
+/// How a node proves itself to etcd and checks etcd's identity (all optional).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdAccess {
+    /// Talk TLS to etcd, trusting this CA (PEM); endpoints must then be `https://`.
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for etcd members that require one; needs `key_file`.
+    pub cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `cert_file`.
+    pub key_file: Option<PathBuf>,
+    /// Authenticate as this etcd user; needs `password_file`.
+    pub user: Option<String>,
+    /// File holding the user's password (mode 0600; surrounding whitespace ignored).
+    pub password_file: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -150,6 +169,7 @@ impl ServerConfig {
             audit_log_max_bytes: DEFAULT_AUDIT_LOG_MAX_BYTES,
             limits: Limits::default(),
             store_limits: palisade_storage::StoreLimits::default(),
+            transport: crate::transport::TransportConfig::default(),
         }
     }
 }

@@ -20,7 +20,8 @@
 //! - No authentication or authorisation yet: anyone who can reach the port can acquire
 //!   locks and read values. Fencing is not access control (S14). Bind to loopback or a
 //!   private network.
-//! - No TLS; put a proxy in front if the network is not trusted.
+//! - TLS and mutual TLS are [`transport`]'s; it also bounds what a connection can hold
+//!   (header and idle timeouts, header size, a connection cap).
 
 pub mod api;
 pub mod audit;
@@ -32,9 +33,11 @@ pub mod keys;
 pub mod openapi;
 pub mod recovery;
 mod run;
+pub mod transport;
 
 pub use config::{
-    BackendConfig, Limits, NamespacePolicies, ServerConfig, DEFAULT_AUDIT_LOG_MAX_BYTES,
-    DEFAULT_IDLE_GRACE_MS,
+    BackendConfig, EtcdAccess, Limits, NamespacePolicies, ServerConfig,
+    DEFAULT_AUDIT_LOG_MAX_BYTES, DEFAULT_IDLE_GRACE_MS,
 };
 pub use run::{serve, RunningServer, ServerError, DB_FILE};
+pub use transport::{ClientCert, TlsConfig, TransportConfig};

@@ -16,6 +16,7 @@ use crate::auth::Auth;
 use crate::config::{BackendConfig, ServerConfig};
 use crate::keys;
 use crate::recovery;
+use crate::transport::{BindError, Listener, TransportConfig};
 use palisade_issuer::Issuer;
 
 /// Database file name inside the data directory.
@@ -46,11 +47,15 @@ pub enum ServerError {
     },
     #[error("server failed: {0}")]
     Serve(std::io::Error),
+    /// The TLS certificate, key or client CA could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] crate::transport::TlsError),
 }
 
 /// A server running in this process.
 pub struct RunningServer {
     addr: SocketAddr,
+    scheme: &'static str,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServerError>>,
 }
@@ -61,7 +66,14 @@ impl RunningServer {
         self.addr
     }
 
-    /// Stops accepting connections, lets requests in flight finish and waits.
+    /// The base URL clients use: `http://ADDR`, or `https://ADDR` with TLS.
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme, self.addr)
+    }
+
+    /// Stops accepting connections, closes idle ones, answers queued acquisitions with
+    /// 503 (the embedded issuer; see [`palisade_issuer::LockService::close`]), lets
+    /// requests in flight finish within the shutdown grace and waits.
     pub async fn shutdown(mut self) -> Result<(), ServerError> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
@@ -242,7 +254,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         recovery::refresh(&data_dir, &redb).await;
         backend.close().await;
     };
-    listen_and_serve(config.listen, state, on_stop)
+    listen_and_serve(config.listen, config.transport.clone(), state, on_stop)
         .await
         .inspect_err(|_| stop_refresh.abort())
 }
@@ -269,34 +281,40 @@ async fn shutdown_signal() {
 }
 
 /// Binds `listen` and serves `state` until shut down, then runs `on_stop` (for backends
-/// with something to flush or release).
+/// with something to flush or release). At shutdown the issuer is closed first, so that
+/// queued acquisitions are answered rather than waited for.
 pub(crate) async fn listen_and_serve(
     listen: SocketAddr,
+    transport: TransportConfig,
     state: AppState,
     on_stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<RunningServer, ServerError> {
-    let listener = tokio::net::TcpListener::bind(listen)
+    let listener = Listener::bind(listen, transport)
         .await
-        .map_err(|source| ServerError::Listen {
-            addr: listen,
-            source,
+        .map_err(|e| match e {
+            BindError::Config(message) => ServerError::Config(message),
+            BindError::Tls(e) => ServerError::Tls(e),
+            BindError::Listen { addr, source } => ServerError::Listen { addr, source },
         })?;
-    let addr = listener.local_addr().map_err(ServerError::Serve)?;
+    let addr = listener.local_addr();
+    let scheme = listener.scheme();
     let (tx, rx) = oneshot::channel::<()>();
+    let issuer = state.issuer.clone();
     let app = router(state);
     let task = tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = rx.await;
-            })
-            .await
-            .map_err(ServerError::Serve);
+        let shutdown = async move {
+            let _ = rx.await;
+        };
+        listener
+            .serve(app, shutdown, async move { issuer.close().await })
+            .await;
         on_stop.await;
-        served
+        Ok(())
     });
-    tracing::info!(%addr, "palisade serving");
+    tracing::info!(%addr, scheme, "palisade serving");
     Ok(RunningServer {
         addr,
+        scheme,
         shutdown: Some(tx),
         task,
     })

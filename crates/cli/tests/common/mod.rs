@@ -5,7 +5,9 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd_cluster;
+pub mod pki;
 pub mod principals;
+pub mod raw;
 pub mod topology;
 
 use std::io::{BufRead, BufReader};
@@ -110,6 +112,45 @@ impl Server {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+
+    /// Sends `signal` (e.g. `libc::SIGTERM`) to the server process.
+    pub fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) with our own child's pid; no memory is involved.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal})");
+    }
+
+    /// Waits up to `limit` for the process to exit; its status, or None if it still runs.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The server's stderr, read line by line on a thread into the returned buffer (so the
+    /// process never blocks on a full pipe). Call at most once.
+    pub fn capture_stderr(&mut self) -> std::sync::Arc<std::sync::Mutex<String>> {
+        let captured = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        if let Some(stderr) = self.child.stderr.take() {
+            let sink = captured.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    let mut text = sink.lock().unwrap_or_else(|e| e.into_inner());
+                    text.push_str(&line);
+                    text.push('\n');
+                }
+            });
+        }
+        captured
+    }
 }
 
 impl Drop for Server {
@@ -198,6 +239,24 @@ impl Http {
             .await;
         assert_eq!(status, 200, "{body}");
         body["high_water"].as_u64().expect("high_water")
+    }
+
+    /// Polls the lock's status until `n` acquisitions wait in its line (at most 20 s).
+    pub async fn wait_for_waiters(&self, lock: &str, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, status) = self
+                .send(self.client.get(format!("{}/v1/locks/{lock}", self.base)))
+                .await;
+            if status["waiters"] == n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{n} waiters never queued: {status}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Sends and returns (status, JSON body or Null).

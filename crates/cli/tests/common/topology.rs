@@ -112,13 +112,13 @@ impl Topology {
 }
 
 #[cfg(feature = "etcd")]
-fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Writes a key file with mode 0600, as the server demands.
 #[cfg(feature = "etcd")]
-fn write_private(path: &std::path::Path, text: &str) {
+pub fn write_private(path: &std::path::Path, text: &str) {
     use std::io::Write;
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);

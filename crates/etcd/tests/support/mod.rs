@@ -35,15 +35,49 @@ pub fn http_get(port: u16, path: &str) -> Option<String> {
     text.split_once("\r\n\r\n").map(|(_, body)| body.to_owned())
 }
 
+/// TLS for a test member's client port: its certificate and key, and the CA whose
+/// client certificates it requires.
+pub struct MemberTls<'a> {
+    pub cert_file: &'a std::path::Path,
+    pub key_file: &'a std::path::Path,
+    pub client_ca_file: &'a std::path::Path,
+}
+
 impl EtcdMember {
     /// Starts a one-member cluster and waits until it has a leader.
     pub fn start() -> EtcdMember {
+        EtcdMember::start_with(None, &[])
+    }
+
+    /// Like [`EtcdMember::start`], with a TLS client port (client certificates required)
+    /// and extra flags. Health is then read from a plain metrics port.
+    pub fn start_with(tls: Option<MemberTls<'_>>, extra: &[&str]) -> EtcdMember {
         let dir = tempfile::tempdir().expect("temp dir");
         let (client_port, peer_port) = (free_port(), free_port());
-        let client = format!("http://127.0.0.1:{client_port}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
         let binary = std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".to_owned());
-        let child = Command::new(&binary)
+        let mut command = Command::new(&binary);
+        let health_port = match &tls {
+            Some(tls) => {
+                let metrics_port = free_port();
+                command
+                    .arg("--cert-file")
+                    .arg(tls.cert_file)
+                    .arg("--key-file")
+                    .arg(tls.key_file)
+                    .arg("--trusted-ca-file")
+                    .arg(tls.client_ca_file)
+                    .arg("--client-cert-auth")
+                    .arg("--listen-metrics-urls")
+                    .arg(format!("http://127.0.0.1:{metrics_port}"));
+                metrics_port
+            }
+            None => client_port,
+        };
+        let child = command
+            .args(extra)
             .args(["--name", "solo", "--data-dir"])
             .arg(dir.path().join("solo"))
             .args([
@@ -75,7 +109,7 @@ impl EtcdMember {
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
-            if http_get(client_port, "/health").is_some_and(|b| b.contains("\"true\"")) {
+            if http_get(health_port, "/health").is_some_and(|b| b.contains("\"true\"")) {
                 return member;
             }
             std::thread::sleep(Duration::from_millis(50));

@@ -138,7 +138,12 @@ impl IntoResponse for ApiError {
 
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
-        ApiError::new(ErrorCode::StorageFailed, e.to_string())
+        let code = match e {
+            // Shutting down (e.g. a queued acquisition answered at shutdown): not a fault.
+            StorageError::Closed => ErrorCode::Unavailable,
+            StorageError::Failed(_) => ErrorCode::StorageFailed,
+        };
+        ApiError::new(code, e.to_string())
     }
 }
 

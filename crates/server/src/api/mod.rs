@@ -115,6 +115,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             crate::auth::authenticate,
         ))
+        .layer(axum::middleware::from_fn(close_if_body_unread))
         .with_state(state)
 }
 
@@ -140,6 +141,72 @@ async fn json_method_not_allowed(response: Response) -> Response {
         return ApiError::method_not_allowed().into_response();
     }
     response
+}
+
+/// A request refused before its body was read (no token, no permission, a bad header)
+/// leaves the unread body on the connection, and the connection cannot carry another
+/// request: say so with `Connection: close`, so that clients do not send their next
+/// request into a socket about to close.
+async fn close_if_body_unread(
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let headers = req.headers();
+    let has_body = headers.contains_key(axum::http::header::TRANSFER_ENCODING)
+        || headers
+            .get(axum::http::header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() != b"0");
+    if !has_body {
+        return next.run(req).await;
+    }
+    let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (parts, body) = req.into_parts();
+    let body = Body::new(Tracked {
+        inner: body,
+        finished: finished.clone(),
+    });
+    let mut response = next
+        .run(axum::extract::Request::from_parts(parts, body))
+        .await;
+    if !finished.load(std::sync::atomic::Ordering::Relaxed) {
+        response.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    response
+}
+
+/// A request body that records when it has been read to its end.
+struct Tracked {
+    inner: Body,
+    finished: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        if let std::task::Poll::Ready(None) = polled {
+            this.finished
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Unpacks a path extraction, turning a rejection into `bad_request`.

@@ -56,11 +56,8 @@ use crate::audit::AuditEvent;
 const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/v1/keys", "/v1/openapi.json"];
 
 /// A verified client certificate's subject, placed in a request's extensions by the
-/// TLS layer when the connection presented one.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientCert {
-    pub common_name: Option<String>,
-}
+/// TLS layer ([`crate::transport`]) when the connection presented one.
+pub use crate::transport::ClientCert;
 
 /// The auth file in use, replaceable while serving (SIGHUP).
 pub struct Auth {
