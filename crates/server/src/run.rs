@@ -6,7 +6,6 @@ use std::sync::Arc;
 use palisade_core::lock_table::TableConfig;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
 use palisade_storage::Backend;
-use palisade_token::Verifier;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -14,7 +13,7 @@ use crate::api::{router, AppState};
 use crate::audit::Audit;
 use crate::auth::Auth;
 use crate::config::{BackendConfig, ServerConfig};
-use crate::keys;
+use crate::keys::{self, KeyRegistry, KeyStore};
 use crate::recovery;
 use palisade_issuer::Issuer;
 
@@ -140,12 +139,13 @@ impl Front {
         config: &ServerConfig,
         issuer: Arc<dyn palisade_issuer::LockService>,
         backend: Arc<dyn Backend>,
-        verifier: Arc<Verifier>,
+        keys: Arc<KeyRegistry>,
     ) -> AppState {
         AppState {
             issuer,
             backend,
-            verifier,
+            verifier: keys.verifier(),
+            keys,
             policies: Arc::new(config.policies.clone()),
             max_value_bytes: config.max_value_bytes,
             auth: self.auth,
@@ -205,8 +205,11 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
     }
-    let signer = keys::load_configured_or_create(config.signing_key_file.as_deref(), dir)
-        .map_err(ServerError::Key)?;
+    let trusted = keys::trusted_keys(&config.trust_key_files).map_err(ServerError::Key)?;
+    let seed_file = config.signing_key_file.as_deref();
+    let (key_set, origin) =
+        keys::open_for_serving(dir, seed_file, keys::now_unix()).map_err(ServerError::Key)?;
+    log_key_origin(&key_set, origin, seed_file);
     recovery::check_before_open(dir).map_err(ServerError::Recovery)?;
     let db_path = dir.join(DB_FILE);
     let options = RedbOptions {
@@ -221,11 +224,16 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .await
         .map_err(ServerError::Recovery)?;
     let backend: Arc<dyn Backend> = Arc::new(redb.clone());
-    let ring = keys::trusted_ring(&signer, &config.trust_key_files).map_err(ServerError::Key)?;
-    let verifier = Arc::new(Verifier::new(ring, config.token_cache));
+    let keys = KeyRegistry::new(
+        key_set,
+        0,
+        trusted,
+        KeyStore::Dir(dir.clone()),
+        config.token_cache,
+    );
     let issuer = Issuer::start(
         backend.clone(),
-        signer,
+        keys.signer(),
         TableConfig {
             lock_delay_ms: config.lock_delay_ms,
             idle_grace_ms: config.idle_grace_ms,
@@ -235,7 +243,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         },
     )
     .await?;
-    let state = front.state(&config, Arc::new(issuer), backend.clone(), verifier);
+    let state = front.state(&config, Arc::new(issuer), backend.clone(), keys);
     let data_dir = dir.clone();
     let ledger_refresh = recovery::spawn_ledger_refresh(data_dir.clone(), redb.clone());
     let stop_refresh = ledger_refresh.abort_handle();
@@ -248,6 +256,39 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     listen_and_serve(config.listen, state, on_stop)
         .await
         .inspect_err(|_| stop_refresh.abort())
+}
+
+/// Says where the key set came from when that is news, and warns when
+/// `--signing-key-file` no longer names the key that signs.
+fn log_key_origin(
+    set: &palisade_token::KeySet,
+    origin: keys::Origin,
+    seed: Option<&std::path::Path>,
+) {
+    let active = &set.active().key_id;
+    match origin {
+        keys::Origin::Migrated => tracing::info!(
+            key_id = %active,
+            "{} became the key set {} (its key stays active)",
+            keys::LEGACY_KEY_FILE,
+            keys::KEY_SET_FILE
+        ),
+        keys::Origin::Seeded | keys::Origin::Created => {
+            tracing::info!(key_id = %active, "new key set {}", keys::KEY_SET_FILE)
+        }
+        keys::Origin::Loaded => {}
+    }
+    if let Some(seed) = seed {
+        match keys::load_secret(seed) {
+            Ok(signer) if signer.key_id() == active => {}
+            _ => tracing::warn!(
+                file = %seed.display(),
+                active = %active,
+                "--signing-key-file is not the active key of the key set: it is read only to \
+                 create a key set; the set's active key signs"
+            ),
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -45,5 +45,8 @@ pub use keys::{
 };
 pub use verify::{TokenError, Verifier, MAX_TOKEN_LEN};
 
+/// An Ed25519 public key (what a [`KeyRing`] holds).
+pub use ed25519_dalek::VerifyingKey;
+
 /// The prefix of every token produced by this version of the format.
 pub const TOKEN_PREFIX: &str = "pal1";
