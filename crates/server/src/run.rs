@@ -206,10 +206,9 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
     }
     let trusted = keys::trusted_keys(&config.trust_key_files).map_err(ServerError::Key)?;
-    let seed_file = config.signing_key_file.as_deref();
-    let (key_set, origin) =
-        keys::open_for_serving(dir, seed_file, keys::now_unix()).map_err(ServerError::Key)?;
-    log_key_origin(&key_set, origin, seed_file);
+    // Before the database is opened (which creates it): only a directory without state
+    // may get a new key.
+    let fresh = !keys::has_database(dir);
     recovery::check_before_open(dir).map_err(ServerError::Recovery)?;
     let db_path = dir.join(DB_FILE);
     let options = RedbOptions {
@@ -223,6 +222,10 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     recovery::check_and_refresh(dir, &redb)
         .await
         .map_err(ServerError::Recovery)?;
+    let seed_file = config.signing_key_file.as_deref();
+    let (key_set, origin) = keys::open_for_serving(dir, seed_file, fresh, keys::now_unix())
+        .map_err(ServerError::Key)?;
+    log_key_origin(&key_set, origin, seed_file);
     let backend: Arc<dyn Backend> = Arc::new(redb.clone());
     let keys = KeyRegistry::new(
         key_set,

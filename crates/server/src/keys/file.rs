@@ -55,13 +55,23 @@ pub enum Origin {
 
 /// Whether `dir` holds state whose tokens some key signed: a database or an epoch ledger.
 pub fn has_database(dir: &Path) -> bool {
-    dir.join(DB_FILE).exists() || ledger::path(dir).exists()
+    existing_state(dir).is_some()
 }
 
-/// The key set a server on `dir` starts with; see the module docs for the order.
+/// The database file, or else the epoch ledger, of `dir`, if either exists.
+fn existing_state(dir: &Path) -> Option<PathBuf> {
+    [dir.join(DB_FILE), ledger::path(dir)]
+        .into_iter()
+        .find(|p| p.exists())
+}
+
+/// The key set a server on `dir` starts with; see the module docs for the order. `fresh`
+/// says whether the directory held no state ([`has_database`]) before the server
+/// touched it: only then is a new random key made.
 pub fn open_for_serving(
     dir: &Path,
     seed_file: Option<&Path>,
+    fresh: bool,
     now: u64,
 ) -> Result<(KeySet, Origin), String> {
     let path = dir.join(KEY_SET_FILE);
@@ -83,13 +93,14 @@ pub fn open_for_serving(
         store(dir, &set)?;
         return Ok((set, Origin::Seeded));
     }
-    if has_database(dir) {
+    if !fresh {
+        let state = existing_state(dir).unwrap_or_else(|| dir.join(DB_FILE));
         return Err(format!(
-            "{} is missing, but {} holds a database whose tokens were signed by the keys it \
-             held; refusing to start with a new key, which would make every outstanding \
-             token fail to verify. {}",
+            "{} is missing, but {} exists: the tokens issued for this data were signed by \
+             the keys that file held. Refusing to start with a new key, which would make \
+             every outstanding token fail to verify. {}",
             path.display(),
-            dir.display(),
+            state.display(),
             way_out(dir)
         ));
     }
@@ -302,9 +313,9 @@ mod tests {
     #[test]
     fn a_fresh_directory_gets_a_set_that_is_then_reloaded() {
         let dir = tempfile::tempdir().unwrap();
-        let (a, origin) = open_for_serving(dir.path(), None, 5).unwrap();
+        let (a, origin) = open_for_serving(dir.path(), None, !has_database(dir.path()), 5).unwrap();
         assert_eq!(origin, Origin::Created);
-        let (b, origin) = open_for_serving(dir.path(), None, 6).unwrap();
+        let (b, origin) = open_for_serving(dir.path(), None, false, 6).unwrap();
         assert_eq!((origin, a), (Origin::Loaded, b));
         #[cfg(unix)]
         {
@@ -326,11 +337,12 @@ mod tests {
             &dir.path().join(LEGACY_KEY_FILE),
             &hex::encode(old.secret()),
         );
-        let (set, origin) = open_for_serving(dir.path(), None, 5).unwrap();
+        let (set, origin) =
+            open_for_serving(dir.path(), None, !has_database(dir.path()), 5).unwrap();
         assert_eq!(origin, Origin::Migrated);
         assert_eq!(set.signer().key_id(), old.key_id());
         assert!(!dir.path().join(LEGACY_KEY_FILE).exists());
-        let (again, origin) = open_for_serving(dir.path(), None, 6).unwrap();
+        let (again, origin) = open_for_serving(dir.path(), None, false, 6).unwrap();
         assert_eq!((origin, again), (Origin::Loaded, set));
     }
 
@@ -338,21 +350,21 @@ mod tests {
     fn a_missing_or_damaged_set_next_to_a_database_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join(DB_FILE), b"db").unwrap();
-        let err = open_for_serving(dir.path(), None, 5).unwrap_err();
+        let err = open_for_serving(dir.path(), None, !has_database(dir.path()), 5).unwrap_err();
         assert!(
             err.contains(KEY_SET_FILE) && err.contains("admin keys rotate"),
             "{err}"
         );
         assert!(!dir.path().join(KEY_SET_FILE).exists(), "nothing created");
         write_private(&dir.path().join(KEY_SET_FILE), "{not json");
-        let err = open_for_serving(dir.path(), None, 5).unwrap_err();
+        let err = open_for_serving(dir.path(), None, !has_database(dir.path()), 5).unwrap_err();
         assert!(
             err.contains(KEY_SET_FILE) && err.contains("Restore"),
             "{err}"
         );
         write_private(&dir.path().join(LEGACY_KEY_FILE), "zz");
         fs::remove_file(dir.path().join(KEY_SET_FILE)).unwrap();
-        let err = open_for_serving(dir.path(), None, 5).unwrap_err();
+        let err = open_for_serving(dir.path(), None, !has_database(dir.path()), 5).unwrap_err();
         assert!(err.contains(LEGACY_KEY_FILE), "{err}");
     }
 
@@ -367,15 +379,15 @@ mod tests {
         fs::set_permissions(&seed_file, fs::Permissions::from_mode(0o640)).unwrap();
         let data = dir.path().join("data");
         fs::create_dir(&data).unwrap();
-        let err = open_for_serving(&data, Some(&seed_file), 1).unwrap_err();
+        let err = open_for_serving(&data, Some(&seed_file), true, 1).unwrap_err();
         assert!(err.contains("chmod 600"), "{err}");
         fs::set_permissions(&seed_file, fs::Permissions::from_mode(0o600)).unwrap();
-        let (set, origin) = open_for_serving(&data, Some(&seed_file), 1).unwrap();
+        let (set, origin) = open_for_serving(&data, Some(&seed_file), true, 1).unwrap();
         assert_eq!(origin, Origin::Seeded);
         assert_eq!(set.signer().key_id(), seed.key_id());
         // The set file, too, must stay private.
         fs::set_permissions(data.join(KEY_SET_FILE), fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(open_for_serving(&data, None, 2)
+        assert!(open_for_serving(&data, None, false, 2)
             .unwrap_err()
             .contains("chmod 600"));
 

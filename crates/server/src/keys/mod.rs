@@ -435,7 +435,7 @@ mod tests {
     #[tokio::test]
     async fn rotation_and_retirement_apply_at_once_and_durably() {
         let dir = tempfile::tempdir().unwrap();
-        let (set, _) = open_for_serving(dir.path(), None, 1).unwrap();
+        let (set, _) = open_for_serving(dir.path(), None, true, 1).unwrap();
         let first = set.signer();
         let trusted = Signer::generate();
         let registry = KeyRegistry::new(
