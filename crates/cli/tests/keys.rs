@@ -524,3 +524,50 @@ async fn three_nodes_over_etcd_share_the_key_set() {
     );
     assert_eq!(nodes[0].put(None, "b", &new_token).await.0, 200);
 }
+
+/// A resource's verifier (the adapters') follows a rotation through
+/// `palisade_client::IssuerKeys`: a new key's token is learned when first seen, a retired
+/// key is dropped at the next refresh, even from the verifier's cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_verifier_follows_rotation() {
+    use palisade_client::{Client, IssuerKeys};
+    let server = Server::start(&[]);
+    let api = Api::new(&server.url);
+    let keys = IssuerKeys::fetch(Client::new(&server.url).unwrap(), 64)
+        .await
+        .unwrap();
+    let verifier = keys.verifier();
+    let old_token = api.acquire(None, "a").await;
+    verifier
+        .verify(&old_token)
+        .expect("the issuer's key is trusted");
+
+    let (status, rotated) = api.call(None, Method::POST, "/v1/admin/keys/rotate").await;
+    assert_eq!(status, 200, "{rotated}");
+    let new_token = api.acquire(None, "b").await;
+    assert!(
+        verifier.verify(&new_token).is_err(),
+        "not known before it is learned"
+    );
+    keys.learn(&new_token).await.unwrap();
+    verifier
+        .verify(&new_token)
+        .expect("learned from GET /v1/keys");
+    verifier.verify(&old_token).expect("still verifying");
+
+    let old_key = key_id_of(&old_token);
+    let (status, body) = api
+        .call(
+            None,
+            Method::POST,
+            &format!("/v1/admin/keys/{old_key}/retire"),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(keys.refresh().await.unwrap(), 1);
+    assert!(
+        verifier.verify(&old_token).is_err(),
+        "dropped with the retired key"
+    );
+    verifier.verify(&new_token).unwrap();
+}
