@@ -282,8 +282,7 @@ impl KeySet {
         if bytes.len() > MAX_ENCODED_LEN {
             return Err(damaged(format!("larger than {MAX_ENCODED_LEN} bytes")));
         }
-        let stored: Stored =
-            serde_json::from_slice(bytes).map_err(|e| damaged(e.to_string()))?;
+        let stored: Stored = serde_json::from_slice(bytes).map_err(|e| damaged(e.to_string()))?;
         if stored.format != FORMAT {
             return Err(damaged(format!(
                 "format {} is not one this version reads ({FORMAT})",
