@@ -85,7 +85,7 @@ pub(crate) async fn serve(
         stored.set,
         stored.revision,
         trusted,
-        KeyStore::Etcd(key_store),
+        KeyStore::Etcd(Box::new(key_store)),
         config.token_cache,
     );
     keys.spawn_poll();

@@ -67,7 +67,7 @@ pub enum KeyStore {
     Dir(std::path::PathBuf),
     /// Under the etcd prefix, shared by every node.
     #[cfg(feature = "etcd")]
-    Etcd(palisade_etcd::EtcdKeySet),
+    Etcd(Box<palisade_etcd::EtcdKeySet>),
 }
 
 /// Why a rotation or retirement did not happen. Nothing changed.
