@@ -26,7 +26,8 @@ use palisade_server::auth::{key_digest, Auth};
 use palisade_server::NamespacePolicies;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
 use palisade_storage::Backend;
-use palisade_token::{KeyRing, Signer, Verifier};
+use palisade_server::keys::{KeyRegistry, KeyStore};
+use palisade_token::{KeySet, Signer};
 
 const METHODS: [&str; 8] = [
     "GET", "PUT", "POST", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW",
@@ -115,18 +116,22 @@ fn ctx() -> &'static Ctx {
         let app = runtime.block_on(async {
             let redb = RedbBackend::open(&path, RedbOptions::default()).expect("open");
             let backend: Arc<dyn Backend> = Arc::new(redb);
-            let mut ring = KeyRing::new();
-            ring.insert(signer.public_key());
-            let verifier = Arc::new(Verifier::new(ring, 1024));
+            let keys = KeyRegistry::new(
+                KeySet::new(Signer::from_secret([3; 32]), 0),
+                0,
+                Vec::new(),
+                KeyStore::Dir(dir.path().to_owned()),
+                1024,
+            );
             let config = TableConfig {
                 lock_delay_ms: 0,
                 ..Default::default()
             };
-            let issuer = Issuer::start(backend.clone(), Signer::from_secret([3; 32]), config)
+            let issuer = Issuer::start(backend.clone(), keys.signer(), config)
                 .await
                 .expect("issuer");
             let policies = NamespacePolicies::parse(["seq=sequence"]).expect("policies");
-            let mut state = AppState::new(Arc::new(issuer), backend, verifier);
+            let mut state = AppState::new(Arc::new(issuer), backend, keys);
             state.policies = Arc::new(policies);
             state.max_value_bytes = 1024;
             let open = router(state.clone());

@@ -87,3 +87,38 @@ def test_key_ring_computes_ids_and_refuses_bad_keys() -> None:
             KeyRing().add_listed(bad)
     with pytest.raises(ValueError):
         KeyRing().add(bytes(32))  # the identity point has small order
+
+
+def test_a_ring_from_the_key_list_honours_status() -> None:
+    active, verifying, unlabelled, retired, odd = (Issuer() for _ in range(5))
+
+    def listed(issuer: Issuer, status: "str | None") -> PublicKey:
+        return PublicKey(issuer.key_id, "Ed25519", b64(issuer.public), status)
+
+    ring = KeyRing.from_public_keys(
+        [listed(active, "active"), listed(verifying, "verifying"), listed(unlabelled, None),
+         listed(retired, "retired"), listed(odd, "suspended")]
+    )
+    assert ring.key_ids() == sorted([active.key_id, verifying.key_id, unlabelled.key_id])
+    body = {"keys": [{"key_id": retired.key_id, "alg": "Ed25519", "public_key": b64(retired.public),
+                      "status": "retired"}]}
+    assert len(KeyRing.from_json(body)) == 0
+
+
+def test_set_keys_drops_a_retired_key_even_from_the_cache(issuer: Issuer) -> None:
+    old_token = issuer.token("orders", 1)
+    issuer.verifier.verify(old_token)  # cached
+    new = Issuer()
+    both = KeyRing()
+    both.add(issuer.public)
+    both.add(new.public)
+    issuer.verifier.set_keys(both)
+    issuer.verifier.verify(old_token)
+    new_token = new.token("orders", 2)
+    assert issuer.verifier.verify(new_token).key_id == new.key_id
+    only_new = KeyRing()
+    only_new.add(new.public)
+    issuer.verifier.set_keys(only_new)
+    with pytest.raises(UnknownKeyError):
+        issuer.verifier.verify(old_token)
+    assert issuer.verifier.verify(new_token).epoch == 2

@@ -76,6 +76,8 @@ codes! {
     StaleSequence = "stale_sequence", 409;
     /// The lock is held by someone else (or in its lock-delay).
     LockHeld = "lock_held", 409;
+    /// The key is the issuer's active signing key, which cannot be retired: rotate first.
+    KeyActive = "key_active", 409;
     /// The lease expired, was released or never existed.
     LeaseExpired = "lease_expired", 404;
     /// An `If-Match` / `If-None-Match` precondition on the key's revision failed.

@@ -1,10 +1,11 @@
 //! `palisade admin`: offline maintenance of a data directory. The server must be stopped;
-//! both commands refuse to touch a database a running server has open.
+//! every command refuses to touch a database a running server has open.
 
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
+use palisade_server::keys::{self, offline};
 use palisade_server::recovery::{self, RestoreOptions, DEFAULT_EPOCH_GAP};
 
 #[derive(Subcommand)]
@@ -17,6 +18,36 @@ pub enum AdminCommand {
     /// that no epoch is issued twice and no old token is admitted again. Prints a JSON
     /// report; warnings go to stderr. See docs/operations.md.
     Restore(RestoreArgs),
+    /// The issuer's signing keys (server stopped; a running server's change through
+    /// /v1/admin/keys). See docs/security.md.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Print every key of the set with its state and times, as JSON.
+    List(KeysArgs),
+    /// Make a new key active; the active key keeps verifying its tokens until retired.
+    /// With the key set lost or damaged, start a new one: every token issued before
+    /// stops verifying.
+    Rotate(KeysArgs),
+    /// Retire a verifying key: its tokens answer invalid_token from the next start on.
+    Retire {
+        /// The key's id (as `palisade admin keys list` shows it).
+        key_id: String,
+        #[command(flatten)]
+        args: KeysArgs,
+    },
+}
+
+#[derive(Args)]
+pub struct KeysArgs {
+    /// Data directory of the stopped server.
+    #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
+    data_dir: PathBuf,
 }
 
 #[derive(Args)]
@@ -78,6 +109,53 @@ pub fn run(command: AdminCommand) -> anyhow::Result<()> {
                 args.data_dir.display(),
                 report.next_epoch
             );
+        }
+        AdminCommand::Keys { command } => keys_command(command)?,
+    }
+    Ok(())
+}
+
+fn print_set(set: &keys::KeySet) -> anyhow::Result<()> {
+    let body = serde_json::json!({
+        "active": set.active().key_id,
+        "keys": keys::views(set),
+    });
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    Ok(())
+}
+
+fn keys_command(command: KeysCommand) -> anyhow::Result<()> {
+    match command {
+        KeysCommand::List(args) => print_set(&offline::list(&args.data_dir)?)?,
+        KeysCommand::Rotate(args) => {
+            let rotated = offline::rotate(&args.data_dir, keys::now_unix())?;
+            print_set(&rotated.set)?;
+            let active = &rotated.set.active().key_id;
+            match (&rotated.previous, &rotated.started_over) {
+                (Some(previous), _) => eprintln!(
+                    "key {active} is active; {previous} keeps verifying its tokens until you \
+                     retire it (palisade admin keys retire {previous})"
+                ),
+                (None, Some(kept)) => {
+                    eprintln!(
+                        "WARNING: started a new key set with key {active}: every token issued \
+                         before no longer verifies, and its holders must acquire again"
+                    );
+                    if let Some(kept) = kept {
+                        eprintln!("the unreadable key file was kept as {kept}");
+                    }
+                }
+                (None, None) => eprintln!("key {active} is active"),
+            }
+        }
+        KeysCommand::Retire { key_id, args } => {
+            let (set, changed) = offline::retire(&args.data_dir, &key_id, keys::now_unix())?;
+            print_set(&set)?;
+            if changed {
+                eprintln!("key {key_id} retired: its tokens answer invalid_token");
+            } else {
+                eprintln!("key {key_id} was already retired; nothing changed");
+            }
         }
     }
     Ok(())

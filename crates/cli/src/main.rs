@@ -51,7 +51,8 @@ enum Command {
         #[command(subcommand)]
         command: AuthCommand,
     },
-    /// Offline maintenance of a data directory: backup and restore (server stopped).
+    /// Offline maintenance of a data directory: backup, restore and signing keys (server
+    /// stopped).
     Admin {
         #[command(subcommand)]
         command: admin_cmd::AdminCommand,
@@ -146,7 +147,7 @@ struct ServeArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "PALISADE_LISTEN", default_value = "127.0.0.1:7700")]
     listen: SocketAddr,
-    /// Directory holding the database file and the issuer key.
+    /// Directory holding the database file and the key set (signing-keys.json).
     #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
     data_dir: PathBuf,
     /// After a lease expires without release, keep its lock ungrantable this long (ms).
@@ -220,8 +221,9 @@ struct ServeArgs {
         requires = "etcd_user"
     )]
     etcd_password_file: Option<PathBuf>,
-    /// Sign tokens with this key file (64 hex characters, mode 0600) instead of
-    /// DATA_DIR/issuer.key. Required with --backend etcd: every node uses the same key.
+    /// Create the key set from this key file (64 hex characters, mode 0600) instead of a
+    /// new random key: read only when there is no key set yet (DATA_DIR/signing-keys.json,
+    /// or the one in etcd). With --backend etcd the first node needs it.
     #[arg(long, env = "PALISADE_SIGNING_KEY_FILE")]
     signing_key_file: Option<PathBuf>,
     /// Also accept tokens signed by this key: a file holding a public key in base64url (as

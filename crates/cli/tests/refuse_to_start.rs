@@ -1,5 +1,5 @@
 //! A server never serves a data directory it cannot vouch for: a database file that is
-//! garbage or cut short, a damaged issuer key, a database older than the epoch ledger or
+//! garbage or cut short, a damaged key set, a database older than the epoch ledger or
 //! missing beside it. Each is refused at start with an error naming the file, and the
 //! process exits non-zero without listening.
 
@@ -51,7 +51,11 @@ async fn a_truncated_database_file_is_refused_by_name() {
     for cut in [len / 2, len / 5, 100] {
         let copy = dir.path().join(format!("cut-{cut}"));
         std::fs::create_dir_all(&copy).unwrap();
-        std::fs::copy(data.join("issuer.key"), copy.join("issuer.key")).unwrap();
+        std::fs::copy(
+            data.join("signing-keys.json"),
+            copy.join("signing-keys.json"),
+        )
+        .unwrap();
         std::fs::copy(&db, copy.join("palisade.redb")).unwrap();
         std::fs::OpenOptions::new()
             .write(true)
@@ -65,16 +69,19 @@ async fn a_truncated_database_file_is_refused_by_name() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_damaged_issuer_key_is_refused_by_name() {
+async fn a_damaged_key_set_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     populated(&data).await;
-    let key = data.join("issuer.key");
+    let key = data.join("signing-keys.json");
     let genuine = std::fs::read_to_string(&key).unwrap();
     for damaged in ["zz", "", &genuine[..genuine.len() / 2], "\u{0}\u{1}garbage"] {
         std::fs::write(&key, damaged).unwrap();
         let stderr = serve_refused(&data);
-        assert!(stderr.contains("issuer.key"), "{damaged:?}: {stderr}");
+        assert!(
+            stderr.contains("signing-keys.json"),
+            "{damaged:?}: {stderr}"
+        );
     }
     std::fs::write(&key, genuine).unwrap();
     drop(Server::start_in(&data, 0, &[]).expect("starts again with the genuine key"));

@@ -31,6 +31,8 @@
 //!   [`LeaseGuard::lost`] to learn when it is gone.
 //! - [`Kv`] (reads, no token) and [`FencedKv`] (reads and token-carrying writes). There is
 //!   no way to send a mutation without a token.
+//! - [`IssuerKeys`]: for resources that verify tokens themselves (the adapters), a
+//!   [`palisade_token::Verifier`] kept in step with the issuer's keys as they rotate.
 //!
 //! ## Invariants
 //! - Every mutation (`PUT`, `DELETE`, fence) carries `Fencing-Token`; a token that cannot
@@ -66,6 +68,7 @@ mod client;
 mod decode;
 mod error;
 mod fenced;
+mod keys;
 mod kv;
 mod lease;
 mod paths;
@@ -75,6 +78,7 @@ pub use builder::ClientBuilder;
 pub use client::{Client, REQUEST_TIMEOUT, WAIT_MARGIN};
 pub use error::Error;
 pub use fenced::FencedKv;
+pub use keys::{IssuerKeys, MIN_REFRESH_GAP};
 pub use kv::{Kv, LIST_LIMIT};
 pub use lease::LeaseGuard;
 pub use types::{

@@ -72,6 +72,11 @@ pub struct PublicKey {
     pub alg: String,
     /// base64url of the 32-byte key.
     pub public_key: String,
+    /// `active` (signs new tokens) or `verifying` (its tokens still verify). Absent from
+    /// servers before key rotation. A key listed with any other status is not trusted
+    /// by [`crate::IssuerKeys`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
 }
 
 /// `POST /v1/tokens/check` → 200: the issuer's online verdict on a token (Chubby's

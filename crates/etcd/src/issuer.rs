@@ -23,7 +23,7 @@ use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, TxnOp};
 use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView};
 use palisade_issuer::{AcquireError, Granted, LeaseError, LockService};
 use palisade_storage::StorageError;
-use palisade_token::{Epoch, Signer};
+use palisade_token::{ActiveSigner, Epoch};
 
 use crate::error::is_lease_not_found;
 use crate::keys::{self, from_json, json, HolderRecord};
@@ -34,7 +34,7 @@ use crate::{Etcd, Resend};
 /// The lock service over etcd. See the module docs.
 pub struct EtcdIssuer {
     pub(crate) etcd: Etcd,
-    signer: Signer,
+    signer: ActiveSigner,
 }
 
 /// One lock as read in one snapshot.
@@ -81,9 +81,18 @@ fn view_of(record: &HolderRecord, remaining_ms: u64) -> LeaseView {
 
 impl EtcdIssuer {
     /// A lock service signing its tokens with `signer`. Every node of a deployment must
-    /// use the same key (or trust each other's), since any node may verify any token.
-    pub fn new(etcd: Etcd, signer: Signer) -> Self {
-        EtcdIssuer { etcd, signer }
+    /// use the same key set (or trust each other's keys), since any node may verify any
+    /// token; a rotation replaces the key of `signer` while the issuer runs.
+    pub fn new(etcd: Etcd, signer: impl Into<ActiveSigner>) -> Self {
+        EtcdIssuer {
+            etcd,
+            signer: signer.into(),
+        }
+    }
+
+    /// The signer whose key signs this node's tokens.
+    pub fn signer(&self) -> &ActiveSigner {
+        &self.signer
     }
 
     /// Reads a lock's epoch, holder and waiting line in one snapshot, and whether the

@@ -12,6 +12,7 @@
 //! | `P kv/<ns>/<key>` | `0x01`, epoch (8 bytes, big endian), value | until deleted |
 //! | `P idem/<ns>/<idempotency key>` | JSON [`IdemRecord`] | forever |
 //! | `P record/<lease id>` | JSON `LeaseRecord` (only [`palisade_storage::Backend`]'s issuer records) | until removed |
+//! | `P keys/set` | the issuer key set (JSON, see `crate::key_set`) | forever |
 //!
 //! Lock and namespace names match `[A-Za-z0-9._-]+`, so the `/` after them is unambiguous
 //! and `P epoch/` lists locks in name order. The store revision of a value is etcd's own
@@ -96,6 +97,9 @@ impl Keys {
     }
     pub(crate) fn record_prefix(&self) -> Vec<u8> {
         self.key(&["record/"])
+    }
+    pub(crate) fn key_set(&self) -> Vec<u8> {
+        self.key(&["keys/set"])
     }
 }
 

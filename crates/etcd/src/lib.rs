@@ -7,6 +7,7 @@
 //!   per-namespace high-water marks and idempotency records live in etcd.
 //! - [`EtcdIssuer`] implements [`palisade_issuer::LockService`]: epochs, leases and the
 //!   waiting line live in etcd; a Palisade lease is an etcd lease.
+//! - [`EtcdKeySet`]: the issuer key set every node signs and verifies with (rotation).
 //!
 //! Palisade does not implement consensus: etcd's Raft log is the one enforcement point
 //! that every node shares (S7). Every decision is **one etcd transaction**:
@@ -52,6 +53,7 @@
 
 mod error;
 mod issuer;
+mod key_set;
 mod keys;
 mod store;
 mod txn;
@@ -67,6 +69,7 @@ use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
 use palisade_storage::StorageError;
 
 pub use issuer::EtcdIssuer;
+pub use key_set::{EtcdKeySet, StoredKeySet, Updated};
 pub use store::EtcdStore;
 
 /// The default key prefix.

@@ -17,6 +17,12 @@
 //! task wakes at the table's next deadline to expire leases, time out waiters and hand
 //! locks over. If a waiter went away (its HTTP request was dropped), its ticket is
 //! cancelled, and a grant that finds nobody to deliver to is released at once.
+//!
+//! Tokens are signed with an [`ActiveSigner`], which a key rotation replaces while the
+//! issuer runs. A token signed ahead for a waiter remembers the key that signed it and is
+//! used only if that key is still the one signing when the waiter is granted; otherwise
+//! the token is signed again, so every token answered after a rotation completed carries
+//! the new key.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -29,7 +35,7 @@ use palisade_core::lock_table::{
 };
 use palisade_core::Millis;
 use palisade_storage::{Backend, LazyRecord, LeaseRecord, StorageError};
-use palisade_token::{Epoch, Signer};
+use palisade_token::{ActiveSigner, Epoch, KeyId};
 use tokio::sync::{oneshot, Notify};
 
 use crate::{AcquireError, Granted, LeaseError, LockService};
@@ -42,19 +48,27 @@ type WaitReply = oneshot::Sender<Result<Grant, AcquireError>>;
 struct Inner {
     table: LockTable,
     waiters: HashMap<Ticket, WaitReply>,
-    /// Tokens signed ahead for the waiter at the head of a lock's line: (epoch, token).
-    /// Signing takes tens of microseconds; done while the current holder works, it is off
-    /// the hand-off chain of a contended lock. Used only if the grant's epoch matches.
-    presigned: HashMap<Ticket, (Epoch, String)>,
+    /// Tokens signed ahead for the waiter at the head of a lock's line. Signing takes
+    /// tens of microseconds; done while the current holder works, it is off the hand-off
+    /// chain of a contended lock. Used only if the grant's epoch matches and its key is
+    /// still the one signing.
+    presigned: HashMap<Ticket, Presigned>,
     /// Set by `close`: nobody waits in line any more.
     closed: bool,
+}
+
+/// A token signed before its grant: for `epoch`, by key `key_id`.
+struct Presigned {
+    epoch: Epoch,
+    key_id: KeyId,
+    token: String,
 }
 
 /// The lock service. See the module docs.
 pub struct Issuer {
     inner: Mutex<Inner>,
     backend: Arc<dyn Backend>,
-    signer: Signer,
+    signer: ActiveSigner,
     started: Instant,
     wake: Arc<Notify>,
 }
@@ -64,9 +78,10 @@ impl Issuer {
     /// starts the deadline task.
     pub async fn start(
         backend: Arc<dyn Backend>,
-        signer: Signer,
+        signer: impl Into<ActiveSigner>,
         config: TableConfig,
     ) -> Result<Arc<Issuer>, StorageError> {
+        let signer = signer.into();
         let state = backend.load_issuer().await?;
         let mut config = config;
         if config.epoch_block == 0 {
@@ -101,9 +116,19 @@ impl Issuer {
         Ok(issuer)
     }
 
-    /// The signer whose key signs this issuer's tokens.
-    pub fn signer(&self) -> &Signer {
+    /// The signer whose key signs this issuer's tokens (replace its key to rotate).
+    pub fn signer(&self) -> &ActiveSigner {
         &self.signer
+    }
+
+    /// Signs ahead of a grant, remembering the key.
+    fn presign(&self, lock: &str, epoch: Epoch, holder: &str) -> Presigned {
+        let signer = self.signer.current();
+        Presigned {
+            epoch,
+            key_id: signer.key_id().to_owned(),
+            token: signer.issue(lock, epoch, holder),
+        }
     }
 
     fn now(&self) -> Millis {
@@ -170,18 +195,24 @@ impl Issuer {
                 // First in line: sign the token we will most likely get while we wait.
                 let head = self.lock().table.head_waiter(&req_lock);
                 if let Some((t, holder, epoch)) = head.filter(|(t, ..)| *t == ticket) {
-                    let token = self.signer.issue(&req_lock, epoch, &holder);
-                    self.lock().presigned.insert(t, (epoch, token));
+                    let ahead = self.presign(&req_lock, epoch, &holder);
+                    self.lock().presigned.insert(t, ahead);
                 }
                 let result = rx.await;
                 std::mem::forget(guard);
                 let ahead = self.lock().presigned.remove(&ticket);
                 // The sender is only dropped with an answer, or at shutdown.
                 let grant = result.map_err(|_| AcquireError::Storage(StorageError::Closed))??;
-                if let Some((_, token)) = ahead.filter(|(e, _)| *e == grant.epoch) {
-                    // Same lock, holder (same ticket) and epoch: the very token `issue`
-                    // would make (signatures are deterministic).
-                    return Ok(Granted { grant, token });
+                let signing = self.signer.current();
+                if let Some(ahead) =
+                    ahead.filter(|a| a.epoch == grant.epoch && a.key_id == signing.key_id())
+                {
+                    // Same lock, holder (same ticket), epoch and key: the very token
+                    // `issue` would make (signatures are deterministic).
+                    return Ok(Granted {
+                        grant,
+                        token: ahead.token,
+                    });
                 }
                 grant
             }
@@ -355,10 +386,10 @@ impl Issuer {
         let this = self.clone();
         let lock = lock.to_owned();
         tokio::spawn(async move {
-            let token = this.signer.issue(&lock, epoch, &holder);
+            let ahead = this.presign(&lock, epoch, &holder);
             let mut inner = this.lock();
             if inner.waiters.contains_key(&ticket) {
-                inner.presigned.insert(ticket, (epoch, token));
+                inner.presigned.insert(ticket, ahead);
             }
         });
     }
@@ -547,6 +578,7 @@ impl LockService for Arc<Issuer> {
 mod tests {
     use super::*;
     use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
+    use palisade_token::Signer;
 
     fn req(holder: &str, wait_ms: Millis) -> AcquireRequest {
         AcquireRequest {
@@ -594,5 +626,39 @@ mod tests {
         }
         assert_eq!(epochs, (1..=6).collect::<Vec<_>>());
         assert!(issuer.lock().presigned.is_empty(), "nothing left behind");
+    }
+
+    /// A rotation while waiters hold tokens signed ahead with the old key: every grant
+    /// answered after the rotation carries the new key.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tokens_signed_ahead_follow_a_rotation() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
+        let old = Signer::from_secret([7; 32]);
+        let new = Signer::from_secret([8; 32]);
+        let issuer = Issuer::start(Arc::new(store), old.clone(), TableConfig::default())
+            .await
+            .unwrap();
+        let first = issuer.acquire(req("h0", 0)).await.unwrap();
+        assert_eq!(first.token, old.issue("L", 1, "h0"));
+        let queued = issuer.clone();
+        let waiter = tokio::spawn(async move { queued.acquire(req("h1", 10_000)).await });
+        // The waiter is first in line and its token is signed ahead, with the old key.
+        let signed_ahead = || {
+            issuer
+                .lock()
+                .presigned
+                .values()
+                .any(|a| a.key_id == old.key_id())
+        };
+        while !signed_ahead() {
+            tokio::task::yield_now().await;
+        }
+        issuer.signer().replace(new.clone());
+        issuer.release(&first.grant.lease_id).await.unwrap();
+        let granted = waiter.await.unwrap().unwrap();
+        assert_eq!(granted.grant.epoch, 2);
+        assert_eq!(granted.token, new.issue("L", 2, "h1"));
     }
 }

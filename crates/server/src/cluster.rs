@@ -5,17 +5,19 @@
 //! nodes can serve the same locks and namespaces, and a node can be killed and restarted
 //! (or replaced) at any time. The data directory is not used.
 //!
-//! What must be the same on every node, and is therefore configured rather than created:
-//! the signing key (`--signing-key-file`, required) and the trusted keys. Refused here:
+//! The key set is shared through etcd (`palisade_etcd::EtcdKeySet`): the first node to
+//! start creates it from its `--signing-key-file` (a compare-and-create, so nodes starting
+//! together agree); later nodes read it, and need the flag only if none exists yet.
+//! Rotations and retirements through any node's API reach every node (see
+//! [`crate::keys`]). Trusted keys (`--trust-key-file`) are per node. Refused here:
 //! `--lock-delay-ms > 0`, which etcd's leases cannot express (see `palisade_etcd`).
 
-use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdStore, EtcdTls, EtcdUser};
+use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdKeySet, EtcdStore, EtcdTls, EtcdUser};
 use palisade_storage::Backend;
-use palisade_token::Verifier;
 use std::sync::Arc;
 
 use crate::config::{BackendConfig, EtcdAccess, ServerConfig};
-use crate::keys;
+use crate::keys::{self, KeyRegistry, KeyStore};
 use crate::run::{listen_and_serve, Front, RunningServer, ServerError};
 
 /// Connects to etcd and starts serving.
@@ -44,15 +46,11 @@ pub(crate) async fn serve(
                 .to_owned(),
         ));
     }
-    let key_file = config.signing_key_file.as_deref().ok_or_else(|| {
-        ServerError::Config(
-            "the etcd backend needs --signing-key-file: every node must sign with the same \
-             configured key (64 hex characters, mode 0600)"
-                .to_owned(),
-        )
-    })?;
-    let signer = keys::load_secret(key_file).map_err(ServerError::Key)?;
-    let ring = keys::trusted_ring(&signer, &config.trust_key_files).map_err(ServerError::Key)?;
+    let seed = match config.signing_key_file.as_deref() {
+        Some(path) => Some(keys::load_secret(path).map_err(ServerError::Key)?),
+        None => None,
+    };
+    let trusted = keys::trusted_keys(&config.trust_key_files).map_err(ServerError::Key)?;
     let etcd = Etcd::connect(&EtcdConfig {
         endpoints: endpoints.clone(),
         prefix: prefix.clone(),
@@ -66,11 +64,39 @@ pub(crate) async fn serve(
         config.store_limits,
         palisade_storage::WallClock::system(),
     ));
+    let key_store = EtcdKeySet::new(etcd.clone());
+    let stored = key_store
+        .load_or_create(seed.clone(), keys::now_unix())
+        .await?
+        .ok_or_else(|| {
+            ServerError::Config(
+                "etcd holds no key set yet: the first node of a deployment needs \
+                 --signing-key-file (64 hex characters, mode 0600) to create it"
+                    .to_owned(),
+            )
+        })?;
+    if let Some(seed) = &seed {
+        if stored.set.active().key_id != seed.key_id() {
+            tracing::warn!(
+                active = %stored.set.active().key_id,
+                "--signing-key-file is not the active key of the shared key set: it is read \
+                 only to create the set; the set's active key signs"
+            );
+        }
+    }
+    let keys = KeyRegistry::new(
+        stored.set,
+        stored.revision,
+        trusted,
+        KeyStore::Etcd(Box::new(key_store)),
+        config.token_cache,
+    );
+    keys.spawn_poll();
     let state = front.state(
         &config,
-        Arc::new(EtcdIssuer::new(etcd, signer)),
+        Arc::new(EtcdIssuer::new(etcd, keys.signer())),
         backend,
-        Arc::new(Verifier::new(ring, config.token_cache)),
+        keys,
     );
     listen_and_serve(config.listen, config.transport.clone(), state, async {}).await
 }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use palisade_core::lock_table::TableConfig;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
 use palisade_storage::Backend;
-use palisade_token::Verifier;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -14,7 +13,7 @@ use crate::api::{router, AppState};
 use crate::audit::Audit;
 use crate::auth::Auth;
 use crate::config::{BackendConfig, ServerConfig};
-use crate::keys;
+use crate::keys::{self, KeyRegistry, KeyStore};
 use crate::recovery;
 use crate::transport::{BindError, Listener, TransportConfig};
 use palisade_issuer::Issuer;
@@ -152,7 +151,7 @@ impl Front {
         config: &ServerConfig,
         issuer: Arc<dyn palisade_issuer::LockService>,
         backend: Arc<dyn Backend>,
-        verifier: Arc<Verifier>,
+        keys: Arc<KeyRegistry>,
     ) -> AppState {
         AppState {
             policies: Arc::new(config.policies.clone()),
@@ -160,7 +159,7 @@ impl Front {
             auth: self.auth,
             audit: self.audit,
             limits: config.limits,
-            ..AppState::new(issuer, backend, verifier)
+            ..AppState::new(issuer, backend, keys)
         }
     }
 }
@@ -214,8 +213,10 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
     }
-    let signer = keys::load_configured_or_create(config.signing_key_file.as_deref(), dir)
-        .map_err(ServerError::Key)?;
+    let trusted = keys::trusted_keys(&config.trust_key_files).map_err(ServerError::Key)?;
+    // Before the database is opened (which creates it): only a directory without state
+    // may get a new key.
+    let fresh = !keys::has_database(dir);
     recovery::check_before_open(dir).map_err(ServerError::Recovery)?;
     let db_path = dir.join(DB_FILE);
     let options = RedbOptions {
@@ -229,12 +230,21 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     recovery::check_and_refresh(dir, &redb)
         .await
         .map_err(ServerError::Recovery)?;
+    let seed_file = config.signing_key_file.as_deref();
+    let (key_set, origin) = keys::open_for_serving(dir, seed_file, fresh, keys::now_unix())
+        .map_err(ServerError::Key)?;
+    log_key_origin(&key_set, origin, seed_file);
     let backend: Arc<dyn Backend> = Arc::new(redb.clone());
-    let ring = keys::trusted_ring(&signer, &config.trust_key_files).map_err(ServerError::Key)?;
-    let verifier = Arc::new(Verifier::new(ring, config.token_cache));
+    let keys = KeyRegistry::new(
+        key_set,
+        0,
+        trusted,
+        KeyStore::Dir(dir.clone()),
+        config.token_cache,
+    );
     let issuer = Issuer::start(
         backend.clone(),
-        signer,
+        keys.signer(),
         TableConfig {
             lock_delay_ms: config.lock_delay_ms,
             idle_grace_ms: config.idle_grace_ms,
@@ -244,7 +254,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         },
     )
     .await?;
-    let state = front.state(&config, Arc::new(issuer), backend.clone(), verifier);
+    let state = front.state(&config, Arc::new(issuer), backend.clone(), keys);
     let data_dir = dir.clone();
     let ledger_refresh = recovery::spawn_ledger_refresh(data_dir.clone(), redb.clone());
     let stop_refresh = ledger_refresh.abort_handle();
@@ -257,6 +267,39 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     listen_and_serve(config.listen, config.transport.clone(), state, on_stop)
         .await
         .inspect_err(|_| stop_refresh.abort())
+}
+
+/// Says where the key set came from when that is news, and warns when
+/// `--signing-key-file` no longer names the key that signs.
+fn log_key_origin(
+    set: &palisade_token::KeySet,
+    origin: keys::Origin,
+    seed: Option<&std::path::Path>,
+) {
+    let active = &set.active().key_id;
+    match origin {
+        keys::Origin::Migrated => tracing::info!(
+            key_id = %active,
+            "{} became the key set {} (its key stays active)",
+            keys::LEGACY_KEY_FILE,
+            keys::KEY_SET_FILE
+        ),
+        keys::Origin::Seeded | keys::Origin::Created => {
+            tracing::info!(key_id = %active, "new key set {}", keys::KEY_SET_FILE)
+        }
+        keys::Origin::Loaded => {}
+    }
+    if let Some(seed) = seed {
+        match keys::load_secret(seed) {
+            Ok(signer) if signer.key_id() == active => {}
+            _ => tracing::warn!(
+                file = %seed.display(),
+                active = %active,
+                "--signing-key-file is not the active key of the key set: it is read only to \
+                 create a key set; the set's active key signs"
+            ),
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -8,8 +8,11 @@
 //! - [`Claims`]: what a token says (lock, epoch, holder, issuer key id);
 //! - the text encoding `pal1.<payload>.<signature>` (base64url, no padding), where the
 //!   signature is Ed25519 over the ASCII bytes `pal1.<payload>`;
-//! - [`Signer`] (the issuer's private key) and [`KeyRing`] (the public keys a resource
-//!   trusts, by key id);
+//! - [`Signer`] (the issuer's private key), [`ActiveSigner`] (the key signing now,
+//!   replaceable while the issuer runs) and [`KeyRing`] (the public keys a resource
+//!   trusts, by key id, built from `GET /v1/keys` with [`KeyRing::from_listing`]);
+//! - [`KeySet`]: every key an issuer has had, each `active`, `verifying` or `retired`
+//!   (key rotation), with its stored form;
 //! - [`Verifier`]: signature verification with a bounded cache of tokens already verified,
 //!   so the common write path does one hash lookup instead of an Ed25519 verification;
 //! - [`validate_lock_name`]: the one definition of a legal lock name.
@@ -19,7 +22,8 @@
 //!   payload decodes strictly (unknown fields, a zero epoch or an illegal lock name are
 //!   rejected) and its text is canonical (re-encoding the claims gives the same payload).
 //! - The cache is keyed by the *whole* token text, signature included, so an edited token
-//!   can never hit an entry made for the genuine one.
+//!   can never hit an entry made for the genuine one; and a hit passes only while the
+//!   token's key is still in the ring, so a retired key's token never passes.
 //!
 //! ## What this crate does not do
 //! - It does not know whether an epoch is still current: a genuine token stays genuine
@@ -30,12 +34,19 @@
 //!   permission (S14).
 
 mod claims;
+mod key_set;
 mod keys;
 mod verify;
 
 pub use claims::{validate_lock_name, Claims, Epoch, InvalidLockName, MAX_HOLDER_LEN};
-pub use keys::{KeyId, KeyRing, Signer};
+pub use key_set::{KeyRecord, KeySet, KeySetError, KeyState, MAX_RETIRED_KEPT, MAX_VERIFYING_KEYS};
+pub use keys::{
+    key_id_of, ActiveSigner, KeyId, KeyListing, KeyRing, ListedKey, ListingError, Signer,
+};
 pub use verify::{TokenError, Verifier, MAX_TOKEN_LEN};
+
+/// An Ed25519 public key (what a [`KeyRing`] holds).
+pub use ed25519_dalek::VerifyingKey;
 
 /// The prefix of every token produced by this version of the format.
 pub const TOKEN_PREFIX: &str = "pal1";

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
 use ed25519_dalek::Signature;
@@ -34,8 +35,17 @@ pub const MAX_TOKEN_LEN: usize = 4096;
 /// the same token with every write of its epoch. The cache maps the full token text to
 /// its claims; only tokens that verified are ever inserted, and the key includes the
 /// signature, so the cache cannot make a forged token pass.
+///
+/// The ring can be replaced while tokens are being verified ([`Verifier::set_keys`], for
+/// key rotation). A cache hit is accepted only if the key that signed the token is still
+/// in the ring, so a token of a key that was removed is refused from the moment
+/// `set_keys` returns, cached or not. Why a check on every hit rather than clearing the
+/// cache on replacement: a verification that read the old ring just before the
+/// replacement could insert its token just after a clear, and the stale entry would pass
+/// until evicted. The check costs one hash lookup in a ring of a few keys; entries of
+/// removed keys are never served and age out of the cache like any other.
 pub struct Verifier {
-    keys: KeyRing,
+    keys: ArcSwap<KeyRing>,
     cache: quick_cache::sync::Cache<Box<str>, Arc<Claims>>,
 }
 
@@ -43,20 +53,31 @@ impl Verifier {
     /// A verifier trusting `keys`, caching up to `capacity` verified tokens.
     pub fn new(keys: KeyRing, capacity: usize) -> Self {
         Verifier {
-            keys,
+            keys: ArcSwap::from_pointee(keys),
             cache: quick_cache::sync::Cache::new(capacity.max(1)),
         }
     }
 
-    /// The trusted keys.
-    pub fn keys(&self) -> &KeyRing {
-        &self.keys
+    /// The trusted keys, as of now.
+    pub fn keys(&self) -> Arc<KeyRing> {
+        self.keys.load_full()
     }
 
-    /// Verifies `token`, from the cache when it was verified before.
+    /// Trusts exactly `keys` from now on: tokens of a key not in it are refused from the
+    /// moment this returns, even those verified (and cached) before.
+    pub fn set_keys(&self, keys: KeyRing) {
+        self.keys.store(Arc::new(keys));
+    }
+
+    /// Verifies `token`, from the cache when it was verified before and its key is still
+    /// trusted.
     pub fn verify(&self, token: &str) -> Result<Arc<Claims>, TokenError> {
         if let Some(claims) = self.cache.get(token) {
-            return Ok(claims);
+            if self.keys.load().contains(&claims.key_id) {
+                return Ok(claims);
+            }
+            self.cache.remove(token);
+            return Err(TokenError::UnknownKey(claims.key_id.clone()));
         }
         let claims = Arc::new(self.verify_uncached(token)?);
         self.cache.insert(token.into(), claims.clone());
@@ -88,8 +109,8 @@ impl Verifier {
         if serde_json::to_vec(&claims).ok().as_deref() != Some(&payload[..]) {
             return Err(TokenError::Malformed("payload is not in canonical form"));
         }
-        let key = self
-            .keys
+        let keys = self.keys.load();
+        let key = keys
             .get(&claims.key_id)
             .ok_or_else(|| TokenError::UnknownKey(claims.key_id.clone()))?;
         let sig_bytes: [u8; 64] = B64
@@ -214,6 +235,84 @@ mod tests {
                 matches!(verifier.verify(bad), Err(TokenError::Malformed(_))),
                 "{bad:?}"
             );
+        }
+    }
+
+    #[test]
+    fn a_removed_key_is_refused_even_from_the_cache() {
+        let (old, verifier) = setup();
+        let new = Signer::generate();
+        let old_token = old.issue("orders", 1, "a");
+        verifier.verify(&old_token).unwrap(); // cached
+                                              // Rotation: both keys trusted; the old token still passes, the new one too.
+        let mut both = KeyRing::new();
+        both.insert(old.public_key());
+        both.insert(new.public_key());
+        verifier.set_keys(both);
+        verifier.verify(&old_token).unwrap();
+        let new_token = new.issue("orders", 2, "b");
+        assert_eq!(verifier.verify(&new_token).unwrap().key_id, new.key_id());
+        // Retirement: only the new key; the cached old token is refused.
+        let mut only_new = KeyRing::new();
+        only_new.insert(new.public_key());
+        verifier.set_keys(only_new);
+        assert_eq!(
+            verifier.verify(&old_token).unwrap_err(),
+            TokenError::UnknownKey(old.key_id().to_owned())
+        );
+        assert!(matches!(
+            verifier.verify_uncached(&old_token),
+            Err(TokenError::UnknownKey(_))
+        ));
+        verifier.verify(&new_token).unwrap();
+    }
+
+    /// Verifications racing with ring replacements: once a replacement without the old
+    /// key has returned, no verification that starts afterwards passes an old token.
+    #[test]
+    fn no_old_token_passes_after_the_replacement_returns() {
+        use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+        let (old, verifier) = setup();
+        let verifier = Arc::new(verifier);
+        let new = Signer::generate();
+        let tokens: Vec<String> = (1..=64).map(|e| old.issue("l", e, "h")).collect();
+        let retired = Arc::new(AtomicBool::new(false));
+        let warmed = Arc::new(AtomicUsize::new(0));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (verifier, tokens, retired, warmed) = (
+                    verifier.clone(),
+                    tokens.clone(),
+                    retired.clone(),
+                    warmed.clone(),
+                );
+                std::thread::spawn(move || {
+                    for round in 0..200 {
+                        for t in &tokens {
+                            let after = retired.load(Ordering::SeqCst);
+                            let passed = verifier.verify(t).is_ok();
+                            assert!(!(after && passed), "old token passed after retirement");
+                        }
+                        if round == 0 {
+                            warmed.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                })
+            })
+            .collect();
+        // Every token is in the cache before the key goes.
+        while warmed.load(Ordering::SeqCst) < 2 {
+            std::thread::yield_now();
+        }
+        let mut ring = KeyRing::new();
+        ring.insert(new.public_key());
+        verifier.set_keys(ring);
+        retired.store(true, Ordering::SeqCst);
+        for reader in readers {
+            reader.join().unwrap();
+        }
+        for t in &tokens {
+            assert!(verifier.verify(t).is_err());
         }
     }
 

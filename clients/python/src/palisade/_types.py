@@ -166,6 +166,10 @@ class PublicKey:
     alg: str
     #: base64url (no padding) of the 32-byte key.
     public_key: str
+    #: ``"active"`` (signs new tokens) or ``"verifying"`` (its tokens still verify); None
+    #: from servers before key rotation. :class:`palisade.tokens.KeyRing` trusts no key
+    #: listed with any other status (``"retired"``, or one this version does not know).
+    status: Optional[str] = None
 
     @staticmethod
     def parse_list(body: Mapping[str, Any]) -> List["PublicKey"]:
@@ -173,7 +177,9 @@ class PublicKey:
         keys = []
         for item in f.items("keys"):
             k = f.obj(item, "keys")
-            keys.append(PublicKey(k.text("key_id"), k.text("alg"), k.text("public_key")))
+            keys.append(
+                PublicKey(k.text("key_id"), k.text("alg"), k.text("public_key"), k.opt_text("status"))
+            )
         return keys
 
 

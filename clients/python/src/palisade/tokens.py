@@ -186,6 +186,11 @@ def _check_shape(claims: Claims) -> None:
         raise MalformedTokenError("holder too long")
 
 
+#: The ``GET /v1/keys`` statuses whose keys a :class:`KeyRing` trusts (None: a server
+#: before key rotation, which lists only keys that verify).
+TRUSTED_STATUSES = (None, "active", "verifying")
+
+
 def key_id_of(public_key: bytes) -> str:
     """A key id: the first 8 bytes of SHA-256 of the 32-byte public key, in hex."""
     return hashlib.sha256(public_key).digest()[:8].hex()
@@ -197,6 +202,12 @@ class KeyRing:
     Build it from the issuer's ``GET /v1/keys`` (``KeyRing.from_public_keys(client.keys())``)
     or from raw 32-byte keys. Each key's id is computed from the key itself, never taken
     on trust: a listed ``key_id`` that does not match its key is refused.
+
+    A listed key is trusted only if its ``status`` is ``"active"`` or ``"verifying"`` (or
+    absent, as servers before key rotation list keys): a ``"retired"`` key, or a status
+    this version does not know, is left out. When the issuer rotates, build a new ring
+    from the list and give it to :meth:`Verifier.set_keys` (periodically, and when a token
+    raises :class:`UnknownKeyError`): keys that left the list are dropped with it.
     """
 
     def __init__(self) -> None:
@@ -231,7 +242,8 @@ class KeyRing:
     def from_public_keys(cls, keys: Iterable[PublicKey]) -> "KeyRing":
         ring = cls()
         for key in keys:
-            ring.add_listed(key)
+            if key.status in TRUSTED_STATUSES:
+                ring.add_listed(key)
         return ring
 
     @classmethod
@@ -260,13 +272,25 @@ class Verifier:
         self._cache: "OrderedDict[str, Claims]" = OrderedDict()
         self._lock = threading.Lock()
 
+    def set_keys(self, keys: KeyRing) -> None:
+        """Trusts exactly ``keys`` from now on (key rotation): tokens of a key not in it
+        are refused from the moment this returns, even those verified and cached before."""
+        with self._lock:
+            self.keys = keys
+
     def verify(self, token: str) -> Claims:
         """The claims of a genuine token; raises :class:`MalformedTokenError`,
         :class:`UnknownKeyError` or :class:`BadSignatureError` (all
-        :class:`InvalidTokenError`, code ``invalid_token``) otherwise."""
+        :class:`InvalidTokenError`, code ``invalid_token``) otherwise.
+
+        A cached token passes only while its key is still in the ring, so a key dropped
+        by :meth:`set_keys` is refused at once, cached or not."""
         with self._lock:
             cached = self._cache.get(token) if isinstance(token, str) else None
             if cached is not None:
+                if self.keys.get(cached.key_id) is None:
+                    del self._cache[token]
+                    raise UnknownKeyError(cached.key_id)
                 self._cache.move_to_end(token)
                 return cached
         claims = self.verify_uncached(token)

@@ -107,6 +107,11 @@ impl ApiError {
         self.code
     }
 
+    /// The human message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     pub fn status(&self) -> StatusCode {
         StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }

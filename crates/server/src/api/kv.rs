@@ -60,7 +60,7 @@ struct Fencing {
 /// The three checks of a mutation (S14): `write` permission on the lock, a genuine token
 /// for it, and the token's holder being the caller (or an admin, or authentication off).
 /// Then the fencing headers.
-fn fencing(
+async fn fencing(
     state: &AppState,
     caller: &Caller,
     lock: &str,
@@ -83,7 +83,7 @@ fn fencing(
     if token.is_empty() {
         return Err(ApiError::missing_token());
     }
-    let claims = state.verifier.verify(token)?;
+    let claims = state.keys.verify(token).await?;
     if claims.lock != lock {
         return Err(ApiError::new(
             ErrorCode::WrongLock,
@@ -227,7 +227,7 @@ pub async fn put(
     let (lock, key) = path(params)?;
     lock_name(&lock)?;
     check_key(&key)?;
-    let f = fencing(&state, &caller, &lock, &headers)?;
+    let f = fencing(&state, &caller, &lock, &headers).await?;
     let pre = precondition(&headers)?;
     let value = read_body(&headers, body, state.max_value_bytes).await?;
     let fp = fingerprint("PUT", &key, f.epoch, f.seq, pre, &value);
@@ -248,7 +248,7 @@ pub async fn delete(
     let (lock, key) = path(params)?;
     lock_name(&lock)?;
     check_key(&key)?;
-    let f = fencing(&state, &caller, &lock, &headers)?;
+    let f = fencing(&state, &caller, &lock, &headers).await?;
     let pre = precondition(&headers)?;
     let fp = fingerprint("DELETE", &key, f.epoch, f.seq, pre, b"");
     let action = Action::Delete {
@@ -273,7 +273,7 @@ pub async fn fence(
 ) -> Result<Json<FenceAnswer>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
-    let f = fencing(&state, &caller, &lock, &headers)?;
+    let f = fencing(&state, &caller, &lock, &headers).await?;
     let fp = fingerprint("FENCE", "", f.epoch, f.seq, Precondition::None, b"");
     let op = FencedOp {
         policy: state.policies.policy(&lock),

@@ -4,6 +4,7 @@
 //! that could produce a non-JSON error: bodies, paths and queries are parsed here and
 //! every failure becomes an [`ApiError`] with a stable code.
 
+mod admin;
 pub mod error;
 mod kv;
 mod locks;
@@ -35,6 +36,8 @@ pub struct AppState {
     pub issuer: Arc<dyn LockService>,
     pub backend: Arc<dyn Backend>,
     pub verifier: Arc<Verifier>,
+    /// The key set: what `verifier` trusts and the issuer signs with, and its changes.
+    pub keys: Arc<crate::keys::KeyRegistry>,
     pub policies: Arc<NamespacePolicies>,
     pub max_value_bytes: usize,
     /// The auth file in use; `None` serves every request as `Caller::Open`.
@@ -52,12 +55,13 @@ impl AppState {
     pub fn new(
         issuer: Arc<dyn LockService>,
         backend: Arc<dyn Backend>,
-        verifier: Arc<Verifier>,
+        keys: Arc<crate::keys::KeyRegistry>,
     ) -> AppState {
         AppState {
             issuer,
             backend,
-            verifier,
+            verifier: keys.verifier(),
+            keys,
             policies: Arc::new(NamespacePolicies::default()),
             max_value_bytes: 1024 * 1024,
             auth: None,
@@ -109,6 +113,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/fences/{lock}", get(kv::high_water).post(kv::fence))
         .route("/v1/openapi.json", get(crate::openapi::document))
+        .route("/v1/admin/keys", get(admin::list_keys))
+        .route("/v1/admin/keys/rotate", post(admin::rotate_keys))
+        .route("/v1/admin/keys/{key_id}/retire", post(admin::retire_key))
         .fallback(not_found)
         .layer(axum::middleware::map_response(json_method_not_allowed))
         .layer(axum::middleware::from_fn_with_state(

@@ -18,18 +18,22 @@ struct PublicKey {
     key_id: String,
     alg: &'static str,
     public_key: String,
+    /// `active` (signs new tokens) or `verifying` (its tokens still verify).
+    status: palisade_token::KeyState,
 }
 
+/// Every key whose tokens verify here: the active key, the verifying ones and the
+/// `--trust-key-file` ones (listed as `verifying`). Retired keys are not listed.
 pub async fn keys(State(state): State<AppState>) -> Json<Value> {
     let keys: Vec<PublicKey> = state
-        .verifier
-        .keys()
-        .public_keys()
+        .keys
+        .verifying_keys()
         .into_iter()
-        .map(|(key_id, public_key)| PublicKey {
-            key_id,
-            alg: "Ed25519",
-            public_key,
+        .map(|k| PublicKey {
+            key_id: k.key_id,
+            alg: k.alg,
+            public_key: k.public_key,
+            status: k.status,
         })
         .collect();
     Json(json!({ "keys": keys }))
@@ -56,9 +60,9 @@ pub async fn check(
         ));
     }
     let body: CheckBody = json_body(&headers, body).await?;
-    let claims = match state.verifier.verify(&body.token) {
+    let claims = match state.keys.verify(&body.token).await {
         Ok(claims) => claims,
-        Err(e) => return Ok(Json(json!({ "genuine": false, "reason": e.to_string() }))),
+        Err(e) => return Ok(Json(json!({ "genuine": false, "reason": e.message() }))),
     };
     caller.require(Verb::Check, &claims.lock)?;
     let view = state.issuer.status(&claims.lock).await?;

@@ -1,0 +1,175 @@
+//! Admin routes: the issuer's signing keys (see [`crate::keys`]).
+//!
+//! - `GET /v1/admin/keys`: every key of the set (active, verifying, retired) and the
+//!   `--trust-key-file` keys, with their times;
+//! - `POST /v1/admin/keys/rotate`: a new key becomes active, the active one verifying;
+//! - `POST /v1/admin/keys/{key_id}/retire`: a verifying key's tokens stop verifying.
+//!
+//! Only principals with `admin = true` may call them (403 `permission_denied` for anyone
+//! else); with authentication off they are open like every other route. Each change is
+//! durable before the answer and writes an `admin_action` line to the audit log.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::Serialize;
+
+use palisade_api::ErrorCode;
+use palisade_token::KeySet;
+
+use super::{path, read_body, ApiError, AppState};
+use crate::audit::AuditEvent;
+use crate::auth::Caller;
+use crate::keys::{now_unix, KeyView};
+
+/// Longest key id accepted in a path (ids are 16 hex characters today).
+const MAX_KEY_ID_LEN: usize = 64;
+
+#[derive(Serialize)]
+pub struct KeysAnswer {
+    /// The active key's id.
+    active: String,
+    keys: Vec<KeyView>,
+}
+
+#[derive(Serialize)]
+pub struct RotateAnswer {
+    active: String,
+    /// The key that was active before and is now verifying.
+    previous: String,
+    keys: Vec<KeyView>,
+}
+
+#[derive(Serialize)]
+pub struct RetireAnswer {
+    retired: String,
+    /// False when the key was already retired (nothing changed).
+    changed: bool,
+    active: String,
+    keys: Vec<KeyView>,
+}
+
+/// 403 `permission_denied` unless the caller is an admin (or authentication is off).
+fn require_admin(caller: &Caller, action: &str) -> Result<(), ApiError> {
+    match caller.principal() {
+        Some(p) if !p.admin => {
+            let event = AuditEvent::new("permission_denied")
+                .principal(caller.name())
+                .detail(format!("admin: {action}"));
+            Err(ApiError::new(
+                ErrorCode::PermissionDenied,
+                format!("only an admin principal may {action}"),
+            )
+            .with("principal", p.name.clone())
+            .audited(event))
+        }
+        _ => Ok(()),
+    }
+}
+
+fn answer(state: &AppState) -> KeysAnswer {
+    KeysAnswer {
+        active: state.keys.key_set().active().key_id.clone(),
+        keys: state.keys.all_keys(),
+    }
+}
+
+/// `GET /v1/admin/keys`
+pub async fn list_keys(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<KeysAnswer>, ApiError> {
+    require_admin(&caller, "list signing keys")?;
+    Ok(Json(answer(&state)))
+}
+
+/// `POST /v1/admin/keys/rotate` (an empty body, or `{}`).
+pub async fn rotate_keys(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<RotateAnswer>, ApiError> {
+    require_admin(&caller, "rotate signing keys")?;
+    empty_body(&headers, body).await?;
+    let previous = state.keys.key_set().active().key_id.clone();
+    let set: Arc<KeySet> = state.keys.rotate(now_unix()).await?;
+    let active = set.active().key_id.clone();
+    // The key that was active when the change was made (another node may have rotated
+    // in between, over etcd): the newest key before the new one.
+    let previous = set
+        .keys()
+        .iter()
+        .rev()
+        .nth(1)
+        .map_or(previous, |k| k.key_id.clone());
+    state.audit.record(
+        AuditEvent::new("admin_action")
+            .principal(caller.name())
+            .route("/v1/admin/keys/rotate")
+            .detail(format!(
+                "keys rotate: {active} active, {previous} verifying"
+            )),
+    );
+    tracing::info!(%active, %previous, principal = caller.name().unwrap_or("-"), "signing key rotated");
+    Ok(Json(RotateAnswer {
+        active,
+        previous,
+        keys: state.keys.all_keys(),
+    }))
+}
+
+/// `POST /v1/admin/keys/{key_id}/retire` (an empty body, or `{}`).
+pub async fn retire_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    key_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<RetireAnswer>, ApiError> {
+    require_admin(&caller, "retire signing keys")?;
+    let key_id = path(key_id)?;
+    let valid = !key_id.is_empty()
+        && key_id.len() <= MAX_KEY_ID_LEN
+        && key_id.bytes().all(|b| b.is_ascii_hexdigit());
+    if !valid {
+        return Err(ApiError::bad_request(format!(
+            "a key id is 1 to {MAX_KEY_ID_LEN} hex characters (as GET /v1/admin/keys lists it)"
+        )));
+    }
+    empty_body(&headers, body).await?;
+    let (set, changed) = state.keys.retire(&key_id, now_unix()).await?;
+    if changed {
+        state.audit.record(
+            AuditEvent::new("admin_action")
+                .principal(caller.name())
+                .route(&format!("/v1/admin/keys/{key_id}/retire"))
+                .detail(format!("keys retire: {key_id} retired")),
+        );
+        tracing::info!(%key_id, principal = caller.name().unwrap_or("-"), "signing key retired");
+    }
+    Ok(Json(RetireAnswer {
+        retired: key_id,
+        changed,
+        active: set.active().key_id.clone(),
+        keys: state.keys.all_keys(),
+    }))
+}
+
+/// These routes take no parameters: an empty body or an empty JSON object.
+async fn empty_body(headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
+    let bytes = read_body(headers, body, 1024).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(());
+    }
+    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes) {
+        Ok(map) if map.is_empty() => Ok(()),
+        _ => Err(ApiError::bad_request(
+            "this route takes no parameters: send an empty body or {}",
+        )),
+    }
+}
