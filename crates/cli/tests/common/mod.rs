@@ -7,6 +7,7 @@
 pub mod etcd_cluster;
 pub mod principals;
 pub mod topology;
+pub mod verify;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

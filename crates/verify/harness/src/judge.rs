@@ -30,7 +30,6 @@ pub struct Collected {
     pub restarts: Vec<u64>,
     pub final_state: FinalState,
     pub reaped: Reaped,
-    pub deployment: &'static str,
     /// One line per process of the deployment.
     pub description: Vec<String>,
 }
@@ -150,7 +149,7 @@ pub async fn judge(
         command: command(args, plan),
         workload: args.workload.as_str().to_owned(),
         topology: plan.topology.as_str().to_owned(),
-        target: collected.deployment.to_owned(),
+        target: args.target.as_str().to_owned(),
         deployment,
         seed,
         time_secs: args.time,

@@ -116,6 +116,16 @@ impl Nemesis<'_> {
             let Some(kind) = round.pop() else {
                 continue; // no faults enabled: just wait out the run
             };
+            // After a restart the server holds back grants for a TTL (leases from before
+            // the crash are honoured), so its newest commit is its own start-up commit
+            // for a while. Give the workload time to commit before damaging "the newest
+            // commit", or the disk fault would mostly test the start-up commit.
+            if kind == FaultKind::Disk {
+                let settle = self.ttl_times(2.0, 3.0);
+                if !self.sleep_within(settle, end_us).await {
+                    return Ok(());
+                }
+            }
             self.inject(kind, end_us).await?;
         }
     }

@@ -301,7 +301,6 @@ async fn drive(
         restarts,
         final_state,
         reaped,
-        deployment: deployment.name(),
         description: deployment.describe(),
     })
 }

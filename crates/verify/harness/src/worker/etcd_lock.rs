@@ -151,10 +151,19 @@ impl EtcdGateway {
         Ok(int(&body["result"]["TTL"]).unwrap_or(0) > 0)
     }
 
+    /// Revokes `lease` (deleting its lock key); `lease_expired` if etcd no longer has it.
     pub async fn revoke(&self, lease: i64) -> Result<(), CallError> {
-        self.post("/v3/lease/revoke", &json!({"ID": lease.to_string()}))
+        match self
+            .post("/v3/lease/revoke", &json!({"ID": lease.to_string()}))
             .await
-            .map(drop)
+        {
+            Ok(_) => Ok(()),
+            Err(e) if matches!(e.error, Error::Api { status: 404, .. }) => Err(CallError {
+                error: Error::LeaseExpired,
+                earlier_unanswered: e.earlier_unanswered,
+            }),
+            Err(e) => Err(e),
+        }
     }
 
     /// Creates the lock key of `lease` if absent; its create revision either way.
