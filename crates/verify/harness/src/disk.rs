@@ -127,7 +127,7 @@ fn damage_redb_primary_slot(file: &Path, pick: u64) -> Result<Damage, VerifyErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use redb::{Database, ReadableTable, TableDefinition};
+    use redb::{Database, TableDefinition};
 
     const T: TableDefinition<&str, u64> = TableDefinition::new("t");
 

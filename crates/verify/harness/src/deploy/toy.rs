@@ -53,8 +53,8 @@ struct Toy {
 }
 
 impl Toy {
-    /// Runs the gate for a mutation of `ns` with `epoch`; the refusal to answer, if any.
-    fn gate(&mut self, ns: &str, epoch: u64) -> Result<(), Response> {
+    /// Runs the gate for a mutation of `ns` with `epoch`; on refusal, the answer to send.
+    fn gate(&mut self, ns: &str, epoch: u64) -> Result<(), Box<Response>> {
         if self.check == Check::Nothing {
             return Ok(());
         }
@@ -71,7 +71,7 @@ impl Toy {
                     "high_water": mark.epoch,
                     "epoch": epoch,
                 }});
-                Err((StatusCode::CONFLICT, Json(body)).into_response())
+                Err(Box::new((StatusCode::CONFLICT, Json(body)).into_response()))
             }
         }
     }
@@ -181,7 +181,7 @@ async fn write(
     let epoch = claimed_epoch(&headers);
     let mut toy = lock(&state);
     if let Err(refused) = toy.gate(&ns, epoch) {
-        return refused;
+        return *refused;
     }
     toy.revision += 1;
     let revision = toy.revision;
@@ -200,7 +200,7 @@ async fn delete(
         return not_found();
     }
     if let Err(refused) = toy.gate(&ns, epoch) {
-        return refused;
+        return *refused;
     }
     toy.values.remove(&(ns, key));
     toy.revision += 1;
@@ -232,7 +232,7 @@ async fn fence(
     let epoch = claimed_epoch(&headers);
     let mut toy = lock(&state);
     if let Err(refused) = toy.gate(&ns, epoch) {
-        return refused;
+        return *refused;
     }
     let high_water = match toy.check {
         Check::Nothing => epoch,

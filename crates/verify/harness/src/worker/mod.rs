@@ -6,10 +6,10 @@
 //! records every call in its own history file ([`Recorder`]). It judges nothing.
 //!
 //! Where the deployment has several nodes (etcd3), the worker knows all of them and does
-//! its own failover between them ([`nodes`]): `palisade-client` talks to one server. The
+//! its own failover between them (`worker/nodes.rs`): `palisade-client` talks to one server. The
 //! lease's keepalives fail over the same way, so a holder does not lose its lease only
 //! because its node died. For the etcd-lock controls the worker takes etcd's own lock
-//! instead ([`etcd_lock`]).
+//! instead (`worker/etcd_lock.rs`).
 //!
 //! Deliberately, a worker never consults its own view of the lease before writing: that
 //! check is racy anyway (the process can pause right after it), and skipping it sends the
