@@ -74,7 +74,11 @@ fn client_note(plan: &Plan, args: &VerifyArgs, nodes: usize) -> String {
         );
     }
     format!(
-        "workers: {} processes using {lock}, spread over the {} nodes (worker i starts with node (i-1) mod {});          failover is the workers' own (the client has none yet): on a transport error or a 5xx the same call goes to the next node,          fenced writes carry an Idempotency-Key kept across attempts, and an operation with an unanswered attempt is recorded as unknown",
+        "workers: {} processes using {lock}, spread over the {} nodes (worker i starts with \
+         node (i-1) mod {}); failover is the workers' own (the client has none yet): on a \
+         transport error or a 5xx the same call goes to the next node, fenced writes carry \
+         an Idempotency-Key kept across attempts, and an operation with an unanswered \
+         attempt is recorded as unknown",
         args.workers, nodes, nodes
     )
 }
