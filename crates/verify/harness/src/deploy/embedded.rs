@@ -31,7 +31,6 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 const REBIND_WINDOW: Duration = Duration::from_secs(10);
 /// How long a clean stop may take before SIGKILL.
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
-const LISTENING_PREFIX: &str = "palisade listening on http://";
 
 /// A Palisade server process started by the harness.
 pub struct EmbeddedServer {
@@ -154,6 +153,7 @@ async fn spawn(
         // Inherited settings would change what is being verified.
         .env_remove("PALISADE_POLICIES")
         .env_remove("PALISADE_LOCK_DELAY_MS")
+        .env_remove("PALISADE_AUTH_FILE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(log_file)
@@ -180,9 +180,9 @@ async fn spawn(
             )))
         }
     };
-    let addr = first
-        .strip_prefix(LISTENING_PREFIX)
-        .and_then(|a| a.trim().parse::<SocketAddr>().ok())
+    let addr = palisade_api::listening::parse(&first)
+        .and_then(|url| url.strip_prefix("http://"))
+        .and_then(|a| a.parse::<SocketAddr>().ok())
         .ok_or_else(|| VerifyError::Deploy(format!("unexpected server output: {first:?}")))?;
     // Keep draining stdout so the server never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });

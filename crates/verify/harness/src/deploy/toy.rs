@@ -30,6 +30,7 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use palisade_api::{headers, ErrorCode};
 use palisade_core::gate::{self, HighWater, Policy};
 
 use crate::VerifyError;
@@ -66,7 +67,7 @@ impl Toy {
             }
             Err(_) => {
                 let body = json!({"error": {
-                    "code": "stale_token",
+                    "code": ErrorCode::StaleToken.as_str(),
                     "message": "epoch below the namespace's high-water mark",
                     "high_water": mark.epoch,
                     "epoch": epoch,
@@ -140,7 +141,7 @@ fn lock(state: &Shared) -> std::sync::MutexGuard<'_, Toy> {
 /// The epoch written in a token's payload, unverified; 0 if there is none.
 fn claimed_epoch(headers: &HeaderMap) -> u64 {
     let token = headers
-        .get("fencing-token")
+        .get(headers::FENCING_TOKEN)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let payload = token.split('.').nth(1).unwrap_or("");
@@ -153,7 +154,7 @@ fn claimed_epoch(headers: &HeaderMap) -> u64 {
 }
 
 fn not_found() -> Response {
-    let body = json!({"error": {"code": "not_found", "message": "no such key"}});
+    let body = json!({"error": {"code": ErrorCode::NotFound.as_str(), "message": "no such key"}});
     (StatusCode::NOT_FOUND, Json(body)).into_response()
 }
 
@@ -163,7 +164,7 @@ async fn read(State(state): State<Shared>, Path((ns, key)): Path<(String, String
         Some((value, revision, epoch)) => (
             [
                 ("etag", format!("\"{revision}\"")),
-                ("fencing-epoch", epoch.to_string()),
+                (headers::FENCING_EPOCH, epoch.to_string()),
             ],
             value,
         )
