@@ -173,30 +173,15 @@ impl Summary {
             );
         }
         if !self.fail_codes.is_empty() {
-            let codes: Vec<String> = self
-                .fail_codes
-                .iter()
-                .map(|(c, n)| format!("{c} {n}"))
-                .collect();
-            let _ = writeln!(out, "  refusals: {}", codes.join(", "));
+            let _ = writeln!(out, "  refusals: {}", counts(&self.fail_codes));
         }
         if !self.unknown_codes.is_empty() {
-            let codes: Vec<String> = self
-                .unknown_codes
-                .iter()
-                .map(|(c, n)| format!("{c} {n}"))
-                .collect();
-            let _ = writeln!(out, "  unknown outcomes: {}", codes.join(", "));
+            let _ = writeln!(out, "  unknown outcomes: {}", counts(&self.unknown_codes));
         }
-        let faults: Vec<String> = self
-            .faults
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let faults = if faults.is_empty() {
+        let faults = if self.faults.is_empty() {
             "none".to_owned()
         } else {
-            faults.join(", ")
+            counts(&self.faults)
         };
         let _ = writeln!(out, "faults injected: {faults}");
         let _ = writeln!(out, "checkers:");
@@ -215,6 +200,12 @@ impl Summary {
         let _ = writeln!(out, "seed {}: rerun with `{}`", self.seed, self.command);
         out
     }
+}
+
+/// `name n, name n, ...`
+fn counts(map: &BTreeMap<String, usize>) -> String {
+    let parts: Vec<String> = map.iter().map(|(name, n)| format!("{name} {n}")).collect();
+    parts.join(", ")
 }
 
 /// At most `max` lines of a checker's summary, for the terminal (the report has all).
