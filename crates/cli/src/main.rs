@@ -65,8 +65,10 @@ enum Command {
     /// Run a workload under injected faults and check the recorded history.
     ///
     /// Faults: pauses (SIGSTOP), server kills and restarts, delayed requests, dropped
-    /// connections, partitions. Exit code 0: no violation; 1: violations found; 2: the
-    /// run could not complete. See docs/verification.md.
+    /// connections, partitions; on --topology etcd3 also etcd leader kills and pauses and
+    /// a node cut off from etcd; --faults disk damages the embedded store's newest commit.
+    /// Exit code 0: no violation; 1: violations found; 2: the run could not complete.
+    /// See docs/verification.md.
     Verify(palisade_verify::VerifyArgs),
     /// One worker process of `palisade verify` (started by it).
     #[command(hide = true)]

@@ -9,6 +9,7 @@ pub mod pki;
 pub mod principals;
 pub mod raw;
 pub mod topology;
+pub mod verify;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

@@ -39,23 +39,86 @@ impl Workload {
     }
 }
 
+/// Where the servers under test run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Topology {
+    /// One `palisade serve` process over its own data directory.
+    Embedded,
+    /// Three etcd members and three stateless `palisade serve --backend etcd` nodes, all
+    /// on loopback; the workers are spread over the nodes. Needs `etcd` installed and a
+    /// `palisade` built with `--features etcd`.
+    Etcd3,
+}
+
+impl Topology {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Topology::Embedded => "embedded",
+            Topology::Etcd3 => "etcd3",
+        }
+    }
+}
+
 /// What the workers talk to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Target {
-    /// A Palisade server started by the harness (`palisade serve`, a child process).
-    Embedded,
+    /// Palisade itself: its lock service and its fenced store, on the chosen topology.
+    #[value(alias = "embedded")]
+    Palisade,
     /// Negative control: the same routes served by a toy store that ignores tokens (the
     /// lock service is still a real Palisade server). Violations are expected.
     UnfencedControl,
+    /// Negative control (etcd3): etcd's own lock (a lease plus a lock key, as etcd's
+    /// `concurrency.Mutex` does) guarding a store that checks no token. Violations are
+    /// expected, as Jepsen found for etcd 3.4.3.
+    EtcdLock,
+    /// Control (etcd3): the same etcd lock, with the lock key's revision carried as the
+    /// fencing epoch and checked by the gate rule at the store. Must come out clean.
+    EtcdLockFenced,
+}
+
+impl Target {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Target::Palisade => "palisade",
+            Target::UnfencedControl => "unfenced-control",
+            Target::EtcdLock => "etcd-lock",
+            Target::EtcdLockFenced => "etcd-lock-fenced",
+        }
+    }
+
+    /// The topology a target runs on when `--topology` is not given.
+    pub fn default_topology(self) -> Topology {
+        match self {
+            Target::Palisade | Target::UnfencedControl => Topology::Embedded,
+            Target::EtcdLock | Target::EtcdLockFenced => Topology::Etcd3,
+        }
+    }
+
+    /// The etcd-lock controls take their locks from etcd, not from Palisade.
+    pub fn uses_etcd_lock(self) -> bool {
+        matches!(self, Target::EtcdLock | Target::EtcdLockFenced)
+    }
+}
+
+/// How a worker takes locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LockProtocol {
+    /// Palisade's lock API (`/v1/locks`, `/v1/leases`): signed tokens.
+    Palisade,
+    /// etcd's lock recipe over etcd's JSON gateway: the lock key's create revision is the
+    /// epoch.
+    Etcd,
 }
 
 /// One kind of fault the nemesis injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum FaultKind {
     /// SIGSTOP a worker for longer than its lease TTL, then SIGCONT (a GC pause).
     Pause,
-    /// SIGKILL the server and restart it on the same data directory and port.
+    /// SIGKILL the server (embedded) or one Palisade node (etcd3) and restart it on the
+    /// same data directory and port.
     Kill,
     /// Hold a worker's outgoing bytes in the proxy, so its requests land late.
     Delay,
@@ -63,12 +126,36 @@ pub enum FaultKind {
     Drop,
     /// Refuse a worker's traffic in the proxy for a while.
     Partition,
+    /// SIGKILL the etcd leader and restart it on its data directory.
+    EtcdKill,
+    /// SIGSTOP an etcd member (the leader, most of the time) past the election timeout.
+    EtcdPause,
+    /// Cut one Palisade node off from etcd (its etcd proxies refuse traffic) while the
+    /// workers still reach it.
+    NodePartition,
+    /// SIGKILL the embedded server, damage the newest commit of its store, restart it.
+    /// Never part of `all`: name it.
+    Disk,
 }
 
 impl FaultKind {
-    pub const ALL: [FaultKind; 5] = [
+    /// Every kind, in the order `--faults` lists them.
+    pub const EVERY: [FaultKind; 9] = [
         FaultKind::Pause,
         FaultKind::Kill,
+        FaultKind::Delay,
+        FaultKind::Drop,
+        FaultKind::Partition,
+        FaultKind::EtcdKill,
+        FaultKind::EtcdPause,
+        FaultKind::NodePartition,
+        FaultKind::Disk,
+    ];
+
+    /// Faults aimed at one worker (its process or its proxy link); every deployment has
+    /// them. The others act on the deployment's own processes and files.
+    pub const WORKER: [FaultKind; 4] = [
+        FaultKind::Pause,
         FaultKind::Delay,
         FaultKind::Drop,
         FaultKind::Partition,
@@ -81,21 +168,41 @@ impl FaultKind {
             FaultKind::Delay => "delay",
             FaultKind::Drop => "drop",
             FaultKind::Partition => "partition",
+            FaultKind::EtcdKill => "etcd-kill",
+            FaultKind::EtcdPause => "etcd-pause",
+            FaultKind::NodePartition => "node-partition",
+            FaultKind::Disk => "disk",
         }
     }
 
-    /// Parses `pause,kill,...`, `all` or `none`.
-    pub fn parse_list(text: &str) -> Result<Vec<FaultKind>, VerifyError> {
+    pub fn is_worker_fault(self) -> bool {
+        FaultKind::WORKER.contains(&self)
+    }
+
+    /// Parses `pause,kill,...`, `all` or `none` for a deployment whose own faults are
+    /// `supported`. `all` means the worker faults plus every supported one except `disk`
+    /// (which finds a known weakness of today's store and must be asked for by name).
+    pub fn parse_list(text: &str, supported: &[FaultKind]) -> Result<Vec<FaultKind>, VerifyError> {
         let mut kinds = Vec::new();
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
-                "all" => kinds.extend(FaultKind::ALL),
+                "all" => {
+                    kinds.extend(FaultKind::WORKER);
+                    kinds.extend(supported.iter().filter(|k| **k != FaultKind::Disk));
+                }
                 "none" => {}
-                _ => match FaultKind::ALL.iter().find(|k| k.as_str() == word) {
-                    Some(k) => kinds.push(*k),
+                _ => match FaultKind::EVERY.iter().find(|k| k.as_str() == word) {
+                    Some(k) if k.is_worker_fault() || supported.contains(k) => kinds.push(*k),
+                    Some(k) => {
+                        return Err(VerifyError::Config(format!(
+                            "fault {k} does not apply to this deployment (its own faults: {})",
+                            names(supported)
+                        )))
+                    }
                     None => {
                         return Err(VerifyError::Config(format!(
-                            "unknown fault {word:?}: use pause, kill, delay, drop, partition, all or none"
+                            "unknown fault {word:?}: use {}, all or none",
+                            names(&FaultKind::EVERY)
                         )))
                     }
                 },
@@ -105,6 +212,14 @@ impl FaultKind {
         kinds.dedup();
         Ok(kinds)
     }
+}
+
+fn names(kinds: &[FaultKind]) -> String {
+    kinds
+        .iter()
+        .map(|k| k.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl fmt::Display for FaultKind {
@@ -128,13 +243,20 @@ pub struct VerifyArgs {
     /// Workload the workers run.
     #[arg(long, value_enum, default_value_t = Workload::LockSet)]
     pub workload: Workload,
-    /// Faults to inject: a comma-separated list of pause, kill, delay, drop, partition;
-    /// or `all`, or `none`.
+    /// Faults to inject: a comma-separated list of pause, kill, delay, drop, partition,
+    /// etcd-kill, etcd-pause, node-partition (etcd3) and disk (embedded); or `all` (every
+    /// fault the topology has, except disk), or `none`.
     #[arg(long, default_value = "all")]
     pub faults: String,
-    /// Deployment under test: the embedded server, or the deliberately unfenced toy
-    /// store (a negative control that must show violations; lock-set only).
-    #[arg(long, value_enum, default_value_t = Target::Embedded)]
+    /// Servers under test: `embedded` (one node) or `etcd3` (three etcd members, three
+    /// Palisade nodes). Default: embedded, or etcd3 for the etcd-lock targets.
+    #[arg(long, value_enum)]
+    pub topology: Option<Topology>,
+    /// What the workers use: Palisade, or a control: `unfenced-control` (embedded; a toy
+    /// store that ignores tokens), `etcd-lock` (etcd's own lock, unchecked store) or
+    /// `etcd-lock-fenced` (etcd's lock, its revision checked at the store). The controls
+    /// run the lock-set workload only; the unfenced ones must show violations.
+    #[arg(long, value_enum, default_value_t = Target::Palisade)]
     pub target: Target,
     /// Directory for the history, final state, summary, server log and HTML report.
     #[arg(long, default_value = "palisade-verify-out")]
@@ -154,12 +276,17 @@ pub struct WorkerArgs {
     /// Worker id (1-based); it is the `process` of every operation recorded.
     #[arg(long)]
     pub id: u64,
-    /// Base URL for lock calls (the worker's proxy in front of the lock service).
-    #[arg(long)]
-    pub lock_url: String,
-    /// Base URL for store calls (the worker's proxy in front of the store).
-    #[arg(long)]
-    pub store_url: String,
+    /// Base URLs for lock calls, comma-separated (the worker's proxies in front of each
+    /// Palisade node or etcd member). The worker starts with number `(id - 1) % n` and
+    /// fails over to the next on a refused connection or a 503.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub lock_urls: Vec<String>,
+    /// Base URLs for store calls, comma-separated, tried like `--lock-urls`.
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub store_urls: Vec<String>,
+    /// How locks are taken.
+    #[arg(long, value_enum, default_value_t = LockProtocol::Palisade)]
+    pub lock_protocol: LockProtocol,
     #[arg(long, value_enum)]
     pub workload: Workload,
     #[arg(long)]
@@ -181,17 +308,48 @@ pub struct WorkerArgs {
 mod tests {
     use super::*;
 
+    use FaultKind::*;
+
     #[test]
     fn fault_lists() {
+        let embedded = [Kill, Disk];
         assert_eq!(
-            FaultKind::parse_list("all").unwrap(),
-            FaultKind::ALL.to_vec()
+            FaultKind::parse_list("all", &embedded).unwrap(),
+            vec![Pause, Kill, Delay, Drop, Partition]
         );
-        assert_eq!(FaultKind::parse_list("none").unwrap(), vec![]);
+        assert_eq!(FaultKind::parse_list("none", &embedded).unwrap(), vec![]);
         assert_eq!(
-            FaultKind::parse_list("partition, pause,pause").unwrap(),
-            vec![FaultKind::Pause, FaultKind::Partition]
+            FaultKind::parse_list("partition, pause,pause", &embedded).unwrap(),
+            vec![Pause, Partition]
         );
-        assert!(FaultKind::parse_list("pause,gc").is_err());
+        assert_eq!(
+            FaultKind::parse_list("disk,all", &embedded).unwrap(),
+            vec![Pause, Kill, Delay, Drop, Partition, Disk]
+        );
+        assert!(FaultKind::parse_list("pause,gc", &embedded).is_err());
+        assert!(FaultKind::parse_list("etcd-kill", &embedded).is_err());
+        let etcd3 = [Kill, EtcdKill, EtcdPause, NodePartition];
+        assert_eq!(
+            FaultKind::parse_list("all", &etcd3).unwrap(),
+            vec![
+                Pause,
+                Kill,
+                Delay,
+                Drop,
+                Partition,
+                EtcdKill,
+                EtcdPause,
+                NodePartition
+            ]
+        );
+        assert!(FaultKind::parse_list("disk", &etcd3).is_err());
+    }
+
+    #[test]
+    fn names_round_trip_through_serde() {
+        for kind in FaultKind::EVERY {
+            let json = serde_json::to_value(kind).unwrap();
+            assert_eq!(json, kind.as_str());
+        }
     }
 }

@@ -16,10 +16,14 @@ use crate::VerifyError;
 const ATTEMPTS: u32 = 20;
 const RETRY_GAP: Duration = Duration::from_millis(250);
 
-/// Reads every key and the high-water mark of each of `namespaces`.
-pub async fn read(store: &Client, namespaces: &[&str]) -> Result<FinalState, VerifyError> {
-    let mut last_error = String::new();
-    for _ in 0..ATTEMPTS {
+/// Reads every key and the high-water mark of each of `namespaces`, from the first of
+/// `stores` (the nodes of the deployment) that answers every read.
+pub async fn read(stores: &[Client], namespaces: &[&str]) -> Result<FinalState, VerifyError> {
+    let mut last_error = String::from("no store to read");
+    for attempt in 0..ATTEMPTS {
+        let Some(store) = stores.get(attempt as usize % stores.len().max(1)) else {
+            break;
+        };
         match read_once(store, namespaces).await {
             Ok(state) => return Ok(state),
             Err(e) => last_error = e.to_string(),

@@ -7,19 +7,21 @@
 //! - `faults.jsonl`: one line per injected fault;
 //! - `summary.json`: counts and verdicts ([`Summary`]);
 //! - `report.html`: the self-contained report with the timeline;
-//! - `server.log`, `workers/`: raw material for debugging a run.
+//! - `server.log` (embedded), `etcd.log` and `node0.log`.. (etcd3), `workers/`: raw
+//!   material for debugging a run.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use palisade_checker::{check_all, FinalState, Op, OpKind, Outcome as OpOutcome};
 
-use crate::args::VerifyArgs;
+use crate::args::{Target, Topology, VerifyArgs};
 use crate::nemesis::FaultRecord;
 use crate::procs::Reaped;
 use crate::record::merge;
+use crate::run::Plan;
 use crate::summary::{RunFacts, Summary};
-use crate::{report, run, Outcome, VerifyError};
+use crate::{report, Outcome, VerifyError};
 
 /// What the run produced, before judging.
 pub struct Collected {
@@ -28,7 +30,8 @@ pub struct Collected {
     pub restarts: Vec<u64>,
     pub final_state: FinalState,
     pub reaped: Reaped,
-    pub deployment: &'static str,
+    /// One line per process of the deployment.
+    pub description: Vec<String>,
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), VerifyError> {
@@ -37,28 +40,57 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), VerifyError> {
 }
 
 /// The command line that repeats this run's schedule.
-fn command(args: &VerifyArgs, seed: u64) -> String {
-    let mut cmd = format!(
-        "palisade verify --time {} --workers {} --seed {seed} --workload {} --faults {} --ttl-ms {}",
+fn command(args: &VerifyArgs, plan: &Plan) -> String {
+    let mut cmd = String::from("palisade verify");
+    if plan.topology != Topology::Embedded {
+        cmd.push_str(&format!(" --topology {}", plan.topology.as_str()));
+    }
+    if args.target != Target::Palisade {
+        cmd.push_str(&format!(" --target {}", args.target.as_str()));
+    }
+    cmd.push_str(&format!(
+        " --time {} --workers {} --seed {} --workload {} --faults {} --ttl-ms {}",
         args.time,
         args.workers,
+        plan.seed,
         args.workload.as_str(),
         args.faults,
         args.ttl_ms
-    );
-    if args.target != crate::args::Target::Embedded {
-        cmd.push_str(&format!(" --target {}", run::target_name(args.target)));
-    }
+    ));
     cmd
+}
+
+/// How the workers reach the nodes, for the summary and the report.
+fn client_note(plan: &Plan, args: &VerifyArgs, nodes: usize) -> String {
+    let lock = if args.target.uses_etcd_lock() {
+        "etcd's lock recipe over etcd's JSON gateway"
+    } else {
+        "palisade-client"
+    };
+    if nodes <= 1 && plan.topology == Topology::Embedded {
+        return format!(
+            "workers: {} processes using {lock}, one proxy each to the server",
+            args.workers
+        );
+    }
+    format!(
+        "workers: {} processes using {lock}, spread over the {} nodes (worker i starts with \
+         node (i-1) mod {}); failover is the workers' own (the client has none yet): on a \
+         transport error or a 5xx the same call goes to the next node, fenced writes carry \
+         an Idempotency-Key kept across attempts, and an operation with an unanswered \
+         attempt is recorded as unknown",
+        args.workers, nodes, nodes
+    )
 }
 
 /// Merges, checks, reports. Violations are a verdict, not an error.
 pub async fn judge(
     args: &VerifyArgs,
-    seed: u64,
+    plan: &Plan,
     collected: Collected,
     out: &Path,
 ) -> Result<Outcome, VerifyError> {
+    let seed = plan.seed;
     let mut notes = Vec::new();
     if let Some((id, why)) = collected.reaped.failed.first() {
         return Err(VerifyError::Worker(format!(
@@ -111,10 +143,18 @@ pub async fn judge(
         .map_err(|e| VerifyError::Internal(format!("the checkers panicked: {e}")))?
     };
 
+    let nodes = match plan.topology {
+        Topology::Embedded => 1,
+        Topology::Etcd3 => 3,
+    };
+    let mut deployment = collected.description.clone();
+    deployment.push(client_note(plan, args, nodes));
     let facts = RunFacts {
-        command: command(args, seed),
+        command: command(args, plan),
         workload: args.workload.as_str().to_owned(),
-        target: collected.deployment.to_owned(),
+        topology: plan.topology.as_str().to_owned(),
+        target: args.target.as_str().to_owned(),
+        deployment,
         seed,
         time_secs: args.time,
         workers: args.workers,

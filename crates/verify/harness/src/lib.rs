@@ -1,7 +1,8 @@
 //! # Verify: Palisade under faults, with real processes
 //!
 //! `palisade verify` starts its own deployment on loopback (by default one `palisade
-//! serve` child process), a fault proxy per worker, and W worker *processes* built on
+//! serve` child process; with `--topology etcd3` three etcd members and three Palisade
+//! nodes), a fault proxy per worker and node, and W worker *processes* built on
 //! `palisade-client`. For `--time` seconds the workers run a workload while a nemesis,
 //! on a schedule drawn from a printed `--seed`, freezes workers with SIGSTOP for longer
 //! than their lease, SIGKILLs and restarts the server on the same data directory and
@@ -19,8 +20,10 @@
 //!
 //! ## Layers
 //! - [`args`]: flags; [`clock`]: the one clock every process shares.
-//! - [`deploy`]: the [`deploy::Deployment`] trait (the servers under test) and its two
-//!   implementations, including the unfenced negative control.
+//! - [`deploy`]: the [`deploy::Deployment`] trait (the servers under test) and its
+//!   implementations: embedded, etcd3, and the controls (unfenced toy store, etcd's own
+//!   lock unfenced and fenced by revision).
+//! - [`disk`]: the disk fault's damage step (the newest commit of the embedded store).
 //! - [`proxy`]: the userspace TCP proxy that delays, drops and partitions.
 //! - [`nemesis`]: the fault schedule. [`procs`]: worker processes and signals.
 //! - [`worker`]: the worker process and its workloads. [`record`]: history files.
@@ -38,9 +41,11 @@
 //! ## What it does not prove (S16)
 //! - Nothing about interleavings, faults or timings the run did not produce: it samples,
 //!   it does not enumerate. Longer runs and more seeds sample more.
-//! - One node on loopback: no real network, no disk loss, no clock faults, no replicated
-//!   store (S7), no restore from backup (S11). The proxy delays and cuts TCP; it does not
-//!   reorder bytes within a connection or corrupt them.
+//! - Loopback only: no real network, no clock faults, no restore from backup (S11). The
+//!   proxy delays and cuts TCP; it does not reorder bytes within a connection or corrupt
+//!   them. The disk fault damages one place (the newest commit) of the embedded store;
+//!   it is not a model of every way a disk fails. etcd3 runs three etcd members and
+//!   three Palisade nodes on one machine: etcd's own correctness is taken as given.
 //! - The workers are well-behaved `palisade-client` users. Forged or malformed tokens
 //!   (S12, S14) are covered by the end-to-end tests, not here.
 //! - The linearizability search is bounded in time; past its budget it answers
@@ -53,6 +58,7 @@
 pub mod args;
 pub mod clock;
 pub mod deploy;
+pub mod disk;
 mod final_read;
 mod judge;
 pub mod nemesis;
@@ -64,7 +70,7 @@ mod run;
 pub mod summary;
 pub mod worker;
 
-pub use args::{FaultKind, Target, VerifyArgs, WorkerArgs, Workload};
+pub use args::{FaultKind, LockProtocol, Target, Topology, VerifyArgs, WorkerArgs, Workload};
 pub use run::run;
 pub use summary::Summary;
 pub use worker::run as run_worker;

@@ -12,6 +12,11 @@
 //! the victim's lease expires and another worker gets a newer epoch while the victim
 //! still believes it holds the lock. Every fault is healed before the next one starts and
 //! before the nemesis returns.
+//!
+//! Worker faults (pause, delay, drop, partition) are applied here. Faults of the
+//! deployment's own processes and files (kill, disk, etcd-kill, etcd-pause,
+//! node-partition) are handed to the [`Deployment`] with a [`Hit`] drawn here, so the
+//! whole schedule, durations and victims included, comes from the seed.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,9 +30,10 @@ use serde::Serialize;
 
 use crate::args::FaultKind;
 use crate::clock::RunClock;
-use crate::deploy::Deployment;
+use crate::deploy::{Deployment, Hit};
 use crate::procs::WorkerProc;
 use crate::proxy::Link;
+use crate::worker::EtcdGateway;
 use crate::VerifyError;
 
 /// Bound on the holder lookup, so a dead server does not stall the schedule.
@@ -54,13 +60,45 @@ pub struct Nemesis<'a> {
     pub workers: &'a mut [WorkerProc],
     /// `links[i]` is the proxy link of `workers[i]`.
     pub links: &'a [Arc<Link>],
-    /// A client straight to the lock service, for finding holders.
-    pub probe: Client,
+    /// Straight to the lock service (not through the proxies), for finding holders.
+    pub(crate) probe: Probe,
     pub locks: &'static [&'static str],
     pub progress: &'a ProgressBar,
     pub faults: Vec<FaultRecord>,
     /// Times of server kills, for the history's restart markers.
     pub restarts: Vec<u64>,
+}
+
+/// How the nemesis finds the current holder of a lock.
+pub(crate) enum Probe {
+    /// Palisade's lock status, from the first node that answers.
+    Palisade(Vec<Client>),
+    /// The first key in line of etcd's lock recipe.
+    Etcd(EtcdGateway),
+}
+
+impl Probe {
+    /// (holder name, epoch) of `lock`'s current holder, if one is found.
+    async fn holder(&self, lock: &str) -> Option<(String, u64)> {
+        match self {
+            Probe::Palisade(nodes) => {
+                for node in nodes {
+                    let status = tokio::time::timeout(PROBE_TIMEOUT, node.lock_status(lock)).await;
+                    if let Ok(Ok(status)) = status {
+                        return status.holder.map(|h| (h, status.epoch));
+                    }
+                }
+                None
+            }
+            Probe::Etcd(etcd) => {
+                let owner = tokio::time::timeout(PROBE_TIMEOUT, etcd.owner(lock)).await;
+                match owner {
+                    Ok(Ok(Some((revision, holder)))) => Some((holder, revision)),
+                    _ => None,
+                }
+            }
+        }
+    }
 }
 
 impl Nemesis<'_> {
@@ -78,6 +116,16 @@ impl Nemesis<'_> {
             let Some(kind) = round.pop() else {
                 continue; // no faults enabled: just wait out the run
             };
+            // After a restart the server holds back grants for a TTL (leases from before
+            // the crash are honoured), so its newest commit is its own start-up commit
+            // for a while. Give the workload time to commit before damaging "the newest
+            // commit", or the disk fault would mostly test the start-up commit.
+            if kind == FaultKind::Disk {
+                let settle = self.ttl_times(2.0, 3.0);
+                if !self.sleep_within(settle, end_us).await {
+                    return Ok(());
+                }
+            }
             self.inject(kind, end_us).await?;
         }
     }
@@ -102,17 +150,22 @@ impl Nemesis<'_> {
         let start = self.clock.now_us();
         let limit = Duration::from_micros(end_us.saturating_sub(start));
         let (worker, detail) = match kind {
-            FaultKind::Kill => {
-                let down = self.ttl_times(0.2, 1.0).min(limit);
-                self.progress.set_message("kill: server down");
-                self.deployment.kill().await?;
-                self.restarts.push(self.clock.now_us());
-                tokio::time::sleep(down).await;
-                self.deployment.restart().await?;
-                (
-                    None,
-                    format!("SIGKILL, restarted after {} ms", down.as_millis()),
-                )
+            _ if !kind.is_worker_fault() => {
+                let (lo, hi) = match kind {
+                    FaultKind::Kill | FaultKind::Disk => (0.2, 1.0),
+                    FaultKind::EtcdKill => (0.5, 1.5),
+                    _ => (1.5, 3.0),
+                };
+                let hit = Hit {
+                    span: self.ttl_times(lo, hi).min(limit),
+                    pick: self.rng.gen(),
+                };
+                self.progress.set_message(format!("{kind}: in progress"));
+                let done = self.deployment.fault(kind, hit).await?;
+                if done.crashed {
+                    self.restarts.push(start);
+                }
+                (None, done.detail)
             }
             _ => {
                 let (i, why) = self.pick_victim().await;
@@ -132,7 +185,9 @@ impl Nemesis<'_> {
             "{} faults, last: {} {}",
             self.faults.len() + 1,
             record.kind,
-            record.worker.map_or("server".into(), |w| format!("w{w}"))
+            record
+                .worker
+                .map_or("deployment".into(), |w| format!("w{w}"))
         ));
         self.faults.push(record);
         Ok(())
@@ -175,7 +230,7 @@ impl Nemesis<'_> {
                 link.heal();
                 format!("traffic refused for {} ms", span.as_millis())
             }
-            FaultKind::Kill => "not a worker fault".into(),
+            other => format!("{other} is not a worker fault"),
         }
     }
 
@@ -183,12 +238,10 @@ impl Nemesis<'_> {
     async fn pick_victim(&mut self) -> (usize, String) {
         if self.rng.gen_bool(0.9) {
             let lock = self.locks[self.rng.gen_range(0..self.locks.len())];
-            let status = tokio::time::timeout(PROBE_TIMEOUT, self.probe.lock_status(lock)).await;
-            if let Ok(Ok(status)) = status {
-                let holder = status.holder.as_deref().and_then(|h| h.strip_prefix('w'));
-                let id = holder.and_then(|h| h.parse::<u64>().ok());
+            if let Some((holder, epoch)) = self.probe.holder(lock).await {
+                let id = holder.strip_prefix('w').and_then(|h| h.parse::<u64>().ok());
                 if let Some(i) = id.and_then(|id| self.workers.iter().position(|w| w.id == id)) {
-                    return (i, format!(" (holder of {lock}, epoch {})", status.epoch));
+                    return (i, format!(" (holder of {lock}, epoch {epoch})"));
                 }
             }
         }

@@ -31,10 +31,21 @@ pub fn signal(child: &Child, sig: libc::c_int) -> Result<(), VerifyError> {
     Ok(())
 }
 
+/// A free loopback port, found by binding port 0. Another process could take it before
+/// it is used; for servers that must know their port before they start (etcd), that small
+/// window is accepted.
+pub fn free_port() -> Result<u16, VerifyError> {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| VerifyError::io("cannot find a free loopback port", e))
+}
+
 /// What a worker needs to know, besides its id.
 pub struct WorkerSpec<'a> {
     pub exe: &'a Path,
     pub workload: &'a str,
+    pub lock_protocol: &'a str,
     pub ttl_ms: u64,
     pub seed: u64,
     pub clock_origin_ns: u64,
@@ -51,12 +62,12 @@ pub struct WorkerProc {
 }
 
 impl WorkerProc {
-    /// Starts `exe verify-worker` for worker `id`, talking to the two proxy URLs.
+    /// Starts `exe verify-worker` for worker `id`, talking to its proxy URLs.
     pub fn spawn(
         spec: &WorkerSpec<'_>,
         id: u64,
-        lock_url: &str,
-        store_url: &str,
+        lock_urls: &[String],
+        store_urls: &[String],
     ) -> Result<WorkerProc, VerifyError> {
         let history = spec.history_dir.join(format!("w{id}.jsonl"));
         let log_path = spec.history_dir.join(format!("w{id}.log"));
@@ -65,7 +76,9 @@ impl WorkerProc {
         let child = Command::new(spec.exe)
             .arg("verify-worker")
             .args(["--id", &id.to_string()])
-            .args(["--lock-url", lock_url, "--store-url", store_url])
+            .args(["--lock-urls", &lock_urls.join(",")])
+            .args(["--store-urls", &store_urls.join(",")])
+            .args(["--lock-protocol", spec.lock_protocol])
             .args(["--workload", spec.workload])
             .args(["--ttl-ms", &spec.ttl_ms.to_string()])
             .args(["--seed", &spec.seed.wrapping_add(id).to_string()])

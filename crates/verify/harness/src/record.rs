@@ -19,6 +19,7 @@ use palisade_checker::{History, Op, OpKind};
 use serde::{Deserialize, Serialize};
 
 use crate::clock::RunClock;
+use crate::worker::CallError;
 use crate::VerifyError;
 
 /// One line of a worker's file: an [`Op`] plus the worker's own sequence number.
@@ -102,14 +103,16 @@ impl Recorder {
         self.write(flight.seq, &op)
     }
 
-    /// Completes `flight` from a client error: a definite refusal is `fail`, anything
-    /// that may have reached the server unanswered (transport, undecodable) is `info`.
-    pub fn error(
-        &mut self,
-        flight: InFlight,
-        err: &palisade_client::Error,
-    ) -> Result<(), VerifyError> {
-        if is_uncertain(err) {
+    /// Completes `flight` from a failed call: a definite refusal is `fail`; anything that
+    /// may have taken effect unanswered is `info`: no answer (transport), an answer that
+    /// cannot be read, a 5xx (a 503 `storage_failed` while etcd has no quorum says
+    /// nothing about whether an earlier commit landed), or any refusal that followed an
+    /// unanswered attempt on another node.
+    pub(crate) fn error(&mut self, flight: InFlight, err: &CallError) -> Result<(), VerifyError> {
+        if err.earlier_unanswered {
+            let note = format!("{} (after an unanswered attempt)", err.code());
+            self.info(flight, &note)
+        } else if is_uncertain(&err.error) {
             self.info(flight, err.code())
         } else {
             self.fail(flight, err.code())
@@ -131,7 +134,7 @@ impl Recorder {
 
 /// True when a failed call may still have taken effect.
 pub fn is_uncertain(err: &palisade_client::Error) -> bool {
-    matches!(err.code(), "transport" | "decode")
+    crate::worker::unanswered(err)
 }
 
 /// What merging found besides the operations.

@@ -11,13 +11,15 @@ use palisade_client::Client;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use crate::args::{FaultKind, Target, VerifyArgs, Workload};
+use crate::args::{FaultKind, LockProtocol, Target, Topology, VerifyArgs, Workload};
 use crate::clock::RunClock;
-use crate::deploy::{Deployment, EmbeddedServer, UnfencedControl};
+use crate::deploy::toy::Check;
+use crate::deploy::{Deployment, EmbeddedServer, Etcd3, EtcdLockControl, UnfencedControl};
 use crate::judge::{judge, Collected};
-use crate::nemesis::Nemesis;
+use crate::nemesis::{Nemesis, Probe};
 use crate::procs::{reap, WorkerProc, WorkerSpec};
 use crate::proxy::{Link, Proxy};
+use crate::worker::EtcdGateway;
 use crate::{final_read, Outcome, VerifyError};
 
 /// How long workers get to finish their last iteration once the run is over: a queued
@@ -26,9 +28,27 @@ const REAP_WINDOW: Duration = Duration::from_secs(30);
 /// Lets the server finish requests it had already read when the proxies closed.
 const SETTLE: Duration = Duration::from_millis(300);
 
-/// Runs `palisade verify` as described by `args`.
-pub async fn run(args: VerifyArgs) -> Result<Outcome, VerifyError> {
-    let kinds = FaultKind::parse_list(&args.faults)?;
+/// The run's settings once the flags are checked.
+pub(crate) struct Plan {
+    pub topology: Topology,
+    pub kinds: Vec<FaultKind>,
+    pub seed: u64,
+}
+
+/// The deployment-level faults of each (topology, target); [`Deployment::faults`] of the
+/// deployment started for it says the same (checked at start).
+fn supported_faults(topology: Topology, target: Target) -> &'static [FaultKind] {
+    use FaultKind::*;
+    match (topology, target) {
+        (Topology::Embedded, Target::Palisade) => &[Kill, Disk],
+        (Topology::Embedded, _) => &[Kill],
+        (Topology::Etcd3, Target::Palisade) => &[Kill, EtcdKill, EtcdPause, NodePartition],
+        (Topology::Etcd3, _) => &[EtcdKill, EtcdPause],
+    }
+}
+
+/// Checks the flags; the topology, the fault kinds and the seed to run with.
+pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
     if args.workers == 0 || args.workers > 64 {
         return Err(VerifyError::Config("--workers must be 1..=64".into()));
     }
@@ -38,42 +58,85 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, VerifyError> {
     if args.time == 0 {
         return Err(VerifyError::Config("--time must be at least 1".into()));
     }
-    if args.target == Target::UnfencedControl && args.workload != Workload::LockSet {
+    if args.target != Target::Palisade && args.workload != Workload::LockSet {
+        return Err(VerifyError::Config(format!(
+            "the {} control runs the lock-set workload only",
+            args.target.as_str()
+        )));
+    }
+    let topology = args.topology.unwrap_or(args.target.default_topology());
+    if topology != args.target.default_topology() && args.target != Target::Palisade {
+        return Err(VerifyError::Config(format!(
+            "--target {} runs on --topology {} only",
+            args.target.as_str(),
+            args.target.default_topology().as_str()
+        )));
+    }
+    if topology == Topology::Etcd3 && args.ttl_ms < 1000 {
         return Err(VerifyError::Config(
-            "the unfenced control runs the lock-set workload only".into(),
+            "etcd leases count whole seconds: use --ttl-ms 1000 or more with etcd3".into(),
         ));
     }
-    let seed = args.seed.unwrap_or_else(rand::random);
+    let kinds = FaultKind::parse_list(&args.faults, supported_faults(topology, args.target))?;
+    Ok(Plan {
+        topology,
+        kinds,
+        seed: args.seed.unwrap_or_else(rand::random),
+    })
+}
+
+/// Runs `palisade verify` as described by `args`.
+pub async fn run(args: VerifyArgs) -> Result<Outcome, VerifyError> {
+    let plan = plan(&args)?;
     println!(
-        "palisade verify: {} on {}, {} workers, {} s, faults [{}], seed {seed}",
+        "palisade verify: {} on {} ({}), {} workers, {} s, faults [{}], seed {}",
         args.workload.as_str(),
-        target_name(args.target),
+        plan.topology.as_str(),
+        args.target.as_str(),
         args.workers,
         args.time,
-        kinds
+        plan.kinds
             .iter()
             .map(|k| k.as_str())
             .collect::<Vec<_>>()
-            .join(",")
+            .join(","),
+        plan.seed
     );
     tokio::select! {
-        outcome = run_seeded(&args, kinds, seed) => outcome,
+        outcome = run_seeded(&args, plan) => outcome,
         _ = tokio::signal::ctrl_c() => Err(VerifyError::Interrupted),
     }
 }
 
-pub(crate) fn target_name(target: Target) -> &'static str {
-    match target {
-        Target::Embedded => "embedded",
-        Target::UnfencedControl => "unfenced-control",
+async fn start(
+    args: &VerifyArgs,
+    topology: Topology,
+    exe: &Path,
+    data: &Path,
+    out: &Path,
+) -> Result<Box<dyn Deployment>, VerifyError> {
+    let log = out.join("server.log");
+    let deployment: Box<dyn Deployment> = match (topology, args.target) {
+        (Topology::Embedded, Target::Palisade) => {
+            Box::new(EmbeddedServer::start(exe, data, &log).await?)
+        }
+        (Topology::Embedded, _) => Box::new(UnfencedControl::start(exe, data, &log).await?),
+        (Topology::Etcd3, Target::Palisade) => Box::new(Etcd3::start(exe, data, out).await?),
+        (Topology::Etcd3, Target::EtcdLockFenced) => {
+            Box::new(EtcdLockControl::start(data, out, Check::Epoch).await?)
+        }
+        (Topology::Etcd3, _) => Box::new(EtcdLockControl::start(data, out, Check::Nothing).await?),
+    };
+    if deployment.faults() != supported_faults(topology, args.target) {
+        return Err(VerifyError::Internal(format!(
+            "{} supports other faults than planned",
+            deployment.name()
+        )));
     }
+    Ok(deployment)
 }
 
-async fn run_seeded(
-    args: &VerifyArgs,
-    kinds: Vec<FaultKind>,
-    seed: u64,
-) -> Result<Outcome, VerifyError> {
+async fn run_seeded(args: &VerifyArgs, plan: Plan) -> Result<Outcome, VerifyError> {
     let out = &args.out;
     let history_dir = out.join("workers");
     if history_dir.exists() {
@@ -82,69 +145,89 @@ async fn run_seeded(
     }
     std::fs::create_dir_all(&history_dir)
         .map_err(|e| VerifyError::io(format!("cannot create {}", history_dir.display()), e))?;
+    for old in [
+        "server.log",
+        "etcd.log",
+        "node0.log",
+        "node1.log",
+        "node2.log",
+    ] {
+        let _ = std::fs::remove_file(out.join(old));
+    }
     let exe = std::env::current_exe()
         .map_err(|e| VerifyError::io("cannot find the palisade executable", e))?;
     let data = tempfile::Builder::new()
         .prefix("palisade-verify-")
         .tempdir()
         .map_err(|e| VerifyError::io("cannot create a temporary data directory", e))?;
-    let log = out.join("server.log");
-    let _ = std::fs::remove_file(&log);
-    let mut deployment: Box<dyn Deployment> = match args.target {
-        Target::Embedded => Box::new(EmbeddedServer::start(&exe, data.path(), &log).await?),
-        Target::UnfencedControl => Box::new(UnfencedControl::start(&exe, data.path(), &log).await?),
-    };
-    let result = drive(args, kinds, seed, deployment.as_mut(), &exe, &history_dir).await;
+    let mut deployment = start(args, plan.topology, &exe, data.path(), out).await?;
+    let result = drive(args, &plan, deployment.as_mut(), &exe, &history_dir).await;
     deployment.stop().await;
     let collected = result?;
-    judge(args, seed, collected, out).await
+    judge(args, &plan, collected, out).await
 }
 
 /// Everything between "deployment up" and "deployment about to stop".
 async fn drive(
     args: &VerifyArgs,
-    kinds: Vec<FaultKind>,
-    seed: u64,
+    plan: &Plan,
     deployment: &mut dyn Deployment,
     exe: &Path,
     history_dir: &Path,
 ) -> Result<Collected, VerifyError> {
-    let lock_addr = deployment.lock_addr();
-    let store_addr = deployment.store_addr();
+    let lock_addrs = deployment.lock_addrs();
+    let store_addrs = deployment.store_addrs();
     let mut links: Vec<Arc<Link>> = Vec::new();
     let mut proxies: Vec<Proxy> = Vec::new();
     let mut urls = Vec::new();
     for _ in 0..args.workers {
+        // One link per worker: its faults hit every one of its proxies at once.
         let link = Proxy::new_link();
-        let lock_proxy = Proxy::start(lock_addr, link.clone()).await?;
-        let lock_url = format!("http://{}", lock_proxy.addr());
-        let store_url = if store_addr == lock_addr {
-            lock_url.clone()
-        } else {
-            let store_proxy = Proxy::start(store_addr, link.clone()).await?;
-            let url = format!("http://{}", store_proxy.addr());
-            proxies.push(store_proxy);
-            url
-        };
-        proxies.push(lock_proxy);
+        let mut lock_urls = Vec::new();
+        let mut store_urls = Vec::new();
+        for addr in &lock_addrs {
+            let proxy = Proxy::start(*addr, link.clone()).await?;
+            lock_urls.push(format!("http://{}", proxy.addr()));
+            if store_addrs == lock_addrs {
+                store_urls.push(format!("http://{}", proxy.addr()));
+            }
+            proxies.push(proxy);
+        }
+        if store_addrs != lock_addrs {
+            for addr in &store_addrs {
+                let proxy = Proxy::start(*addr, link.clone()).await?;
+                store_urls.push(format!("http://{}", proxy.addr()));
+                proxies.push(proxy);
+            }
+        }
         links.push(link);
-        urls.push((lock_url, store_url));
+        urls.push((lock_urls, store_urls));
     }
 
     let clock = RunClock::start();
     let end_us = args.time.saturating_mul(1_000_000);
+    let lock_protocol = deployment.lock_protocol();
     let spec = WorkerSpec {
         exe,
         workload: args.workload.as_str(),
+        lock_protocol: match lock_protocol {
+            LockProtocol::Palisade => "palisade",
+            LockProtocol::Etcd => "etcd",
+        },
         ttl_ms: args.ttl_ms,
-        seed,
+        seed: plan.seed,
         clock_origin_ns: clock.origin_ns(),
         stop_at_us: end_us,
         history_dir,
     };
     let mut workers = Vec::new();
-    for (i, (lock_url, store_url)) in urls.iter().enumerate() {
-        workers.push(WorkerProc::spawn(&spec, i as u64 + 1, lock_url, store_url)?);
+    for (i, (lock_urls, store_urls)) in urls.iter().enumerate() {
+        workers.push(WorkerProc::spawn(
+            &spec,
+            i as u64 + 1,
+            lock_urls,
+            store_urls,
+        )?);
     }
 
     let progress = progress_bar(args.time);
@@ -157,11 +240,23 @@ async fn drive(
             }
         })
     };
-    let probe = Client::new(&format!("http://{lock_addr}"))
-        .map_err(|e| VerifyError::Internal(format!("probe client: {e}")))?;
+    let direct: Vec<String> = lock_addrs.iter().map(|a| format!("http://{a}")).collect();
+    let probe = match lock_protocol {
+        LockProtocol::Palisade => Probe::Palisade(
+            direct
+                .iter()
+                .map(|url| Client::new(url))
+                .collect::<Result<_, _>>()
+                .map_err(|e| VerifyError::Internal(format!("probe client: {e}")))?,
+        ),
+        LockProtocol::Etcd => Probe::Etcd(
+            EtcdGateway::new(direct, 0)
+                .map_err(|e| VerifyError::Internal(format!("probe client: {e}")))?,
+        ),
+    };
     let mut nemesis = Nemesis {
-        rng: StdRng::seed_from_u64(seed),
-        kinds,
+        rng: StdRng::seed_from_u64(plan.seed),
+        kinds: plan.kinds.clone(),
         ttl: Duration::from_millis(args.ttl_ms),
         clock,
         deployment,
@@ -182,28 +277,31 @@ async fn drive(
     for link in &links {
         link.heal();
     }
-    let restarted = deployment.restart().await;
+    let healed = deployment.heal().await;
     progress.set_message("workers finishing");
     let reaped = reap(&mut workers, REAP_WINDOW).await;
     ticker.abort();
     progress.finish_and_clear();
     nemesis_result?;
-    restarted?;
+    healed?;
     for mut proxy in proxies {
         proxy.shutdown();
     }
     tokio::time::sleep(SETTLE).await;
 
-    let store = Client::new(&format!("http://{store_addr}"))
+    let stores = store_addrs
+        .iter()
+        .map(|a| Client::new(&format!("http://{a}")))
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| VerifyError::Internal(format!("store client: {e}")))?;
-    let final_state = final_read::read(&store, args.workload.locks()).await?;
+    let final_state = final_read::read(&stores, args.workload.locks()).await?;
     Ok(Collected {
         history_files: workers.iter().map(|w| w.history.clone()).collect(),
         faults,
         restarts,
         final_state,
         reaped,
-        deployment: deployment.name(),
+        description: deployment.describe(),
     })
 }
 

@@ -44,7 +44,12 @@ pub struct Verdict {
 pub struct Summary {
     pub command: String,
     pub workload: String,
+    /// `embedded` or `etcd3`.
+    pub topology: String,
+    /// The deployment's name (`embedded`, `etcd3`, `unfenced-control`, `etcd-lock`, ...).
     pub target: String,
+    /// One line per process of the deployment, and how the workers reach it.
+    pub deployment: Vec<String>,
     pub seed: u64,
     pub time_secs: u64,
     pub workers: u32,
@@ -53,6 +58,8 @@ pub struct Summary {
     pub ops_by_kind: BTreeMap<String, Outcomes>,
     /// Refusal codes of `fail` operations (e.g. `stale_token`, `lock_held`).
     pub fail_codes: BTreeMap<String, usize>,
+    /// Why `info` operations have no known outcome (`transport`, `storage_failed`, ...).
+    pub unknown_codes: BTreeMap<String, usize>,
     pub faults: BTreeMap<String, usize>,
     pub checkers: BTreeMap<String, Verdict>,
     /// Violations over all checkers.
@@ -67,7 +74,9 @@ pub struct Summary {
 pub struct RunFacts {
     pub command: String,
     pub workload: String,
+    pub topology: String,
     pub target: String,
+    pub deployment: Vec<String>,
     pub seed: u64,
     pub time_secs: u64,
     pub workers: u32,
@@ -85,15 +94,18 @@ impl Summary {
         let mut ops = Outcomes::default();
         let mut ops_by_kind: BTreeMap<String, Outcomes> = BTreeMap::new();
         let mut fail_codes: BTreeMap<String, usize> = BTreeMap::new();
+        let mut unknown_codes: BTreeMap<String, usize> = BTreeMap::new();
         for op in history.ops().iter().filter(|op| op.kind != OpKind::Restart) {
             ops.add(op.outcome);
             ops_by_kind
                 .entry(op.kind.as_str().to_owned())
                 .or_default()
                 .add(op.outcome);
-            if op.outcome == Outcome::Fail {
-                let code = op.error.clone().unwrap_or_else(|| "?".into());
-                *fail_codes.entry(code).or_default() += 1;
+            let code = || op.error.clone().unwrap_or_else(|| "?".into());
+            match op.outcome {
+                Outcome::Fail => *fail_codes.entry(code()).or_default() += 1,
+                Outcome::Info => *unknown_codes.entry(code()).or_default() += 1,
+                Outcome::Ok => {}
             }
         }
         let mut fault_counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -119,7 +131,9 @@ impl Summary {
         Summary {
             command: facts.command,
             workload: facts.workload,
+            topology: facts.topology,
             target: facts.target,
+            deployment: facts.deployment,
             seed: facts.seed,
             time_secs: facts.time_secs,
             workers: facts.workers,
@@ -127,6 +141,7 @@ impl Summary {
             ops,
             ops_by_kind,
             fail_codes,
+            unknown_codes,
             faults: fault_counts,
             checkers,
             violations: all.count(),
@@ -141,8 +156,9 @@ impl Summary {
         let o = &self.ops;
         let _ = writeln!(
             out,
-            "\n{} on {}: {} operations ({} ok, {} fail, {} info)",
+            "\n{} on {} ({}): {} operations ({} ok, {} fail, {} info)",
             self.workload,
+            self.topology,
             self.target,
             o.total(),
             o.ok,
@@ -157,22 +173,15 @@ impl Summary {
             );
         }
         if !self.fail_codes.is_empty() {
-            let codes: Vec<String> = self
-                .fail_codes
-                .iter()
-                .map(|(c, n)| format!("{c} {n}"))
-                .collect();
-            let _ = writeln!(out, "  refusals: {}", codes.join(", "));
+            let _ = writeln!(out, "  refusals: {}", counts(&self.fail_codes));
         }
-        let faults: Vec<String> = self
-            .faults
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let faults = if faults.is_empty() {
+        if !self.unknown_codes.is_empty() {
+            let _ = writeln!(out, "  unknown outcomes: {}", counts(&self.unknown_codes));
+        }
+        let faults = if self.faults.is_empty() {
             "none".to_owned()
         } else {
-            faults.join(", ")
+            counts(&self.faults)
         };
         let _ = writeln!(out, "faults injected: {faults}");
         let _ = writeln!(out, "checkers:");
@@ -191,6 +200,12 @@ impl Summary {
         let _ = writeln!(out, "seed {}: rerun with `{}`", self.seed, self.command);
         out
     }
+}
+
+/// `name n, name n, ...`
+fn counts(map: &BTreeMap<String, usize>) -> String {
+    let parts: Vec<String> = map.iter().map(|(name, n)| format!("{name} {n}")).collect();
+    parts.join(", ")
 }
 
 /// At most `max` lines of a checker's summary, for the terminal (the report has all).

@@ -1,4 +1,4 @@
-//! [`UnfencedControl`]: the negative control deployment.
+//! [`UnfencedControl`]: the negative control deployment of the embedded topology.
 //!
 //! Leases and epochs come from a real Palisade server, so the workers behave exactly as
 //! they do against Palisade; only the store differs: the [`ToyStore`] serves the same
@@ -15,8 +15,9 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use super::toy::ToyStore;
-use super::{Deployment, EmbeddedServer};
+use super::toy::{Check, ToyStore};
+use super::{Deployment, EmbeddedServer, FaultDone, Hit};
+use crate::args::FaultKind;
 use crate::VerifyError;
 
 /// A real lock service in front of a store that ignores tokens.
@@ -28,7 +29,7 @@ pub struct UnfencedControl {
 impl UnfencedControl {
     pub async fn start(exe: &Path, data_dir: &Path, log: &Path) -> Result<Self, VerifyError> {
         let locks = EmbeddedServer::start(exe, data_dir, log).await?;
-        let store = ToyStore::start().await?;
+        let store = ToyStore::start(Check::Nothing).await?;
         Ok(UnfencedControl { locks, store })
     }
 }
@@ -39,28 +40,38 @@ impl Deployment for UnfencedControl {
         "unfenced-control"
     }
 
-    fn lock_addr(&self) -> SocketAddr {
-        self.locks.lock_addr()
+    fn describe(&self) -> Vec<String> {
+        vec![
+            format!("locks: one palisade serve process at {}", self.locks.addr()),
+            format!(
+                "store: the toy store at {}, which checks no token (negative control)",
+                self.store.addr()
+            ),
+        ]
     }
 
-    fn store_addr(&self) -> SocketAddr {
-        self.store.addr()
+    fn lock_addrs(&self) -> Vec<SocketAddr> {
+        vec![self.locks.addr()]
     }
 
-    fn is_up(&self) -> bool {
-        self.locks.is_up()
+    fn store_addrs(&self) -> Vec<SocketAddr> {
+        vec![self.store.addr()]
     }
 
-    async fn kill(&mut self) -> Result<(), VerifyError> {
-        self.locks.kill().await
+    fn faults(&self) -> &'static [FaultKind] {
+        &[FaultKind::Kill]
     }
 
-    async fn restart(&mut self) -> Result<(), VerifyError> {
+    async fn fault(&mut self, kind: FaultKind, hit: Hit) -> Result<FaultDone, VerifyError> {
+        self.locks.fault(kind, hit).await
+    }
+
+    async fn heal(&mut self) -> Result<(), VerifyError> {
         self.locks.restart().await
     }
 
     async fn stop(&mut self) {
-        self.locks.stop().await;
+        self.locks.shut_down().await;
         self.store.stop();
     }
 }

@@ -1,29 +1,58 @@
 //! Deployments: what the workers run against.
 //!
 //! A [`Deployment`] owns the servers of one run: it says where the lock service and the
-//! store listen (the workers' proxies relay to these addresses), and it can crash and
-//! restart them for the `kill` fault. The harness talks to it only through this trait, so
-//! another topology (for example an etcd-backed issuer, or several Palisade nodes) plugs
-//! in by implementing it; nothing else in the harness changes.
+//! store listen (one address per node; the workers' proxies relay to these), which faults
+//! of its own it supports (crashing a server, damaging its disk, etcd faults), injects
+//! them when the nemesis asks, and heals everything at the end. The harness talks to it
+//! only through this trait.
 //!
-//! Two deployments exist:
 //! - [`EmbeddedServer`]: one `palisade serve` child process of this same binary, on a
-//!   loopback port, over a data directory that survives its restarts.
-//! - [`UnfencedControl`]: the negative control. Locks come from a real embedded server,
-//!   but the store is a toy that ignores tokens ([`toy`]); it lives only in this crate.
+//!   loopback port, over a data directory that survives its restarts (`kill`, `disk`).
+//! - [`UnfencedControl`]: the embedded negative control. Locks come from a real embedded
+//!   server, but the store is a toy that ignores tokens ([`toy`]).
+//! - [`Etcd3`]: three etcd members ([`EtcdCluster`]) and three stateless Palisade nodes,
+//!   each reaching etcd through its own proxies (`kill`, `etcd-kill`, `etcd-pause`,
+//!   `node-partition`).
+//! - [`EtcdLockControl`]: the same etcd cluster, etcd's own lock, and the toy store
+//!   either unchecked or checking the lock's revision (`etcd-kill`, `etcd-pause`).
 
 mod control;
 mod embedded;
+pub mod etcd;
+mod etcd3;
+mod etcd_lock;
 pub mod toy;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use async_trait::async_trait;
 
 pub use control::UnfencedControl;
 pub use embedded::EmbeddedServer;
+pub use etcd::EtcdCluster;
+pub use etcd3::Etcd3;
+pub use etcd_lock::EtcdLockControl;
 
+use crate::args::{FaultKind, LockProtocol};
 use crate::VerifyError;
+
+/// The random choices of one deployment fault, drawn by the nemesis from the run's seed.
+#[derive(Debug, Clone, Copy)]
+pub struct Hit {
+    /// How long the fault lasts (down time, pause or partition length).
+    pub span: Duration,
+    /// Picks the node or member (and, for `disk`, the bytes).
+    pub pick: u64,
+}
+
+/// What a deployment fault did.
+#[derive(Debug, Clone)]
+pub struct FaultDone {
+    pub detail: String,
+    /// A process holding durable state was SIGKILLed (the history gets a restart marker).
+    pub crashed: bool,
+}
 
 /// The servers under test.
 #[async_trait]
@@ -31,21 +60,37 @@ pub trait Deployment: Send {
     /// A short name for summaries and reports.
     fn name(&self) -> &'static str;
 
-    /// Where the lock service (issuer API) listens.
-    fn lock_addr(&self) -> SocketAddr;
+    /// One line per process of the deployment, for the report.
+    fn describe(&self) -> Vec<String>;
 
-    /// Where the store listens (may be the same server as the lock service).
-    fn store_addr(&self) -> SocketAddr;
+    /// How the workers take locks from [`Deployment::lock_addrs`].
+    fn lock_protocol(&self) -> LockProtocol {
+        LockProtocol::Palisade
+    }
 
-    /// True while the servers are up (false between `kill` and `restart`).
-    fn is_up(&self) -> bool;
+    /// Where the lock service listens: one address per node (Palisade nodes, or etcd
+    /// members for the etcd-lock controls).
+    fn lock_addrs(&self) -> Vec<SocketAddr>;
 
-    /// Crashes the servers that hold durable state (SIGKILL: nothing is flushed).
-    async fn kill(&mut self) -> Result<(), VerifyError>;
+    /// Where the store listens: one address per node (may be the lock addresses).
+    fn store_addrs(&self) -> Vec<SocketAddr>;
 
-    /// Starts them again on the same data and the same addresses.
-    async fn restart(&mut self) -> Result<(), VerifyError>;
+    /// The deployment-level faults it can inject (the worker faults always apply).
+    fn faults(&self) -> &'static [FaultKind];
+
+    /// Injects one of [`Deployment::faults`] and heals it before returning.
+    async fn fault(&mut self, kind: FaultKind, hit: Hit) -> Result<FaultDone, VerifyError>;
+
+    /// Brings everything back up at the end of the run, whatever the nemesis left.
+    async fn heal(&mut self) -> Result<(), VerifyError>;
 
     /// Stops everything at the end of the run.
     async fn stop(&mut self);
+}
+
+/// The last lines of a log file, for start-up errors.
+pub(crate) fn log_tail(path: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(5).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join("\n")
 }

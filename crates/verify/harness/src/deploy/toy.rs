@@ -1,11 +1,19 @@
-//! The toy store of the negative control: Palisade's store routes, without the gate.
+//! The toy store of the controls: Palisade's store routes, in memory, in two modes.
 //!
-//! **Deliberately unsafe; never use it for anything but the control.** It answers `PUT`,
-//! `DELETE` and `POST /v1/fences/{lock}` with 200 whatever token they carry (or none),
-//! exactly the "number in a header that nobody checks" that S2 warns about. It reads the
-//! epoch out of the token's payload only to echo it back the way the real store does,
-//! without verifying the signature or comparing it with anything. State lives in memory,
-//! behind one mutex that is never held across an `.await`.
+//! - [`Check::Nothing`]: **deliberately unsafe; never use it for anything but a negative
+//!   control.** It answers `PUT`, `DELETE` and `POST /v1/fences/{lock}` with 200 whatever
+//!   token they carry (or none), exactly the "number in a header that nobody checks" that
+//!   S2 warns about. It reads the epoch out of the token's payload only to echo it back
+//!   the way the real store does, without verifying the signature or comparing it.
+//! - [`Check::Epoch`]: the same store with the gate rule ([`palisade_core::gate::admit`],
+//!   epoch policy) applied to that claimed epoch, under the same mutex as the mutation
+//!   (S5, S6): a smaller epoch than the namespace's mark is refused with `stale_token`.
+//!   The etcd-lock-fenced control uses it with etcd's lock revision as the epoch. The
+//!   epoch is *not* authenticated (no signature): this mode shows what checking at the
+//!   resource buys, not what signed tokens buy (S14).
+//!
+//! State lives in memory, behind one mutex that is never held across an `.await`; it has
+//! nothing durable, so the controls never kill it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -22,13 +30,56 @@ use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use palisade_api::{headers, ErrorCode};
+use palisade_core::gate::{self, HighWater, Policy};
+
 use crate::VerifyError;
 
-#[derive(Default)]
+/// What the toy store checks before a mutation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Nothing: every mutation is applied.
+    Nothing,
+    /// The gate rule on the token's claimed epoch.
+    Epoch,
+}
+
 struct Toy {
+    check: Check,
     revision: u64,
     /// (namespace, key) -> (value, revision, epoch that wrote it)
     values: BTreeMap<(String, String), (Bytes, u64, u64)>,
+    /// Per namespace: the largest epoch admitted ([`Check::Epoch`] only).
+    marks: HashMap<String, HighWater>,
+}
+
+impl Toy {
+    /// Runs the gate for a mutation of `ns` with `epoch`; on refusal, the answer to send.
+    fn gate(&mut self, ns: &str, epoch: u64) -> Result<(), Box<Response>> {
+        if self.check == Check::Nothing {
+            return Ok(());
+        }
+        let mark = self.marks.get(ns).copied().unwrap_or_default();
+        match gate::admit(mark, Policy::Epoch, epoch, None) {
+            Ok(next) => {
+                self.marks.insert(ns.to_owned(), next);
+                Ok(())
+            }
+            Err(_) => {
+                let body = json!({"error": {
+                    "code": ErrorCode::StaleToken.as_str(),
+                    "message": "epoch below the namespace's high-water mark",
+                    "high_water": mark.epoch,
+                    "epoch": epoch,
+                }});
+                Err(Box::new((StatusCode::CONFLICT, Json(body)).into_response()))
+            }
+        }
+    }
+
+    fn mark(&self, ns: &str) -> u64 {
+        self.marks.get(ns).map_or(0, |m| m.epoch)
+    }
 }
 
 type Shared = Arc<Mutex<Toy>>;
@@ -40,14 +91,19 @@ pub struct ToyStore {
 }
 
 impl ToyStore {
-    pub async fn start() -> Result<ToyStore, VerifyError> {
+    pub async fn start(check: Check) -> Result<ToyStore, VerifyError> {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(|e| VerifyError::io("cannot bind the toy store", e))?;
         let addr = listener
             .local_addr()
             .map_err(|e| VerifyError::io("cannot read the toy store's port", e))?;
-        let state: Shared = Arc::default();
+        let state: Shared = Arc::new(Mutex::new(Toy {
+            check,
+            revision: 0,
+            values: BTreeMap::new(),
+            marks: HashMap::new(),
+        }));
         let app = Router::new()
             .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
             .route("/v1/kv/{lock}", get(list))
@@ -85,7 +141,7 @@ fn lock(state: &Shared) -> std::sync::MutexGuard<'_, Toy> {
 /// The epoch written in a token's payload, unverified; 0 if there is none.
 fn claimed_epoch(headers: &HeaderMap) -> u64 {
     let token = headers
-        .get("fencing-token")
+        .get(headers::FENCING_TOKEN)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let payload = token.split('.').nth(1).unwrap_or("");
@@ -98,7 +154,7 @@ fn claimed_epoch(headers: &HeaderMap) -> u64 {
 }
 
 fn not_found() -> Response {
-    let body = json!({"error": {"code": "not_found", "message": "no such key"}});
+    let body = json!({"error": {"code": ErrorCode::NotFound.as_str(), "message": "no such key"}});
     (StatusCode::NOT_FOUND, Json(body)).into_response()
 }
 
@@ -108,7 +164,7 @@ async fn read(State(state): State<Shared>, Path((ns, key)): Path<(String, String
         Some((value, revision, epoch)) => (
             [
                 ("etag", format!("\"{revision}\"")),
-                ("fencing-epoch", epoch.to_string()),
+                (headers::FENCING_EPOCH, epoch.to_string()),
             ],
             value,
         )
@@ -125,6 +181,9 @@ async fn write(
 ) -> Response {
     let epoch = claimed_epoch(&headers);
     let mut toy = lock(&state);
+    if let Err(refused) = toy.gate(&ns, epoch) {
+        return *refused;
+    }
     toy.revision += 1;
     let revision = toy.revision;
     toy.values.insert((ns, key), (body, revision, epoch));
@@ -138,9 +197,13 @@ async fn delete(
 ) -> Response {
     let epoch = claimed_epoch(&headers);
     let mut toy = lock(&state);
-    if toy.values.remove(&(ns, key)).is_none() {
+    if !toy.values.contains_key(&(ns.clone(), key.clone())) {
         return not_found();
     }
+    if let Err(refused) = toy.gate(&ns, epoch) {
+        return *refused;
+    }
+    toy.values.remove(&(ns, key));
     toy.revision += 1;
     Json(json!({"revision": toy.revision, "epoch": epoch})).into_response()
 }
@@ -160,14 +223,33 @@ async fn list(
     Json(json!({"lock": ns, "keys": keys})).into_response()
 }
 
-/// The barrier, as a no-op: it "succeeds" and establishes nothing.
-async fn fence(Path(ns): Path<String>, headers: HeaderMap) -> Response {
+/// The barrier: with [`Check::Nothing`] a no-op that "succeeds" and establishes
+/// nothing; with [`Check::Epoch`] it raises the mark like a write.
+async fn fence(
+    State(state): State<Shared>,
+    Path(ns): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let epoch = claimed_epoch(&headers);
-    Json(json!({"lock": ns, "high_water": epoch, "epoch": epoch})).into_response()
+    let mut toy = lock(&state);
+    if let Err(refused) = toy.gate(&ns, epoch) {
+        return *refused;
+    }
+    let high_water = match toy.check {
+        Check::Nothing => epoch,
+        Check::Epoch => toy.mark(&ns),
+    };
+    Json(json!({"lock": ns, "high_water": high_water, "epoch": epoch})).into_response()
 }
 
-async fn high_water(Path(ns): Path<String>) -> Response {
-    Json(json!({"lock": ns, "high_water": 0, "seq": 0, "policy": "none"})).into_response()
+async fn high_water(State(state): State<Shared>, Path(ns): Path<String>) -> Response {
+    let toy = lock(&state);
+    let policy = match toy.check {
+        Check::Nothing => "none",
+        Check::Epoch => "epoch",
+    };
+    let mark = toy.mark(&ns);
+    Json(json!({"lock": ns, "high_water": mark, "seq": 0, "policy": policy})).into_response()
 }
 
 #[cfg(test)]
@@ -175,13 +257,17 @@ mod tests {
     use super::*;
     use palisade_client::Client;
 
+    fn token(epoch: u64) -> String {
+        let claims = format!(r#"{{"l":"set","e":{epoch},"h":"x","k":"k"}}"#);
+        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims);
+        format!("pal1.{payload}.forged")
+    }
+
     #[tokio::test]
     async fn accepts_any_token_and_echoes_its_epoch() {
-        let store = ToyStore::start().await.unwrap();
+        let store = ToyStore::start(Check::Nothing).await.unwrap();
         let client = Client::new(&format!("http://{}", store.addr())).unwrap();
-        let payload = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .encode(br#"{"l":"set","e":7,"h":"x","k":"k"}"#);
-        let newer = client.fenced_kv("set", &format!("pal1.{payload}.forged"));
+        let newer = client.fenced_kv("set", &token(7));
         let older = client.fenced_kv("set", "not-a-token");
         assert_eq!(newer.put("a", "new").await.unwrap().epoch, 7);
         // The late write of an older holder lands: nothing compares epochs here.
@@ -191,5 +277,32 @@ mod tests {
         assert_eq!(client.kv("set").list("").await.unwrap(), vec!["a"]);
         assert_eq!(older.fence().await.unwrap(), 0);
         assert!(client.kv("set").get("missing").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn the_epoch_check_refuses_older_epochs() {
+        let store = ToyStore::start(Check::Epoch).await.unwrap();
+        let client = Client::new(&format!("http://{}", store.addr())).unwrap();
+        let (old, new) = (
+            client.fenced_kv("set", &token(3)),
+            client.fenced_kv("set", &token(5)),
+        );
+        // The old holder writes first: nothing newer has been seen yet (S10).
+        assert_eq!(old.put("a", "old").await.unwrap().epoch, 3);
+        assert_eq!(new.fence().await.unwrap(), 5);
+        let refused = old.put("a", "late").await.unwrap_err();
+        assert!(matches!(
+            refused,
+            palisade_client::Error::Stale {
+                high_water: 5,
+                epoch: 3
+            }
+        ));
+        assert!(old.delete("a").await.unwrap_err().is_fenced());
+        assert!(old.fence().await.unwrap_err().is_fenced());
+        assert_eq!(new.put("a", "new").await.unwrap().epoch, 5);
+        let entry = client.kv("set").get("a").await.unwrap().unwrap();
+        assert_eq!(&entry.value[..], b"new");
+        assert_eq!(client.high_water("set").await.unwrap().high_water, 5);
     }
 }

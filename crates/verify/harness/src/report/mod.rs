@@ -90,15 +90,27 @@ pub fn render(
         },
         escape(&summary.command)
     );
+    let _ = write!(
+        h,
+        "<h2>Topology: {} (target {})</h2><ul>",
+        escape(&summary.topology),
+        escape(&summary.target)
+    );
+    for line in &summary.deployment {
+        let _ = write!(h, "<li>{}</li>", escape(line));
+    }
+    h.push_str("</ul>");
     counts(&mut h, summary);
     let _ = write!(
         h,
-        "<h2>Timeline</h2><p class=\"legend\">bars: leases, one colour per epoch &middot; \
+        "<h2>Timeline</h2><p class=\"legend\">top lane: the nemesis, one labelled bar per fault &middot; bars: leases, one colour per epoch &middot; \
          <b style=\"color:#080\">|</b> accepted mutation &middot; <b style=\"color:#d00\">&times;</b> \
          refused stale &middot; <b style=\"color:#777\">&#9675;</b> unknown outcome &middot; \
          <b style=\"color:#36c\">&bull;</b> read &middot; shading: <span style=\"background:#ccc\">pause</span> \
          <span style=\"background:#fc8\">partition</span> <span style=\"background:#fe9\">delay</span> \
-         <span style=\"background:#e8e\">drop</span> <span style=\"background:#f99\">kill</span> &middot; \
+         <span style=\"background:#e8e\">drop</span> <span style=\"background:#f99\">kill</span> \
+         <span style=\"background:#c99\">etcd-kill</span> <span style=\"background:#bbe\">etcd-pause</span> \
+         <span style=\"background:#9dd\">node-partition</span> <span style=\"background:#cb9\">disk</span> &middot; \
          <b style=\"color:#d00\">&#9711;</b> named by a violation. Hover for details.</p><div class=\"scroll\">{}</div>",
         svg::timeline(history, faults, summary.workers, &flagged)
     );
@@ -115,7 +127,7 @@ pub fn render(
             let _ = write!(h, "<p>... and {} more.</p>", violations.len() - MAX_LISTED);
         }
     }
-    h.push_str("<h2>Faults</h2><table><tr><th>start (s)</th><th>end (s)</th><th>kind</th><th>target</th><th>detail</th></tr>");
+    h.push_str("<h2>Nemesis timeline</h2><table><tr><th>start (s)</th><th>end (s)</th><th>kind</th><th>target</th><th>detail</th></tr>");
     for f in faults {
         let _ = write!(
             h,
@@ -123,7 +135,7 @@ pub fn render(
             f.start as f64 / 1e6,
             f.end as f64 / 1e6,
             f.kind,
-            f.worker.map_or("server".into(), |w| format!("w{w}")),
+            f.worker.map_or("deployment".into(), |w| format!("w{w}")),
             escape(&f.detail)
         );
     }
@@ -148,6 +160,10 @@ fn counts(h: &mut String, summary: &Summary) {
     }
     h.push_str("</table><table><tr><th>refusal</th><th>count</th></tr>");
     for (code, n) in &summary.fail_codes {
+        let _ = write!(h, "<tr><td>{}</td><td>{n}</td></tr>", escape(code));
+    }
+    h.push_str("</table><table><tr><th>unknown outcome</th><th>count</th></tr>");
+    for (code, n) in &summary.unknown_codes {
         let _ = write!(h, "<tr><td>{}</td><td>{n}</td></tr>", escape(code));
     }
     h.push_str("</table><table><tr><th>fault</th><th>injected</th></tr>");

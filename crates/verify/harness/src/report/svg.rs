@@ -1,8 +1,13 @@
-//! The SVG timeline: one lane per worker, time left to right.
+//! The SVG timeline: the nemesis's lane on top, then one lane per worker, time left to
+//! right.
 //!
+//! - the nemesis lane: every fault as a labelled bar in its colour (kind and target), so
+//!   the schedule reads at a glance;
 //! - leases: a bar from grant to release, coloured by epoch (each epoch its own hue);
 //! - faults: pauses shaded grey, partitions orange, delays yellow on the victim's lane, a
-//!   dropped connection as a magenta line, a server kill as a red band across all lanes;
+//!   dropped connection as a magenta line; a fault of the deployment (a server or etcd
+//!   member killed or paused, a node cut off from etcd, a damaged disk) as a band across
+//!   all lanes;
 //! - operations: accepted mutations as green ticks, stale refusals as red crosses, unknown
 //!   outcomes as grey rings, reads as small blue dots (left out of very long runs);
 //! - violations: a red circle around every operation a violation names.
@@ -35,8 +40,24 @@ impl Scale {
     }
 }
 
+/// Top of worker `process`'s lane (lane 0, above the workers, is the nemesis's).
 fn lane_y(process: u64) -> f64 {
-    TOP + (process.saturating_sub(1) as f64) * LANE
+    TOP + (process as f64) * LANE
+}
+
+/// The colour of a fault kind, in the nemesis lane and the shading.
+pub(crate) fn fault_colour(kind: FaultKind) -> &'static str {
+    match kind {
+        FaultKind::Pause => "#999",
+        FaultKind::Partition => "#f90",
+        FaultKind::Delay => "#fd3",
+        FaultKind::Drop => "#c0c",
+        FaultKind::Kill => "#e22",
+        FaultKind::EtcdKill => "#900",
+        FaultKind::EtcdPause => "#66c",
+        FaultKind::NodePartition => "#2aa",
+        FaultKind::Disk => "#850",
+    }
 }
 
 fn epoch_colour(epoch: u64) -> String {
@@ -63,7 +84,7 @@ pub fn timeline(
         end_us: last as f64,
         width: (secs * 60.0).clamp(900.0, 60_000.0),
     };
-    let height = TOP + f64::from(workers) * LANE + 20.0;
+    let height = TOP + f64::from(workers + 1) * LANE + 20.0;
     let mut s = String::new();
     let _ = write!(
         s,
@@ -71,6 +92,11 @@ pub fn timeline(
         LEFT + scale.width + 20.0
     );
     axis(&mut s, &scale, secs, height);
+    let _ = write!(
+        s,
+        r#"<text x="8" y="{:.1}" font-weight="bold">nemesis</text>"#,
+        TOP + LANE / 2.0 + 4.0
+    );
     for w in 1..=u64::from(workers) {
         let y = lane_y(w);
         let _ = write!(
@@ -84,6 +110,7 @@ pub fn timeline(
     }
     for f in faults {
         fault(&mut s, &scale, f, height);
+        nemesis_bar(&mut s, &scale, f);
     }
     leases(&mut s, &scale, history);
     let draw_reads = history.ops().len() <= MAX_DRAWN_READS;
@@ -131,25 +158,42 @@ fn fault(s: &mut String, scale: &Scale, f: &FaultRecord, height: f64) {
     let title = format!(
         "{} {}: {}",
         f.kind,
-        f.worker.map_or("server".into(), |w| format!("w{w}")),
+        f.worker.map_or("deployment".into(), |w| format!("w{w}")),
         f.detail
     );
     let (top, h) = match f.worker {
         Some(w) => (lane_y(w), LANE),
-        None => (TOP - 6.0, height - TOP),
+        None => (lane_y(1), height - lane_y(1) - 14.0),
     };
-    let colour = match f.kind {
-        FaultKind::Pause => "#999",
-        FaultKind::Partition => "#f90",
-        FaultKind::Delay => "#fd3",
-        FaultKind::Drop => "#c0c",
-        FaultKind::Kill => "#e22",
-    };
+    let colour = fault_colour(f.kind);
     let _ = write!(
         s,
         r#"<rect x="{x0:.1}" y="{top:.1}" width="{:.1}" height="{h:.1}" fill="{colour}" fill-opacity="0.3"><title>{}</title></rect>"#,
         x1 - x0,
         escape(&title)
+    );
+}
+
+/// The fault's bar in the nemesis lane, labelled with its kind and target.
+fn nemesis_bar(s: &mut String, scale: &Scale, f: &FaultRecord) {
+    let (x0, x1) = (scale.x(f.start), scale.x(f.end).max(scale.x(f.start) + 3.0));
+    let y = TOP + 4.0;
+    let target = f.worker.map_or(String::new(), |w| format!(" w{w}"));
+    let _ = write!(
+        s,
+        r##"<rect x="{x0:.1}" y="{y:.1}" width="{:.1}" height="12" rx="2" fill="{}"><title>{}</title></rect><text x="{x0:.1}" y="{:.1}" font-size="9" fill="#333">{}{}</text>"##,
+        x1 - x0,
+        fault_colour(f.kind),
+        escape(&format!(
+            "{:.2}-{:.2} s {}{target}: {}",
+            f.start as f64 / 1e6,
+            f.end as f64 / 1e6,
+            f.kind,
+            f.detail
+        )),
+        y + 22.0,
+        f.kind,
+        target
     );
 }
 

@@ -1,15 +1,18 @@
 //! One iteration of each workload. Each records every call it makes, and ends its
 //! iteration (releasing the lease) as soon as the store says it is fenced off.
+//!
+//! Store calls go through [`super::Nodes`] (failover between nodes); every fenced write
+//! and delete carries a fresh `Idempotency-Key`, kept across its failover attempts.
 
 use std::collections::BTreeSet;
 
 use palisade_checker::lockset::decode_set;
 use palisade_checker::OpKind;
-use palisade_client::{Error, LeaseGuard};
+use palisade_client::WriteOptions;
 use rand::seq::SliceRandom;
 use rand::Rng;
 
-use super::Worker;
+use super::{Held, Worker};
 use crate::args::Workload;
 use crate::VerifyError;
 
@@ -31,21 +34,18 @@ pub async fn lock_set(w: &mut Worker) -> Result<(), VerifyError> {
         return Ok(());
     };
     let epoch = guard.epoch();
-    let kv = w.store.fenced_kv(lock, guard.token());
-
-    let flight = w
-        .rec
-        .invoke(OpKind::Fence, |op| op.lock(lock).epoch(epoch))?;
-    if let Err(e) = kv.fence().await {
-        w.rec.error(flight, &e)?;
+    if !fence(w, &guard).await? {
         return w.release(guard).await;
     }
-    w.rec.ok(flight)?;
 
     let mut flight = w
         .rec
         .invoke(OpKind::ReadSet, |op| op.lock(lock).key(SET_KEY))?;
-    let stored = match kv.get(SET_KEY).await {
+    let read = w
+        .store
+        .call(|c| async move { c.kv(lock).get(SET_KEY).await })
+        .await;
+    let stored = match read {
         Ok(entry) => entry.map(|e| String::from_utf8_lossy(&e.value).into_owned()),
         Err(e) => {
             w.rec.error(flight, &e)?;
@@ -69,10 +69,23 @@ pub async fn lock_set(w: &mut Worker) -> Result<(), VerifyError> {
     set.insert(element.clone());
     let body = serde_json::to_string(&set)
         .map_err(|e| VerifyError::Internal(format!("cannot encode a set: {e}")))?;
+    let opts = w.write_options();
     let mut flight = w.rec.invoke(OpKind::Add, |op| {
         op.lock(lock).key(SET_KEY).value(&element).epoch(epoch)
     })?;
-    match kv.put(SET_KEY, body).await {
+    let token = guard.token();
+    let put = w
+        .store
+        .call(|c| {
+            let (body, opts) = (body.clone(), opts.clone());
+            async move {
+                c.fenced_kv(lock, token)
+                    .put_with(SET_KEY, body, &opts)
+                    .await
+            }
+        })
+        .await;
+    match put {
         Ok(written) => {
             flight.op.revision = Some(written.revision);
             flight.op.returned_epoch = Some(written.epoch);
@@ -129,12 +142,16 @@ pub async fn tokens(w: &mut Worker) -> Result<(), VerifyError> {
 }
 
 /// Barrier; false if it did not succeed.
-async fn fence(w: &mut Worker, guard: &LeaseGuard) -> Result<bool, VerifyError> {
-    let (lock, epoch) = (guard.lock().to_owned(), guard.epoch());
+async fn fence(w: &mut Worker, guard: &Held) -> Result<bool, VerifyError> {
+    let (lock, epoch, token) = (guard.lock(), guard.epoch(), guard.token());
     let flight = w
         .rec
-        .invoke(OpKind::Fence, |op| op.lock(&lock).epoch(epoch))?;
-    match w.store.fenced_kv(&lock, guard.token()).fence().await {
+        .invoke(OpKind::Fence, |op| op.lock(lock).epoch(epoch))?;
+    let fenced = w
+        .store
+        .call(|c| async move { c.fenced_kv(lock, token).fence().await })
+        .await;
+    match fenced {
         Ok(_) => w.rec.ok(flight).map(|()| true),
         Err(e) => w.rec.error(flight, &e).map(|()| false),
     }
@@ -142,7 +159,11 @@ async fn fence(w: &mut Worker, guard: &LeaseGuard) -> Result<bool, VerifyError> 
 
 async fn read(w: &mut Worker, lock: &str, key: &str) -> Result<(), VerifyError> {
     let mut flight = w.rec.invoke(OpKind::Read, |op| op.lock(lock).key(key))?;
-    match w.store.kv(lock).get(key).await {
+    let read = w
+        .store
+        .call(|c| async move { c.kv(lock).get(key).await })
+        .await;
+    match read {
         Ok(entry) => {
             flight.op.value = entry.map(|e| String::from_utf8_lossy(&e.value).into_owned());
             w.rec.ok(flight)
@@ -152,25 +173,34 @@ async fn read(w: &mut Worker, lock: &str, key: &str) -> Result<(), VerifyError> 
 }
 
 /// A put of a unique value (`put`) or a delete; true if the store said we are fenced off.
-async fn mutate(
-    w: &mut Worker,
-    guard: &LeaseGuard,
-    key: &str,
-    put: bool,
-) -> Result<bool, VerifyError> {
-    let (lock, epoch) = (guard.lock().to_owned(), guard.epoch());
-    let kv = w.store.fenced_kv(&lock, guard.token());
+async fn mutate(w: &mut Worker, guard: &Held, key: &str, put: bool) -> Result<bool, VerifyError> {
+    let (lock, epoch, token) = (guard.lock(), guard.epoch(), guard.token());
+    let opts = w.write_options();
     let (result, mut flight) = if put {
         let value = w.unique_value();
         let flight = w.rec.invoke(OpKind::Write, |op| {
-            op.lock(&lock).key(key).value(&value).epoch(epoch)
+            op.lock(lock).key(key).value(&value).epoch(epoch)
         })?;
-        (kv.put(key, value).await, flight)
+        let result = w
+            .store
+            .call(|c| {
+                let (value, opts) = (value.clone(), opts.clone());
+                async move { c.fenced_kv(lock, token).put_with(key, value, &opts).await }
+            })
+            .await;
+        (result, flight)
     } else {
         let flight = w
             .rec
-            .invoke(OpKind::Delete, |op| op.lock(&lock).key(key).epoch(epoch))?;
-        (kv.delete(key).await, flight)
+            .invoke(OpKind::Delete, |op| op.lock(lock).key(key).epoch(epoch))?;
+        let result = w
+            .store
+            .call(|c| {
+                let opts = opts.clone();
+                async move { c.fenced_kv(lock, token).delete_with(key, &opts).await }
+            })
+            .await;
+        (result, flight)
     };
     match result {
         Ok(written) => {
@@ -180,9 +210,20 @@ async fn mutate(
             Ok(false)
         }
         Err(e) => {
-            let fenced = matches!(e, Error::Stale { .. });
+            let fenced = e.is_fenced() && !e.earlier_unanswered;
             w.rec.error(flight, &e)?;
             Ok(fenced)
+        }
+    }
+}
+
+impl Worker {
+    /// Options of one fenced write: a fresh idempotency key, so its failover attempts
+    /// cannot apply it twice.
+    fn write_options(&mut self) -> WriteOptions {
+        WriteOptions {
+            idempotency_key: Some(self.idempotency_key()),
+            ..WriteOptions::default()
         }
     }
 }
