@@ -8,7 +8,7 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use palisade_core::gate::Policy;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
-use palisade_storage::{Action, Backend, FencedOp, Precondition};
+use palisade_storage::{Action, FencedOp, FencedStore, Precondition};
 
 fn put(key: usize) -> FencedOp {
     FencedOp {

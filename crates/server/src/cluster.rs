@@ -10,7 +10,7 @@
 //! `--lock-delay-ms > 0`, which etcd's leases cannot express (see `palisade_etcd`).
 
 use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdStore};
-use palisade_storage::Backend;
+use palisade_storage::FencedStore;
 use palisade_token::Verifier;
 use std::sync::Arc;
 
@@ -56,7 +56,7 @@ pub(crate) async fn serve(config: ServerConfig) -> Result<RunningServer, ServerE
         request_timeout: *request_timeout,
     })
     .await?;
-    let backend: Arc<dyn Backend> = Arc::new(EtcdStore::new(etcd.clone()));
+    let backend: Arc<dyn FencedStore> = Arc::new(EtcdStore::new(etcd.clone()));
     let state = AppState {
         issuer: Arc::new(EtcdIssuer::new(etcd, signer)),
         backend,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use palisade_core::lock_table::TableConfig;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
-use palisade_storage::Backend;
+use palisade_storage::{FencedStore, IssuerLog};
 use palisade_token::Verifier;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -119,11 +119,12 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     recovery::check_and_refresh(dir, &redb)
         .await
         .map_err(ServerError::Recovery)?;
-    let backend: Arc<dyn Backend> = Arc::new(redb.clone());
+    let backend: Arc<dyn FencedStore> = Arc::new(redb.clone());
+    let issuer_log: Arc<dyn IssuerLog> = Arc::new(redb.clone());
     let ring = keys::trusted_ring(&signer, &config.trust_key_files).map_err(ServerError::Key)?;
     let verifier = Arc::new(Verifier::new(ring, config.token_cache));
     let issuer = Issuer::start(
-        backend.clone(),
+        issuer_log,
         signer,
         TableConfig {
             lock_delay_ms: config.lock_delay_ms,

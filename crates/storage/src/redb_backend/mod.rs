@@ -23,7 +23,7 @@
 //! If any database call fails (a commit, an fsync, a read, a record that does not decode),
 //! the whole batch is answered [`StorageError::Failed`], also the operations that would
 //! have succeeded, since none of them is known to be durable, and the backend latches:
-//! every later write is refused at once, and [`Backend::is_failed`] says so. Why not retry?
+//! every later write is refused at once, and [`FencedStore::is_failed`] says so. Why not retry?
 //! After a failed fsync the kernel may already have dropped the dirty pages and a second
 //! fsync can report success for data that never reached the disk. Continuing could
 //! acknowledge writes a restart then loses: a high-water mark that goes back down, or an
@@ -51,7 +51,7 @@
 //! - A caller that stops waiting (a dropped future) does not cancel its operation: it may
 //!   still be applied and committed, as with any database.
 //! - Two processes cannot open the same file (redb takes a file lock); in one process,
-//!   await [`Backend::close`] before opening the same path again.
+//!   await [`FencedStore::close`] before opening the same path again.
 
 pub mod offline;
 mod open;
@@ -79,8 +79,8 @@ use self::writer::Request;
 
 pub use self::state::CommitStats;
 use crate::{
-    Applied, ApplyError, Backend, Entry, FencedOp, IssuerState, LeaseRecord, StorageError,
-    StoreLimits, WallClock,
+    Applied, ApplyError, Entry, FencedOp, FencedStore, IssuerLog, IssuerState, LeaseRecord,
+    StorageError, StoreLimits, WallClock,
 };
 use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
@@ -136,9 +136,9 @@ impl Default for RedbOptions {
     }
 }
 
-/// The embedded [`Backend`]: a handle to one redb file and its writer thread. Cheap to
+/// The embedded [`IssuerLog`] and [`FencedStore`]: a handle to one redb file and its writer thread. Cheap to
 /// clone; the writer stops once the last handle is dropped (after finishing the queue),
-/// or on [`Backend::close`].
+/// or on [`FencedStore::close`].
 #[derive(Clone)]
 pub struct RedbBackend {
     inner: Arc<Inner>,
@@ -164,7 +164,7 @@ impl RedbBackend {
     ///
     /// ```
     /// use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
-    /// use palisade_storage::Backend;
+    /// use palisade_storage::FencedStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -220,6 +220,11 @@ impl RedbBackend {
                 writer_exited,
             }),
         })
+    }
+
+    /// Whether the backend has latched a failure (both roles share the latch).
+    pub fn is_failed(&self) -> bool {
+        self.inner.state.is_failed()
     }
 
     /// The writer's counters.
@@ -314,15 +319,9 @@ impl std::fmt::Debug for RedbBackend {
 }
 
 #[async_trait]
-impl Backend for RedbBackend {
+impl IssuerLog for RedbBackend {
     async fn load_issuer(&self) -> Result<IssuerState, StorageError> {
         self.read(reads::load_issuer).await
-    }
-
-    async fn record_grant(&self, lease: LeaseRecord) -> Result<(), StorageError> {
-        let (reply, answer) = oneshot::channel();
-        self.submit(Request::Grant { lease, reply })?;
-        self.answer(answer).await
     }
 
     async fn reserve(
@@ -369,6 +368,13 @@ impl Backend for RedbBackend {
         self.read(move |txn| reads::lock_record(txn, &lock)).await
     }
 
+    fn is_failed(&self) -> bool {
+        RedbBackend::is_failed(self)
+    }
+}
+
+#[async_trait]
+impl FencedStore for RedbBackend {
     async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError> {
         let (reply, answer) = oneshot::channel();
         self.submit(Request::Apply { op, reply })?;
@@ -399,7 +405,7 @@ impl Backend for RedbBackend {
     }
 
     fn is_failed(&self) -> bool {
-        self.inner.state.is_failed()
+        RedbBackend::is_failed(self)
     }
 
     /// Stops taking writes, lets the writer commit and answer everything already queued,

@@ -38,10 +38,6 @@ pub(super) enum Request {
         op: FencedOp,
         reply: oneshot::Sender<Result<Applied, ApplyError>>,
     },
-    Grant {
-        lease: LeaseRecord,
-        reply: oneshot::Sender<Result<(), StorageError>>,
-    },
     RemoveLease {
         lease_id: String,
         reply: oneshot::Sender<Result<(), StorageError>>,
@@ -61,9 +57,9 @@ impl Request {
         // A caller that stopped waiting has nobody to tell: ignore closed reply channels.
         match self {
             Request::Apply { reply, .. } => drop(reply.send(Err(err.into()))),
-            Request::Grant { reply, .. }
-            | Request::RemoveLease { reply, .. }
-            | Request::Reserve { reply, .. } => drop(reply.send(Err(err))),
+            Request::RemoveLease { reply, .. } | Request::Reserve { reply, .. } => {
+                drop(reply.send(Err(err)))
+            }
             Request::Lazy(_) => {}
         }
     }
@@ -307,10 +303,6 @@ fn execute(
             Ok(outcome) => Ok(Answer::Apply(reply, outcome)),
             Err(fault) => Err(Box::new((fault, Request::Apply { op, reply }))),
         },
-        Request::Grant { lease, reply } => match record_grant(t, &lease) {
-            Ok(()) => Ok(Answer::Unit(reply)),
-            Err(fault) => Err(Box::new((fault, Request::Grant { lease, reply }))),
-        },
         Request::Reserve {
             lock,
             reservation,
@@ -340,15 +332,6 @@ fn execute(
             ))),
         },
     }
-}
-
-fn record_grant(t: &mut Tables<'_>, lease: &LeaseRecord) -> Result<(), Fault> {
-    let last = t.epochs.get(lease.lock.as_str())?.map(|g| g.value());
-    let epoch = last.map_or(lease.epoch, |last| last.max(lease.epoch));
-    t.set_epoch(lease.lock.as_str(), epoch)?;
-    let record = serde_json::to_string(lease)?;
-    t.leases.insert(lease.lease_id.as_str(), record.as_str())?;
-    Ok(())
 }
 
 /// Raises the lock's reservation (ceiling and TTL never go down) and records the lease.

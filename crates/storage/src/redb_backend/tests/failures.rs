@@ -9,9 +9,9 @@ use std::sync::Arc;
 use redb::backends::InMemoryBackend;
 use redb::StorageBackend;
 
-use super::{lease, op, open, put, value};
+use super::{grant, lease, op, open, put, value};
 use crate::redb_backend::{RedbBackend, RedbOptions};
-use crate::{Action, ApplyError, Backend, StorageError};
+use crate::{Action, ApplyError, FencedStore, IssuerLog, StorageError};
 
 /// A disk whose writes and fsyncs start failing on demand.
 #[derive(Debug)]
@@ -86,7 +86,7 @@ async fn io_failure_fails_the_batch_and_latches() {
 
     // Latched: refused even after the disk "recovers", without touching the writer.
     broken.store(false, Ordering::SeqCst);
-    let refused = store.record_grant(lease("l", "n", 9)).await;
+    let refused = grant(&store, lease("l", "n", 9)).await;
     assert!(matches!(refused, Err(StorageError::Failed(ref m)) if m.contains("earlier failure")));
     assert!(matches!(
         store.apply(op("n", 2, Action::Fence)).await,
@@ -107,8 +107,7 @@ fn crash_child(path: &std::ffi::OsStr) -> ! {
     runtime.block_on(async {
         let store = open(Path::new(path));
         for epoch in 1..=20 {
-            store
-                .record_grant(lease(&format!("l{epoch}"), "jobs", epoch))
+            grant(&store, lease(&format!("l{epoch}"), "jobs", epoch))
                 .await
                 .unwrap();
             store

@@ -15,10 +15,12 @@ use std::path::Path;
 use bytes::Bytes;
 
 use palisade_core::gate::{GateError, HighWater, Policy};
+use palisade_core::lock_table::Reservation;
 
 use super::{RedbBackend, RedbOptions};
 use crate::{
-    Action, Applied, ApplyError, Backend, FencedOp, Idempotency, LeaseRecord, Precondition,
+    Action, Applied, ApplyError, FencedOp, FencedStore, Idempotency, IssuerLog, LeaseRecord,
+    Precondition, StorageError,
 };
 
 pub(super) fn op(namespace: &str, epoch: u64, action: Action) -> FencedOp {
@@ -63,6 +65,18 @@ pub(super) fn lease(id: &str, lock: &str, epoch: u64) -> LeaseRecord {
         epoch,
         ttl_ms: 10_000,
     }
+}
+
+/// A grant as the issuer records one that needs the disk: a reservation up to the lease's
+/// epoch, with its lease record, answered once durable.
+pub(super) async fn grant(store: &RedbBackend, lease: LeaseRecord) -> Result<(), StorageError> {
+    let reservation = Reservation {
+        ceiling: lease.epoch,
+        max_ttl_ms: lease.ttl_ms,
+        active: true,
+    };
+    let lock = lease.lock.clone();
+    store.reserve(&lock, reservation, Some(lease)).await
 }
 
 pub(super) fn open(path: &Path) -> RedbBackend {

@@ -23,7 +23,7 @@ use palisade_core::gate::{admit, HighWater, Policy};
 
 use crate::redb_backend::{RedbBackend, RedbOptions};
 use crate::{
-    Action, Applied, ApplyError, Backend, FencedOp, Idempotency, Precondition, StoreLimits,
+    Action, Applied, ApplyError, FencedOp, FencedStore, Idempotency, Precondition, StoreLimits,
     WallClock,
 };
 

@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use redb::StorageBackend;
 
-use super::{lease, op, put, value, xorshift};
+use super::{grant, lease, op, put, value, xorshift};
 use crate::redb_backend::{RedbBackend, RedbOptions};
-use crate::{ApplyError, Backend, StorageError};
+use crate::{ApplyError, FencedStore, IssuerLog, StorageError};
 
 const PAGE: usize = 4096;
 
@@ -159,8 +159,7 @@ fn options(two_phase: bool) -> RedbOptions {
 async fn run_until_cut(disk: &PowerLossDisk, store: &RedbBackend) -> (u64, u64) {
     let (mut grants, mut puts) = (0, 0);
     for epoch in 1..=STEPS {
-        if store
-            .record_grant(lease(&format!("l{epoch}"), "a", epoch))
+        if grant(store, lease(&format!("l{epoch}"), "a", epoch))
             .await
             .is_err()
         {
