@@ -6,7 +6,7 @@
 //! - [`EtcdStore`] implements [`palisade_storage::FencedStore`]: the fenced store. Values,
 //!   per-namespace high-water marks, usage counters and idempotency records live in etcd,
 //!   and every write is decided by the same rule as the embedded store's
-//!   ([`palisade_storage::decide`]).
+//!   ([`palisade_storage::decide()`]).
 //! - [`EtcdIssuer`] implements [`palisade_issuer::LockService`]: epochs, leases and the
 //!   waiting line live in etcd; a Palisade lease is an etcd lease.
 //!
@@ -14,7 +14,7 @@
 //! that every node shares (S7). Every decision is **one etcd transaction**:
 //!
 //! - a fenced write reads the namespace's mark, its usage counter, the key and the
-//!   idempotency record (with their mod revisions), runs [`palisade_storage::decide`]
+//!   idempotency record (with their mod revisions), runs [`palisade_storage::decide()`]
 //!   (idempotency, the gate, preconditions, quotas) locally, then commits `if all of them
 //!   are unchanged then put mark, put/delete key, put counter, put idempotency record`;
 //!   if another node got there first the compare fails and the write starts again from

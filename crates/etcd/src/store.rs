@@ -5,7 +5,7 @@
 //! 1. read, in one snapshot: the namespace's mark, its usage counter, the key and the
 //!    idempotency record (and, the first time a namespace without a counter is written,
 //!    its data, to count it);
-//! 2. decide locally with the rule every backend shares ([`decide`]: idempotency, the
+//! 2. decide locally with the rule every backend shares ([`decide()`]: idempotency, the
 //!    gate, preconditions, quotas); a refusal ends here and writes nothing;
 //! 3. commit `if mark, counter, key and idempotency record are as read then write`: the
 //!    new mark (only when it changed), the value or the deletion, the counter, and the

@@ -10,15 +10,17 @@
 //!
 //! Every fenced mutation is one [`FencedOp`]: the backend reads the namespace's mark, the
 //! key, the idempotency record and the namespace's usage, asks the one pure rule
-//! ([`decide`]: idempotency, the gate, preconditions, quotas) what to do and, only if it
+//! ([`decide()`]: idempotency, the gate, preconditions, quotas) what to do and, only if it
 //! admits the operation, writes the new mark and the mutation **in one transaction**, then
 //! makes it durable before answering. A distributed backend expresses the same as one
 //! compare-and-put transaction (compare the revisions it read, put what was decided).
 //!
-//! The embedded backend ([`redb_backend::RedbBackend`]) keeps everything in one redb file,
-//! owned by a single writer thread that does group commit: it takes every operation
-//! waiting in its queue, applies them one after another inside one write transaction,
-//! commits with one fsync, and only then answers each caller.
+//! The embedded backend ([`redb_backend::RedbBackend`]) is a write-ahead log in front of
+//! one redb file: a single writer thread groups waiting operations into one log record,
+//! a syncer fdatasyncs the log once per group (overlapping with the next group's work) and
+//! only then answers each caller, and a checkpointer writes the rows into the redb file
+//! in the background. Opening replays the log and refuses a log or file that would roll
+//! acknowledged commits back.
 //!
 //! ## Invariants
 //! - "Ok" means fsync'd. A crash may lose only operations that were never acknowledged.
@@ -191,7 +193,7 @@ pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 60 
 
 /// What the fenced store lets one namespace hold, and how long it remembers an
 /// idempotency key. Every backend enforces the same limits with the same rule
-/// ([`decide`]).
+/// ([`decide()`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreLimits {
     /// Most keys one namespace may hold. A put that would create a key beyond it is
@@ -354,7 +356,7 @@ pub trait IssuerLog: Send + Sync + 'static {
 }
 
 /// The fenced store: namespaces of keys, each guarded by the lock of the same name. Every
-/// mutation is one [`FencedOp`] decided by [`decide`] and committed in one durable
+/// mutation is one [`FencedOp`] decided by [`decide()`] and committed in one durable
 /// transaction; there is no other way to change a namespace.
 #[async_trait]
 pub trait FencedStore: Send + Sync + 'static {

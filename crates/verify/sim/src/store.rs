@@ -18,7 +18,7 @@
 //!   records of covered grants, removals, idle markers) ride along with the next batch
 //!   and nobody waits for them.
 //! - A fenced mutation is decided by the real rule of every backend
-//!   ([`palisade_storage::decide`]: the gate against the namespace's mark, quotas), and a
+//!   ([`palisade_storage::decide()`]: the gate against the namespace's mark, quotas), and a
 //!   refused one writes nothing.
 //!
 //! Not modelled: partial writes inside a batch (a batch is all or nothing, as redb's
@@ -181,7 +181,7 @@ impl Records {
     }
 
     /// A fenced mutation, decided by the real rule every backend uses
-    /// ([`palisade_storage::decide`]) on what this disk holds.
+    /// ([`palisade_storage::decide()`]) on what this disk holds.
     fn mutate(&mut self, lock: &str, epoch: Epoch, action: &Action, bug: Option<Bug>) -> Reply {
         let ns = self.namespaces.entry(lock.to_owned()).or_default();
         let (action, key) = match action {

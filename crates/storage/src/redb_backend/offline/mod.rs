@@ -39,14 +39,20 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadTransaction, ReadableTable, TableHandle};
+use redb::{Database, ReadTransaction, TableHandle};
 use serde::{Deserialize, Serialize};
 
 use palisade_token::Epoch;
 
+use std::ops::Bound;
+
+use super::layers::{Layers, View};
+use super::overlay::{Key, Val};
 use super::schema::{
-    Fault, EPOCHS, FENCES, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META, RESERVATIONS, USAGE,
+    Fault, EPOCHS, FENCES, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META, META_CHECKPOINT_SEQ,
+    RESERVATIONS, USAGE,
 };
+use super::wal::FsLogDir;
 use super::RedbBackend;
 use crate::{LeaseRecord, StorageError};
 
@@ -91,6 +97,11 @@ impl OfflineError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochSummary {
     pub locks: BTreeMap<String, Epoch>,
+    /// The newest commit the database file holds (its commit sequence number). Offline,
+    /// after the log was replayed into the file, that is every commit; from a live backend
+    /// it is the last checkpoint's (see [`RedbBackend::commit_seq`] for the newest).
+    #[serde(default)]
+    pub commit_seq: u64,
 }
 
 impl EpochSummary {
@@ -106,25 +117,36 @@ impl EpochSummary {
 }
 
 /// Reads the summary from one snapshot: issuer counters, lease records and marks.
-pub(super) fn summarize(txn: &ReadTransaction) -> Result<EpochSummary, Fault> {
-    let mut summary = EpochSummary::default();
-    for item in txn.open_table(EPOCHS)?.iter()? {
-        let (lock, epoch) = item?;
-        summary.raise(lock.value(), epoch.value());
+pub(super) fn summarize(view: &View<'_>) -> Result<EpochSummary, Fault> {
+    let mut summary = EpochSummary {
+        commit_seq: match view.get(&Key::Meta(META_CHECKPOINT_SEQ.to_owned()))? {
+            Some(Val::U64(seq)) => seq,
+            _ => 0,
+        },
+        ..EpochSummary::default()
+    };
+    let all = |start: Key| view.range(None, Bound::Included(&start), &|_| true, usize::MAX);
+    for (key, val) in all(Key::Epoch(String::new()))? {
+        if let (Key::Epoch(lock), Val::U64(epoch)) = (key, val) {
+            summary.raise(&lock, epoch);
+        }
     }
-    for item in txn.open_table(RESERVATIONS)?.iter()? {
-        let (lock, reservation) = item?;
+    for (key, val) in all(Key::Reservation(String::new()))? {
         // The ceiling: no epoch above it was issued, but any up to it may have been.
-        summary.raise(lock.value(), reservation.value().0);
+        if let (Key::Reservation(lock), Val::Triple(ceiling, ..)) = (key, val) {
+            summary.raise(&lock, ceiling);
+        }
     }
-    for item in txn.open_table(LEASES)?.iter()? {
-        let (_, record) = item?;
-        let lease: LeaseRecord = serde_json::from_str(record.value())?;
-        summary.raise(&lease.lock, lease.epoch);
+    for (_, val) in all(Key::Lease(String::new()))? {
+        if let Val::Text(text) = val {
+            let lease: LeaseRecord = serde_json::from_str(&text)?;
+            summary.raise(&lease.lock, lease.epoch);
+        }
     }
-    for item in txn.open_table(FENCES)?.iter()? {
-        let (namespace, mark) = item?;
-        summary.raise(namespace.value(), mark.value().0);
+    for (key, val) in all(Key::Fence(String::new()))? {
+        if let (Key::Fence(namespace), Val::Pair(epoch, _)) = (key, val) {
+            summary.raise(&namespace, epoch);
+        }
     }
     Ok(summary)
 }
@@ -199,7 +221,9 @@ impl OfflineDb {
 
     /// The highest epoch each lock has reached, from one snapshot.
     pub fn summary(&self) -> Result<EpochSummary, OfflineError> {
-        let read = || -> Result<EpochSummary, Fault> { summarize(&self.db.begin_read()?) };
+        let read = || -> Result<EpochSummary, Fault> {
+            summarize(&View::over(&Layers::default(), self.db.begin_read()?))
+        };
         read().map_err(|fault| OfflineError::damaged(&self.path, fault))
     }
 }
@@ -233,6 +257,9 @@ fn open_existing(path: &Path) -> Result<Database, OfflineError> {
         })?;
     verified.map_err(|e| OfflineError::damaged(path, e.into()))?;
     super::open::prepare(&db, crate::WallClock::system().now_ms())
+        .map_err(|fault| OfflineError::damaged(path, fault))?;
+    // The log's commits first: offline work reads the file alone.
+    super::open::recover(&db, &FsLogDir::for_db(path))
         .map_err(|fault| OfflineError::damaged(path, fault))?;
     Ok(db)
 }

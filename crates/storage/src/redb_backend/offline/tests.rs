@@ -81,6 +81,7 @@ async fn backup_then_restore_raises_counters_and_marks_and_drops_leases() {
         floor: 1000,
         locks: BTreeSet::from(["c".to_string()]),
         restored_at_unix: 50,
+        commit_seq: 0,
     };
     let restored = staged.apply(&plan).unwrap();
     assert_eq!(

@@ -3,7 +3,7 @@
 use std::path::Path;
 
 use super::{grant, lease, op, open, put, temp_store, value};
-use crate::redb_backend::{RedbBackend, RedbOptions};
+use crate::redb_backend::RedbBackend;
 use crate::{Action, ApplyError, FencedStore, IssuerLog, StorageError};
 
 #[tokio::test]
@@ -77,7 +77,7 @@ async fn close_answers_queued_requests() {
 }
 
 fn refused_message(path: &Path) -> String {
-    match RedbBackend::open(path, RedbOptions::default()) {
+    match RedbBackend::open(path, super::test_options()) {
         Ok(_) => panic!("{} should have been refused", path.display()),
         Err(StorageError::Failed(message)) => message,
         Err(other) => panic!("unexpected error {other:?}"),

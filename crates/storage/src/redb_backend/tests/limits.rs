@@ -65,7 +65,7 @@ async fn idempotency_records_expire_and_are_purged() {
         },
         clock: clock.wall(),
         purge_every: Duration::from_millis(5),
-        ..RedbOptions::default()
+        ..super::test_options()
     };
     let store = RedbBackend::open(&path, options.clone()).unwrap();
     let first = store
@@ -144,7 +144,7 @@ fn limits(keys: u64, bytes: u64) -> RedbOptions {
             max_bytes_per_namespace: bytes,
             ..StoreLimits::default()
         },
-        ..RedbOptions::default()
+        ..super::test_options()
     }
 }
 
@@ -354,7 +354,7 @@ async fn a_layout_1_file_is_migrated_on_open() {
             ..StoreLimits::default()
         },
         clock: clock.wall(),
-        ..RedbOptions::default()
+        ..super::test_options()
     };
     let store = RedbBackend::open(&path, options.clone()).unwrap();
     // Two keys counted: one more fits, a fourth does not.

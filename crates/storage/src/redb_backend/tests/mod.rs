@@ -3,11 +3,13 @@
 //! refusal of damaged files ([`durability`]), I/O failures and crashes ([`failures`]), power
 //! loss at every fsync ([`power_loss`]) and a property test against a model ([`model`]).
 
+pub(crate) mod disk;
 mod durability;
 mod failures;
 mod limits;
 mod model;
 mod power_loss;
+mod rollback;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -79,8 +81,27 @@ pub(super) async fn grant(store: &RedbBackend, lease: LeaseRecord) -> Result<(),
     store.reserve(&lock, reservation, Some(lease)).await
 }
 
+/// Options for tests: small log segments (each is zero-filled when made).
+pub(super) fn test_options() -> RedbOptions {
+    RedbOptions {
+        segment_bytes: 256 * 1024,
+        ..RedbOptions::default()
+    }
+}
+
 pub(super) fn open(path: &Path) -> RedbBackend {
-    RedbBackend::open(path, RedbOptions::default()).expect("open a fresh database")
+    RedbBackend::open(path, test_options()).expect("open a fresh database")
+}
+
+/// A store on a simulated disk (see [`disk`]).
+pub(super) fn start_on(
+    disk: &disk::Disk,
+    options: RedbOptions,
+) -> Result<RedbBackend, crate::StorageError> {
+    let db = redb::Builder::new()
+        .create_with_backend(disk.db_file())
+        .map_err(|e| crate::StorageError::Failed(e.to_string()))?;
+    RedbBackend::start(db, disk.log_dir(), "disk".to_string(), options)
 }
 
 pub(super) fn temp_store() -> (tempfile::TempDir, RedbBackend) {

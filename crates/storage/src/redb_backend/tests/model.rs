@@ -265,7 +265,7 @@ async fn run(path: &Path, steps: Vec<Step>) -> Result<(), TestCaseError> {
             idempotency_retention: Duration::from_millis(RETENTION_MS),
         },
         clock: WallClock::from_fn(move || now.load(Ordering::SeqCst)),
-        ..RedbOptions::default()
+        ..super::test_options()
     };
     let mut store = RedbBackend::open(path, options.clone())?;
     let mut model = Model {
