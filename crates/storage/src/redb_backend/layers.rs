@@ -142,15 +142,40 @@ impl<'a> View<'a> {
         if let Some(mine) = mine {
             take(mine);
         }
-        let file = file_scan(&self.txn, start, keep, limit.saturating_add(overlay.len()))?;
-        let mut merged: BTreeMap<Key, Val> = file.into_iter().collect();
-        for (k, v) in overlay {
-            match v {
-                Some(v) => merged.insert(k, v),
-                None => merged.remove(&k),
-            };
+        // Stream the file's rows and merge the (small) overlay in as they pass, so that a
+        // scan of a million rows holds them once, in the result, not twice.
+        let mut out = Vec::new();
+        let mut overlay = overlay.into_iter().peekable();
+        let emit = |out: &mut Vec<(Key, Val)>, key: Key, val: Option<Val>| {
+            if let Some(val) = val {
+                out.push((key, val));
+            }
+        };
+        file_scan(&self.txn, start, keep, &mut |key, val| {
+            while let Some((newer, _)) = overlay.peek() {
+                if *newer > key {
+                    break;
+                }
+                let Some((newer, newer_val)) = overlay.next() else {
+                    break;
+                };
+                let same = newer == key;
+                emit(&mut out, newer, newer_val);
+                if same {
+                    return out.len() < limit;
+                }
+            }
+            out.push((key, val));
+            out.len() < limit
+        })?;
+        for (key, val) in overlay {
+            if out.len() >= limit {
+                break;
+            }
+            emit(&mut out, key, val);
         }
-        Ok(merged.into_iter().take(limit).collect())
+        out.truncate(limit);
+        Ok(out)
     }
 }
 
@@ -200,18 +225,18 @@ pub(super) fn file_get(txn: &ReadTransaction, key: &Key) -> Result<Option<Val>, 
     })
 }
 
-/// Rows of the file in `start`'s table from `start` on, while `keep` holds, at most `max`.
+/// Feeds `each` the rows of the file in `start`'s table from `start` on, in key order,
+/// while `keep` holds and `each` returns true.
 fn file_scan(
     txn: &ReadTransaction,
     start: Bound<&Key>,
     keep: &dyn Fn(&Key) -> bool,
-    max: usize,
-) -> Result<Vec<(Key, Val)>, Fault> {
-    let mut out = Vec::new();
+    each: &mut dyn FnMut(Key, Val) -> bool,
+) -> Result<(), Fault> {
     let (from, excluded) = match start {
         Bound::Included(k) => (k, false),
         Bound::Excluded(k) => (k, true),
-        Bound::Unbounded => return Ok(out),
+        Bound::Unbounded => return Ok(()),
     };
     macro_rules! scan {
         ($table:expr, $kt:ty, $lo:expr, $key:expr, $val:expr) => {{
@@ -223,15 +248,11 @@ fn file_scan(
                 table.range::<$kt>((Bound::Included(lo), Bound::Unbounded))?
             };
             for item in range {
-                if out.len() >= max {
-                    break;
-                }
                 let (k, v) = item?;
                 let key = $key(k.value());
-                if !keep(&key) {
+                if !keep(&key) || !each(key, $val(v.value())) {
                     break;
                 }
-                out.push((key, $val(v.value())));
             }
         }};
     }
@@ -283,7 +304,7 @@ fn file_scan(
             return Err(Fault(format!("no range reads of {from:?}'s table")))
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Writes `rows` into the file's tables (in the caller's transaction).

@@ -654,8 +654,16 @@ fn checkpoint_loop(engine: &Engine, chores: &Receiver<Chore>) {
         }
         match chore {
             Chore::Checkpoint { seq, rows } => {
-                if let Err(fault) = checkpoint(engine, seq, &rows) {
-                    engine.state.latch(fault);
+                let mut next = Some((seq, rows));
+                while let Some((seq, rows)) = next.take() {
+                    if let Err(fault) = checkpoint(engine, seq, &rows) {
+                        engine.state.latch(fault);
+                        break;
+                    }
+                    // Rows that piled up meanwhile go at once, not at the next publish.
+                    if engine.layers.published_len() >= engine.config.checkpoint_rows {
+                        next = freeze(engine);
+                    }
                 }
                 finish_checkpoint(engine);
             }
