@@ -248,8 +248,20 @@ impl RedbBackend {
         opts: RedbOptions,
     ) -> Result<RedbBackend, StorageError> {
         let fail = |fault: Fault| fault.into_storage(&label);
-        open::prepare(&db, opts.clock.now_ms()).map_err(fail)?;
-        let recovered = open::recover(&db, log.as_ref()).map_err(fail)?;
+        // A damaged file that passed the checks can still make redb panic on the first
+        // write: that is a refusal too, never a crash.
+        let now_ms = opts.clock.now_ms();
+        let checked = open::guarded("prepare", || {
+            open::prepare(&db, now_ms)?;
+            open::recover(&db, log.as_ref())
+        });
+        let recovered = match checked {
+            Ok(Ok(recovered)) => recovered,
+            Ok(Err(fault)) | Err(fault) => {
+                open::discard(db);
+                return Err(fail(fault));
+            }
+        };
         let db = Arc::new(db);
         let state = Arc::new(State::new(label.clone()));
         state.set_durable_seq(recovered.seq);

@@ -60,8 +60,19 @@ pub(super) fn open_file(path: &Path, verify: bool, cache_bytes: usize) -> Result
                 // Every commit uses two-phase commit, so a damaged tree cannot be "repaired"
                 // by falling back to the previous commit: it is an error here. `Ok(false)`
                 // only means redb rebuilt its page allocator state, which loses no data.
-                if !guarded("verify", || db.check_integrity())?? {
-                    tracing::warn!(path = %path.display(), "redb rebuilt its allocator state on open");
+                match guarded("verify", || db.check_integrity()) {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => {
+                        tracing::warn!(path = %path.display(), "redb rebuilt its allocator state on open");
+                    }
+                    Ok(Err(e)) => {
+                        discard(db);
+                        return Err(e.into());
+                    }
+                    Err(fault) => {
+                        discard(db);
+                        return Err(fault);
+                    }
                 }
             }
             Ok(db)
@@ -73,7 +84,7 @@ pub(super) fn open_file(path: &Path, verify: bool, cache_bytes: usize) -> Result
 /// redb asserts on some header fields it reads from the file (a truncated file trips
 /// one), so a damaged file can panic inside `open`. Turn that into an error: nothing of the
 /// half-opened database survives the unwind (its file handle and lock are dropped).
-fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fault> {
+pub(super) fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fault> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
         let detail = panic
             .downcast_ref::<&str>()
@@ -84,6 +95,12 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fault> {
             "damaged database file (redb failed to {what} it: {detail})"
         ))
     })
+}
+
+/// Drops a database that failed its checks. After redb panicked on a damaged file its
+/// locks are poisoned and its own drop can panic too: that one is contained here.
+pub(super) fn discard(db: Database) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
 }
 
 /// Creates Palisade's tables in an empty database, or checks the format of a populated one

@@ -656,7 +656,13 @@ fn checkpoint_loop(engine: &Engine, chores: &Receiver<Chore>) {
             Chore::Checkpoint { seq, rows } => {
                 let mut next = Some((seq, rows));
                 while let Some((seq, rows)) = next.take() {
-                    if let Err(fault) = checkpoint(engine, seq, &rows) {
+                    // redb asserts on what it reads; a file damaged under a running server
+                    // must latch the failure, not kill this thread with writers waiting.
+                    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        checkpoint(engine, seq, &rows)
+                    }))
+                    .unwrap_or_else(|_| Err(Fault("the checkpoint panicked".into())));
+                    if let Err(fault) = done {
                         engine.state.latch(fault);
                         break;
                     }

@@ -251,16 +251,29 @@ fn open_existing(path: &Path) -> Result<Database, OfflineError> {
         }
         Err(other) => return Err(OfflineError::damaged(path, other.into())),
     };
-    let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.check_integrity()))
-        .map_err(|_| {
-            OfflineError::damaged(path, Fault("damaged database file (redb panicked)".into()))
-        })?;
-    verified.map_err(|e| OfflineError::damaged(path, e.into()))?;
-    super::open::prepare(&db, crate::WallClock::system().now_ms())
-        .map_err(|fault| OfflineError::damaged(path, fault))?;
+    let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.check_integrity()));
+    let fault = match verified {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(Fault::from(e)),
+        Err(_) => Some(Fault("damaged database file (redb panicked)".into())),
+    };
+    if let Some(fault) = fault {
+        super::open::discard(db);
+        return Err(OfflineError::damaged(path, fault));
+    }
     // The log's commits first: offline work reads the file alone.
-    super::open::recover(&db, &FsLogDir::for_db(path))
-        .map_err(|fault| OfflineError::damaged(path, fault))?;
+    let now_ms = crate::WallClock::system().now_ms();
+    let prepared = super::open::guarded("prepare", || {
+        super::open::prepare(&db, now_ms)?;
+        super::open::recover(&db, &FsLogDir::for_db(path))
+    });
+    if let Some(fault) = match prepared {
+        Ok(Ok(_)) => None,
+        Ok(Err(fault)) | Err(fault) => Some(fault),
+    } {
+        super::open::discard(db);
+        return Err(OfflineError::damaged(path, fault));
+    }
     Ok(db)
 }
 
