@@ -144,8 +144,9 @@ pub struct RedbOptions {
     /// or when idle).
     pub purge_every: Duration,
     /// A checkpoint starts once this many rows were written since the last one (or half a
-    /// log segment, or [`RedbOptions::checkpoint_every`]). The in-memory index holds at
-    /// most a few times this many rows.
+    /// log segment, or [`RedbOptions::checkpoint_every`]). The in-memory index holds about
+    /// three times this many rows at most: writers wait for a running checkpoint once
+    /// twice this many are published.
     pub checkpoint_rows: usize,
     /// Longest time between checkpoints while anything is written (bounds the log a
     /// restart replays).
@@ -171,7 +172,7 @@ pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// Default of [`RedbOptions::purge_every`]: one minute.
 pub const DEFAULT_PURGE_EVERY: Duration = Duration::from_secs(60);
 /// Default of [`RedbOptions::checkpoint_rows`].
-pub const DEFAULT_CHECKPOINT_ROWS: usize = 32_768;
+pub const DEFAULT_CHECKPOINT_ROWS: usize = 16_384;
 /// Default of [`RedbOptions::segment_bytes`]: 16 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 

@@ -543,8 +543,16 @@ fn sync_loop(engine: &Engine, flights: &Receiver<Flight>, chores: &Sender<Chore>
                 .published
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            for (seq, _, rows) in group.iter().filter_map(|f| f.record.as_ref()) {
-                published.extend(rows.iter().map(|(k, v)| (k.clone(), v.clone())));
+            for flight in &mut group {
+                let Some((seq, _, rows)) = flight.record.as_mut() else {
+                    continue;
+                };
+                // The flight holds the only reference: move the rows, do not copy them.
+                let rows = std::mem::take(rows);
+                match Arc::try_unwrap(rows) {
+                    Ok(rows) => published.extend(rows),
+                    Err(rows) => published.extend(rows.iter().map(|(k, v)| (k.clone(), v.clone()))),
+                }
                 durable = Some(*seq);
             }
         }
@@ -583,7 +591,7 @@ fn sync_loop(engine: &Engine, flights: &Receiver<Flight>, chores: &Sender<Chore>
 fn wait_for_room(engine: &Engine) {
     let (running, done) = &engine.checkpointing;
     let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
-    while *running && engine.layers.published_len() > 4 * engine.config.checkpoint_rows {
+    while *running && engine.layers.published_len() > 2 * engine.config.checkpoint_rows {
         running = done.wait(running).unwrap_or_else(PoisonError::into_inner);
     }
 }
