@@ -116,6 +116,20 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let redb = tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, options))
         .await
         .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??;
+    let found = redb.recovery();
+    if found.torn {
+        tracing::warn!(
+            replayed = found.replayed,
+            commit_seq = found.commit_seq,
+            "the log ended with a torn record (a write cut by a crash, never acknowledged); dropped it"
+        );
+    } else {
+        tracing::info!(
+            replayed = found.replayed,
+            commit_seq = found.commit_seq,
+            "database opened"
+        );
+    }
     recovery::check_and_refresh(dir, &redb)
         .await
         .map_err(ServerError::Recovery)?;
