@@ -115,7 +115,15 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     };
     let redb = tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, options))
         .await
-        .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??;
+        .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?
+        .map_err(|e| {
+            // Refused: damaged, older than its log, or not a Palisade database. Serving it
+            // could lose acknowledged writes; say what recovers it.
+            ServerError::Recovery(format!(
+                "{e}. Nothing was served. If the database or its log was damaged or replaced,                  restore a backup with `palisade admin restore --data-dir {} --from <backup>`                  (docs/operations.md)",
+                dir.display()
+            ))
+        })?;
     let found = redb.recovery();
     if found.torn {
         tracing::warn!(

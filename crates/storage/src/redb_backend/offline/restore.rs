@@ -13,6 +13,10 @@
 //! - drops every lease record: the backup's holders are not the holders of the moment of
 //!   the crash, and honouring them would let a lease with an old epoch be renewed as if it
 //!   were current. Their tokens are refused by the raised marks anyway.
+//! - raises the file's commit sequence number to the caller's (the highest the data
+//!   directory saw), so the restored file is not taken for an older copy, and drops its
+//!   store identity (a new one is made at open), so no log segment of the store being
+//!   replaced is ever replayed into it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
