@@ -21,8 +21,11 @@
 //!   ([`palisade_storage::decide()`]: the gate against the namespace's mark, quotas), and a
 //!   refused one writes nothing.
 //!
-//! Not modelled: partial writes inside a batch (a batch is all or nothing, as redb's
-//! commit is); the real writer thread taking a batch *between* two jobs that one issuer
+//! Not modelled: partial writes inside a batch (a batch is all or nothing, as a log record
+//! is: a torn one is dropped whole); the engine's pipelining (it computes the next batch
+//! while the previous one's fsync runs, and answers both in order, each after its own
+//! fsync: here the next batch starts after the fsync); the checkpoints into the database
+//! file; the real writer thread taking a batch *between* two jobs that one issuer
 //! call queues (here jobs queued by one event always share a batch, so orderings such as
 //! "a release's removal before its hand-off" are not put to the test); I/O errors and the fail-stop latch, idempotency keys, the `sequence`
 //! policy and preconditions. Real fsync semantics of the kernel are out of scope (S16):
