@@ -112,9 +112,30 @@ impl<'a> View<'a> {
         keep: &dyn Fn(&Key) -> bool,
         limit: usize,
     ) -> Result<Vec<(Key, Val)>, Fault> {
+        let mut out = Vec::new();
+        if limit > 0 {
+            self.scan(mine, start, keep, &mut |key, val| {
+                out.push((key, val));
+                out.len() < limit
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Feeds `each` the live rows of `start`'s table from `start` on, in key order, while
+    /// `keep` holds and `each` returns true, merged from every layer (`mine`: the caller's
+    /// own rows, newest). The file's rows stream past; only the (small) in-memory rows of
+    /// the range are gathered first, so a scan of a million rows holds none of them.
+    pub fn scan(
+        &self,
+        mine: Option<&Rows>,
+        start: Bound<&Key>,
+        keep: &dyn Fn(&Key) -> bool,
+        each: &mut dyn FnMut(Key, Val) -> bool,
+    ) -> Result<(), Fault> {
         let from = match start {
             Bound::Included(k) | Bound::Excluded(k) => k,
-            Bound::Unbounded => return Ok(Vec::new()),
+            Bound::Unbounded => return Ok(()),
         };
         let mut overlay: BTreeMap<Key, Option<Val>> = BTreeMap::new();
         let mut take = |rows: &Rows| {
@@ -142,16 +163,10 @@ impl<'a> View<'a> {
         if let Some(mine) = mine {
             take(mine);
         }
-        // Stream the file's rows and merge the (small) overlay in as they pass, so that a
-        // scan of a million rows holds them once, in the result, not twice.
-        let mut out = Vec::new();
         let mut overlay = overlay.into_iter().peekable();
-        let emit = |out: &mut Vec<(Key, Val)>, key: Key, val: Option<Val>| {
-            if let Some(val) = val {
-                out.push((key, val));
-            }
-        };
+        let mut go_on = true;
         file_scan(&self.txn, start, keep, &mut |key, val| {
+            // In-memory rows up to this key first; one with this very key replaces it.
             while let Some((newer, _)) = overlay.peek() {
                 if *newer > key {
                     break;
@@ -160,22 +175,29 @@ impl<'a> View<'a> {
                     break;
                 };
                 let same = newer == key;
-                emit(&mut out, newer, newer_val);
+                if let Some(newer_val) = newer_val {
+                    go_on = each(newer, newer_val);
+                    if !go_on {
+                        return false;
+                    }
+                }
                 if same {
-                    return out.len() < limit;
+                    return true;
                 }
             }
-            out.push((key, val));
-            out.len() < limit
+            go_on = each(key, val);
+            go_on
         })?;
-        for (key, val) in overlay {
-            if out.len() >= limit {
-                break;
+        if go_on {
+            for (key, val) in overlay {
+                if let Some(val) = val {
+                    if !each(key, val) {
+                        break;
+                    }
+                }
             }
-            emit(&mut out, key, val);
         }
-        out.truncate(limit);
-        Ok(out)
+        Ok(())
     }
 }
 

@@ -12,8 +12,26 @@ use super::overlay::{Key, Val};
 use super::schema::{Fault, META_RESTORE_FLOOR};
 use crate::{Entry, IssuerState, LeaseRecord};
 
-fn all(view: &View<'_>, start: Key) -> Result<Vec<(Key, Val)>, Fault> {
-    view.range(None, Bound::Included(&start), &|_| true, usize::MAX)
+/// Feeds `each` every row of `start`'s table.
+pub(super) fn each_row(
+    view: &View<'_>,
+    start: Key,
+    each: &mut dyn FnMut(Key, Val) -> Result<(), Fault>,
+) -> Result<(), Fault> {
+    let mut failed = None;
+    view.scan(
+        None,
+        Bound::Included(&start),
+        &|_| true,
+        &mut |k, v| match each(k, v) {
+            Ok(()) => true,
+            Err(fault) => {
+                failed = Some(fault);
+                false
+            }
+        },
+    )?;
+    failed.map_or(Ok(()), Err)
 }
 
 pub(super) fn load_issuer(view: &View<'_>) -> Result<IssuerState, Fault> {
@@ -21,18 +39,20 @@ pub(super) fn load_issuer(view: &View<'_>) -> Result<IssuerState, Fault> {
         epoch_floor: restore_floor(view)?,
         ..IssuerState::default()
     };
-    for (key, val) in all(view, Key::Epoch(String::new()))? {
+    each_row(view, Key::Epoch(String::new()), &mut |key, val| {
         if let (Key::Epoch(lock), Val::U64(epoch)) = (key, val) {
             state.epochs.push((lock, epoch));
         }
-    }
-    for (_, val) in all(view, Key::Lease(String::new()))? {
+        Ok(())
+    })?;
+    each_row(view, Key::Lease(String::new()), &mut |_, val| {
         if let Val::Text(text) = val {
             let lease: LeaseRecord = serde_json::from_str(&text)?;
             state.leases.push(lease);
         }
-    }
-    for (key, val) in all(view, Key::Reservation(String::new()))? {
+        Ok(())
+    })?;
+    each_row(view, Key::Reservation(String::new()), &mut |key, val| {
         if let (Key::Reservation(lock), Val::Triple(ceiling, max_ttl_ms, active)) = (key, val) {
             let reservation = Reservation {
                 ceiling,
@@ -41,7 +61,8 @@ pub(super) fn load_issuer(view: &View<'_>) -> Result<IssuerState, Fault> {
             };
             state.reservations.push((lock, reservation));
         }
-    }
+        Ok(())
+    })?;
     Ok(state)
 }
 

@@ -44,10 +44,9 @@ use serde::{Deserialize, Serialize};
 
 use palisade_token::Epoch;
 
-use std::ops::Bound;
-
 use super::layers::{Layers, View};
 use super::overlay::{Key, Val};
+use super::reads::each_row;
 use super::schema::{
     Fault, EPOCHS, FENCES, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META, META_CHECKPOINT_SEQ,
     RESERVATIONS, USAGE,
@@ -125,29 +124,32 @@ pub(super) fn summarize(view: &View<'_>) -> Result<EpochSummary, Fault> {
         },
         ..EpochSummary::default()
     };
-    let all = |start: Key| view.range(None, Bound::Included(&start), &|_| true, usize::MAX);
-    for (key, val) in all(Key::Epoch(String::new()))? {
+    each_row(view, Key::Epoch(String::new()), &mut |key, val| {
         if let (Key::Epoch(lock), Val::U64(epoch)) = (key, val) {
             summary.raise(&lock, epoch);
         }
-    }
-    for (key, val) in all(Key::Reservation(String::new()))? {
+        Ok(())
+    })?;
+    each_row(view, Key::Reservation(String::new()), &mut |key, val| {
         // The ceiling: no epoch above it was issued, but any up to it may have been.
         if let (Key::Reservation(lock), Val::Triple(ceiling, ..)) = (key, val) {
             summary.raise(&lock, ceiling);
         }
-    }
-    for (_, val) in all(Key::Lease(String::new()))? {
+        Ok(())
+    })?;
+    each_row(view, Key::Lease(String::new()), &mut |_, val| {
         if let Val::Text(text) = val {
             let lease: LeaseRecord = serde_json::from_str(&text)?;
             summary.raise(&lease.lock, lease.epoch);
         }
-    }
-    for (key, val) in all(Key::Fence(String::new()))? {
+        Ok(())
+    })?;
+    each_row(view, Key::Fence(String::new()), &mut |key, val| {
         if let (Key::Fence(namespace), Val::Pair(epoch, _)) = (key, val) {
             summary.raise(&namespace, epoch);
         }
-    }
+        Ok(())
+    })?;
     Ok(summary)
 }
 
