@@ -1,8 +1,11 @@
 //! Fuzz the HTTP API in-process: arbitrary method, path, headers and body through the real
-//! router, over a real redb file in a temp dir and the embedded issuer.
+//! router, over a real redb file in a temp dir and the embedded issuer, once with
+//! authentication off and once with an auth file (no key, a wrong one, a principal with
+//! one grant, an admin).
 //!
 //! Checked for every request: no panic; no 5xx except 503 `storage_failed`; every error
-//! answer is JSON with a string `error.code`.
+//! answer is JSON with a string `error.code`; with authentication on, a request without a
+//! known key never gets a 2xx from a route that is not public.
 
 #![no_main]
 
@@ -19,6 +22,7 @@ use tower::ServiceExt;
 use palisade_core::lock_table::TableConfig;
 use palisade_issuer::Issuer;
 use palisade_server::api::{router, AppState};
+use palisade_server::auth::{key_digest, Auth};
 use palisade_server::NamespacePolicies;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
 use palisade_storage::Backend;
@@ -27,7 +31,8 @@ use palisade_token::{KeyRing, Signer, Verifier};
 const METHODS: [&str; 8] = [
     "GET", "PUT", "POST", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW",
 ];
-const HEADERS: [&str; 8] = [
+const HEADERS: [&str; 9] = [
+    "authorization",
     "fencing-token",
     "fencing-seq",
     "idempotency-key",
@@ -40,6 +45,8 @@ const HEADERS: [&str; 8] = [
 
 #[derive(Arbitrary, Debug)]
 struct Input {
+    /// Against the server with authentication on.
+    auth: bool,
     method: u8,
     route: Route,
     query: Option<String>,
@@ -69,7 +76,12 @@ enum Value {
     Token(u8),
     Raw(Vec<u8>),
     Number(u64),
+    /// `Bearer <key>` of a known principal (or, past the list, of nobody).
+    Key(u8),
 }
+
+/// Keys of the auth file's principals: `grant` (everything on locks `a*`), `admin`.
+const KEYS: [&str; 2] = ["fuzz-key-grant", "fuzz-key-admin"];
 
 #[derive(Arbitrary, Debug)]
 enum Body_ {
@@ -81,6 +93,7 @@ enum Body_ {
 struct Ctx {
     runtime: tokio::runtime::Runtime,
     app: axum::Router,
+    app_auth: axum::Router,
     tokens: Vec<String>,
     _dir: tempfile::TempDir,
 }
@@ -113,17 +126,30 @@ fn ctx() -> &'static Ctx {
                 .await
                 .expect("issuer");
             let policies = NamespacePolicies::parse(["seq=sequence"]).expect("policies");
-            router(AppState {
-                issuer: Arc::new(issuer),
-                backend,
-                verifier,
-                policies: Arc::new(policies),
-                max_value_bytes: 1024,
-            })
+            let mut state = AppState::new(Arc::new(issuer), backend, verifier);
+            state.policies = Arc::new(policies);
+            state.max_value_bytes = 1024;
+            let open = router(state.clone());
+            let file = dir.path().join("auth.toml");
+            let digest = |key: &str| {
+                key_digest(key).iter().map(|b| format!("{b:02x}")).collect::<String>()
+            };
+            let text = format!(
+                "[[principal]]\nname = \"grant\"\nkey_sha256 = \"{}\"\n\
+                 [[principal.grant]]\nlocks = \"a*\"\nallow = [\"acquire\", \"read\", \"write\", \"check\"]\n\
+                 [[principal]]\nname = \"admin\"\nkey_sha256 = \"{}\"\nadmin = true\n",
+                digest(KEYS[0]),
+                digest(KEYS[1])
+            );
+            std::fs::write(&file, text).expect("auth file");
+            state.auth = Some(Arc::new(Auth::load(&file).expect("auth file loads")));
+            (open, router(state))
         });
+        let (app, app_auth) = app;
         Ctx {
             runtime,
             app,
+            app_auth,
             tokens,
             _dir: dir,
         }
@@ -135,6 +161,10 @@ fn value_bytes(value: &Value, tokens: &[String]) -> Vec<u8> {
         Value::Token(i) => tokens[usize::from(*i) % tokens.len()].clone().into_bytes(),
         Value::Raw(bytes) => bytes.clone(),
         Value::Number(n) => n.to_string().into_bytes(),
+        Value::Key(i) => match KEYS.get(usize::from(*i)) {
+            Some(key) => format!("Bearer {key}").into_bytes(),
+            None => format!("Bearer nobody-{i}").into_bytes(),
+        },
     }
 }
 
@@ -194,8 +224,15 @@ fuzz_target!(|input: Input| {
     };
     let is_head = req.method() == Method::HEAD;
     let described = format!("{} {}", req.method(), req.uri());
+    let public = ["/healthz", "/v1/keys", "/v1/openapi.json"].contains(&req.uri().path());
+    let known_key = req
+        .headers()
+        .get_all("authorization")
+        .iter()
+        .any(|v| KEYS.iter().any(|k| v.as_bytes().ends_with(k.as_bytes())));
+    let app = if input.auth { &ctx.app_auth } else { &ctx.app };
     ctx.runtime.block_on(async {
-        let call = ctx.app.clone().oneshot(req);
+        let call = app.clone().oneshot(req);
         // A request may legitimately wait (a body asking for `wait_ms`); that is not a bug.
         let Ok(answer) = tokio::time::timeout(Duration::from_secs(2), call).await else {
             return;
@@ -220,6 +257,13 @@ fuzz_target!(|input: Input| {
             assert!(
                 status.as_u16() == 503 && code.as_deref() == Some("storage_failed"),
                 "{described}: {status} {}",
+                String::from_utf8_lossy(&body)
+            );
+        }
+        if input.auth && !public && !known_key {
+            assert!(
+                !status.is_success(),
+                "{described}: {status} without a known key: {}",
                 String::from_utf8_lossy(&body)
             );
         }

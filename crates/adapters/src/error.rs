@@ -1,5 +1,6 @@
 //! The one error type every adapter returns, with the server's stable codes.
 
+pub use palisade_api::ErrorCode;
 use palisade_token::{Epoch, TokenError};
 
 /// A backend failure, boxed so the error type does not depend on which adapters are built.
@@ -58,15 +59,15 @@ pub enum AdmitError {
 
 impl AdmitError {
     /// The stable machine code, as the Palisade server spells it.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            AdmitError::MissingToken => "missing_token",
-            AdmitError::InvalidToken(_) => "invalid_token",
-            AdmitError::WrongLock { .. } => "wrong_lock",
-            AdmitError::Stale { .. } => "stale_token",
-            AdmitError::StaleSequence { .. } => "stale_sequence",
-            AdmitError::Conflict => "revision_mismatch",
-            AdmitError::Backend(_) => "storage_failed",
+            AdmitError::MissingToken => ErrorCode::MissingToken,
+            AdmitError::InvalidToken(_) => ErrorCode::InvalidToken,
+            AdmitError::WrongLock { .. } => ErrorCode::WrongLock,
+            AdmitError::Stale { .. } => ErrorCode::StaleToken,
+            AdmitError::StaleSequence { .. } => ErrorCode::StaleSequence,
+            AdmitError::Conflict => ErrorCode::WriteConflict,
+            AdmitError::Backend(_) => ErrorCode::StorageFailed,
         }
     }
 
@@ -96,29 +97,29 @@ mod tests {
     #[test]
     fn codes_match_the_server() {
         let cases = [
-            (AdmitError::MissingToken, "missing_token"),
+            (AdmitError::MissingToken, ErrorCode::MissingToken),
             (
                 AdmitError::InvalidToken(TokenError::BadSignature),
-                "invalid_token",
+                ErrorCode::InvalidToken,
             ),
             (
                 AdmitError::WrongLock {
                     expected: "a".into(),
                     token_lock: "b".into(),
                 },
-                "wrong_lock",
+                ErrorCode::WrongLock,
             ),
             (
                 AdmitError::Stale {
                     high_water: 2,
                     epoch: 1,
                 },
-                "stale_token",
+                ErrorCode::StaleToken,
             ),
-            (AdmitError::Conflict, "revision_mismatch"),
+            (AdmitError::Conflict, ErrorCode::WriteConflict),
             (
                 AdmitError::backend(CorruptFence("x".into())),
-                "storage_failed",
+                ErrorCode::StorageFailed,
             ),
         ];
         for (error, code) in cases {

@@ -69,4 +69,4 @@ pub mod redis;
 pub mod sqlite;
 
 pub use admission::Admitted;
-pub use error::{AdmitError, BoxError, CorruptFence};
+pub use error::{AdmitError, BoxError, CorruptFence, ErrorCode};

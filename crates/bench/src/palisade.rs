@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use hyper::header::HeaderValue;
 use hyper::Method;
+use palisade_api::ErrorCode;
 use serde::Deserialize;
 
 use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS};
@@ -163,7 +164,7 @@ impl Worker for PalisadeWorker {
                         release(&mut self.conn, &granted.lease_id).await?;
                         Ok(Outcome::Done)
                     }
-                    Err(e) if e.code == "lock_held" => Ok(Outcome::Refused),
+                    Err(e) if e.code == ErrorCode::LockHeld.as_str() => Ok(Outcome::Refused),
                     Err(e) => Err(e),
                 }
             }

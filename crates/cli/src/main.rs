@@ -46,6 +46,11 @@ enum Command {
     },
     /// Run the stale-leader story with real processes and show the timeline.
     Demo(demo::DemoArgs),
+    /// Bearer keys for an auth file: make one, or hash one you have.
+    Auth {
+        #[command(subcommand)]
+        command: AuthCommand,
+    },
     /// Offline maintenance of a data directory: backup and restore (server stopped).
     Admin {
         #[command(subcommand)]
@@ -65,6 +70,16 @@ enum Command {
     /// One worker process of `palisade verify` (started by it).
     #[command(hide = true)]
     VerifyWorker(palisade_verify::WorkerArgs),
+}
+
+#[derive(Subcommand)]
+enum AuthCommand {
+    /// Print a fresh random key (256 bits) and the `key_sha256` line for the auth file.
+    /// Give the key to the client (PALISADE_KEY or --key-file); only the digest goes into
+    /// the server's auth file.
+    NewKey,
+    /// Read a key from standard input and print its `key_sha256` line.
+    HashKey,
 }
 
 #[derive(Args)]
@@ -136,6 +151,47 @@ struct ServeArgs {
         value_delimiter = ','
     )]
     trust_key_files: Vec<PathBuf>,
+    /// Turn authentication on: principals, their bearer-key digests and grants (TOML; see
+    /// docs/security.md). Reloaded on SIGHUP. Without it every caller may do everything,
+    /// so the server then listens only on loopback addresses.
+    #[arg(long, env = "PALISADE_AUTH_FILE")]
+    auth_file: Option<PathBuf>,
+    /// Listen on a non-loopback address without --auth-file anyway (warns on every start).
+    #[arg(long, env = "PALISADE_INSECURE_NO_AUTH")]
+    insecure_no_auth: bool,
+    /// Append an audit log (JSON lines) of authentication failures, permission denials,
+    /// admin actions, leases released by others and stale-token rejections.
+    #[arg(long, env = "PALISADE_AUDIT_LOG")]
+    audit_log: Option<PathBuf>,
+    /// Size at which the audit log rotates to FILE.1 (MiB).
+    #[arg(long, env = "PALISADE_AUDIT_LOG_MAX_MB", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    audit_log_max_mb: u64,
+    /// Longest lease TTL a client may ask for (ms); a principal's max_ttl_ms may lower it.
+    #[arg(long, env = "PALISADE_MAX_TTL_MS", default_value_t = palisade_server::Limits::default().max_ttl_ms, value_parser = clap::value_parser!(u64).range(50..))]
+    max_ttl_ms: u64,
+    /// Live leases one principal may hold at once (with --auth-file).
+    #[arg(long, env = "PALISADE_MAX_LEASES_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_leases_per_principal)]
+    max_leases_per_principal: u32,
+    /// Acquisitions one principal may have waiting at once (with --auth-file).
+    #[arg(long, env = "PALISADE_MAX_WAITERS_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_waiters_per_principal)]
+    max_waiters_per_principal: u32,
+    /// Acquisitions that may wait in line for one lock.
+    #[arg(long, env = "PALISADE_MAX_WAITERS_PER_LOCK", default_value_t = palisade_server::Limits::default().max_waiters_per_lock)]
+    max_waiters_per_lock: u32,
+    /// Locks the server keeps in memory at once; idle locks whose state is on disk make
+    /// room, and a new lock that finds no room is refused with 429 quota_exceeded.
+    #[arg(long, env = "PALISADE_MAX_LOCKS", default_value_t = palisade_server::Limits::default().max_locks as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    max_locks: u64,
+    /// Keys one namespace of the store may hold.
+    #[arg(long, env = "PALISADE_MAX_KEYS_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_KEYS_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
+    max_keys_per_namespace: u64,
+    /// Bytes of keys plus values one namespace of the store may hold.
+    #[arg(long, env = "PALISADE_MAX_BYTES_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_BYTES_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
+    max_bytes_per_namespace: u64,
+    /// How long an idempotency key is remembered (seconds); after it a request with the
+    /// same key is applied afresh, and the record is purged.
+    #[arg(long, env = "PALISADE_IDEMPOTENCY_RETENTION_S", default_value_t = palisade_storage::DEFAULT_IDEMPOTENCY_RETENTION.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    idempotency_retention_s: u64,
 }
 
 // mimalloc: the request path allocates and frees many small buffers (HTTP, JSON,
@@ -175,6 +231,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Kv { target, command } => kv_cmd::run(&target.server, command).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Admin { command } => admin_cmd::run(command),
+        Command::Auth { command } => auth(command),
         Command::DemoWorker(args) => demo::run_worker(args).await,
         Command::Verify(args) => verify_cmd::run(args).await,
         Command::VerifyWorker(args) => verify_cmd::run_worker(args).await,
@@ -183,6 +240,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .map(drop)
             .map_err(Into::into),
     }
+}
+
+fn auth(command: AuthCommand) -> anyhow::Result<()> {
+    use palisade_server::auth::{key_digest, new_key};
+    match command {
+        AuthCommand::NewKey => {
+            let key = new_key();
+            println!("key: {key}");
+            println!("key_sha256 = \"{}\"", hex_digest(&key_digest(&key)));
+        }
+        AuthCommand::HashKey => {
+            let mut key = String::new();
+            std::io::stdin()
+                .read_line(&mut key)
+                .context("cannot read the key from standard input")?;
+            let key = key.trim();
+            anyhow::ensure!(!key.is_empty(), "no key on standard input");
+            println!("key_sha256 = \"{}\"", hex_digest(&key_digest(key)));
+        }
+    }
+    Ok(())
+}
+
+fn hex_digest(digest: &[u8; 32]) -> String {
+    digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 async fn serve(args: ServeArgs) -> anyhow::Result<()> {
@@ -200,6 +282,22 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .context("--db-cache-mb is too large for this machine")?;
     config.signing_key_file = args.signing_key_file;
     config.trust_key_files = args.trust_key_files;
+    config.auth_file = args.auth_file;
+    config.insecure_no_auth = args.insecure_no_auth;
+    config.audit_log = args.audit_log;
+    config.audit_log_max_bytes = args.audit_log_max_mb * 1024 * 1024;
+    config.limits = palisade_server::Limits {
+        max_ttl_ms: args.max_ttl_ms,
+        max_leases_per_principal: args.max_leases_per_principal,
+        max_waiters_per_principal: args.max_waiters_per_principal,
+        max_waiters_per_lock: args.max_waiters_per_lock,
+        max_locks: usize::try_from(args.max_locks).context("--max-locks is too large")?,
+    };
+    config.store_limits = palisade_storage::StoreLimits {
+        max_keys_per_namespace: args.max_keys_per_namespace,
+        max_bytes_per_namespace: args.max_bytes_per_namespace,
+        idempotency_retention: std::time::Duration::from_secs(args.idempotency_retention_s),
+    };
     if args.backend == "etcd" {
         config.backend = palisade_server::BackendConfig::Etcd {
             endpoints: args.etcd_endpoints,
@@ -209,7 +307,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     }
     let server = palisade_server::serve(config).await?;
     // Scripts and tests read this line to learn the port.
-    println!("palisade listening on http://{}", server.addr());
+    println!(
+        "{}",
+        palisade_api::listening::line(&format!("http://{}", server.addr()))
+    );
     server.run_until_signal().await?;
     Ok(())
 }

@@ -10,6 +10,8 @@ use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use palisade_api::ErrorCode;
+
 use crate::Error;
 
 #[derive(Deserialize)]
@@ -50,12 +52,12 @@ pub(crate) fn decode_error(status: StatusCode, body: &[u8]) -> Error {
 
 fn from_body(status: StatusCode, body: Body) -> Error {
     let u64_field = |name: &str| body.extra.get(name).and_then(Value::as_u64);
-    let decoded = match body.code.as_str() {
-        "stale_token" => match (u64_field("high_water"), u64_field("epoch")) {
+    let decoded = ErrorCode::parse(&body.code).and_then(|code| match code {
+        ErrorCode::StaleToken => match (u64_field("high_water"), u64_field("epoch")) {
             (Some(high_water), Some(epoch)) => Some(Error::Stale { high_water, epoch }),
             _ => None,
         },
-        "stale_sequence" => match (
+        ErrorCode::StaleSequence => match (
             u64_field("high_water"),
             u64_field("high_water_seq"),
             u64_field("epoch"),
@@ -71,7 +73,7 @@ fn from_body(status: StatusCode, body: Body) -> Error {
             }
             _ => None,
         },
-        "lock_held" => match (body.extra.get("holder"), u64_field("retry_after_ms")) {
+        ErrorCode::LockHeld => match (body.extra.get("holder"), u64_field("retry_after_ms")) {
             (Some(Value::String(h)), Some(retry_after_ms)) => Some(Error::LockHeld {
                 holder: Some(h.clone()),
                 retry_after_ms,
@@ -82,7 +84,7 @@ fn from_body(status: StatusCode, body: Body) -> Error {
             }),
             _ => None,
         },
-        "revision_mismatch" => match body.extra.get("current_revision") {
+        ErrorCode::RevisionMismatch => match body.extra.get("current_revision") {
             Some(Value::Null) | None => Some(Error::RevisionMismatch {
                 current_revision: None,
             }),
@@ -90,20 +92,29 @@ fn from_body(status: StatusCode, body: Body) -> Error {
                 current_revision: Some(r),
             }),
         },
-        "wrong_lock" => match body.extra.get("token_lock") {
+        ErrorCode::WrongLock => match body.extra.get("token_lock") {
             Some(Value::String(lock)) => Some(Error::WrongLock(lock.clone())),
             _ => None,
         },
-        "lease_expired" => Some(Error::LeaseExpired),
-        "not_found" => Some(Error::NotFound),
-        "missing_token" => Some(Error::MissingToken),
-        "invalid_token" => Some(Error::InvalidToken(body.message.clone())),
-        "payload_too_large" => Some(Error::PayloadTooLarge),
-        "idempotency_conflict" => Some(Error::IdempotencyConflict),
-        "storage_failed" => Some(Error::StorageFailed),
-        "bad_request" => Some(Error::BadRequest(body.message.clone())),
+        ErrorCode::LeaseExpired => Some(Error::LeaseExpired),
+        ErrorCode::NotFound => Some(Error::NotFound),
+        ErrorCode::MissingToken => Some(Error::MissingToken),
+        ErrorCode::InvalidToken => Some(Error::InvalidToken(body.message.clone())),
+        ErrorCode::PayloadTooLarge => Some(Error::PayloadTooLarge),
+        ErrorCode::IdempotencyConflict => Some(Error::IdempotencyConflict),
+        ErrorCode::StorageFailed => Some(Error::StorageFailed),
+        ErrorCode::BadRequest => Some(Error::BadRequest(body.message.clone())),
+        ErrorCode::Unauthenticated => Some(Error::Unauthenticated(body.message.clone())),
+        ErrorCode::PermissionDenied => Some(Error::PermissionDenied(body.message.clone())),
+        ErrorCode::QuotaExceeded => match (body.extra.get("resource"), u64_field("limit")) {
+            (Some(Value::String(resource)), Some(limit)) => Some(Error::QuotaExceeded {
+                resource: resource.clone(),
+                limit,
+            }),
+            _ => None,
+        },
         _ => None,
-    };
+    });
     // A known code whose extra fields are missing or mistyped falls back to the generic
     // variant rather than inventing values (a zero high-water mark would be a lie).
     decoded.unwrap_or(Error::Api {

@@ -2,6 +2,8 @@
 //! carrying the server's extra fields as typed values, plus [`Error::Api`] for codes this
 //! version does not know. Decoding lives in `decode.rs`.
 
+use palisade_api::ErrorCode;
+
 /// Everything a Palisade call can fail with.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -61,6 +63,17 @@ pub enum Error {
     /// cannot be expressed in a URL).
     #[error("bad request: {0}")]
     BadRequest(String),
+    /// `unauthenticated`: no key, or a key that names no principal (HTTP 401).
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(String),
+    /// `permission_denied`: the principal may not do this on this lock, or does not own
+    /// the lease or token it used (HTTP 403).
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
+    /// `quota_exceeded`: a server limit (`resource`, at most `limit`) would be exceeded;
+    /// nothing was changed (HTTP 429).
+    #[error("quota exceeded: {resource} is limited to {limit}")]
+    QuotaExceeded { resource: String, limit: u64 },
     /// Any other well-formed JSON error, e.g. `method_not_allowed` or a code newer than
     /// this client.
     #[error("{code} (HTTP {status}): {message}")]
@@ -86,24 +99,28 @@ impl Error {
     /// The stable machine code: the wire code for server errors, `"transport"` and
     /// `"decode"` for failures on this side.
     pub fn code(&self) -> &str {
-        match self {
-            Error::Stale { .. } => "stale_token",
-            Error::StaleSequence { .. } => "stale_sequence",
-            Error::LockHeld { .. } => "lock_held",
-            Error::LeaseExpired => "lease_expired",
-            Error::NotFound => "not_found",
-            Error::MissingToken => "missing_token",
-            Error::InvalidToken(_) => "invalid_token",
-            Error::WrongLock(_) => "wrong_lock",
-            Error::RevisionMismatch { .. } => "revision_mismatch",
-            Error::PayloadTooLarge => "payload_too_large",
-            Error::IdempotencyConflict => "idempotency_conflict",
-            Error::StorageFailed => "storage_failed",
-            Error::BadRequest(_) => "bad_request",
-            Error::Api { code, .. } => code,
-            Error::Transport(_) => "transport",
-            Error::Decode(_) => "decode",
-        }
+        let code = match self {
+            Error::Stale { .. } => ErrorCode::StaleToken,
+            Error::StaleSequence { .. } => ErrorCode::StaleSequence,
+            Error::LockHeld { .. } => ErrorCode::LockHeld,
+            Error::LeaseExpired => ErrorCode::LeaseExpired,
+            Error::NotFound => ErrorCode::NotFound,
+            Error::MissingToken => ErrorCode::MissingToken,
+            Error::InvalidToken(_) => ErrorCode::InvalidToken,
+            Error::WrongLock(_) => ErrorCode::WrongLock,
+            Error::RevisionMismatch { .. } => ErrorCode::RevisionMismatch,
+            Error::PayloadTooLarge => ErrorCode::PayloadTooLarge,
+            Error::IdempotencyConflict => ErrorCode::IdempotencyConflict,
+            Error::StorageFailed => ErrorCode::StorageFailed,
+            Error::BadRequest(_) => ErrorCode::BadRequest,
+            Error::Unauthenticated(_) => ErrorCode::Unauthenticated,
+            Error::PermissionDenied(_) => ErrorCode::PermissionDenied,
+            Error::QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
+            Error::Api { code, .. } => return code,
+            Error::Transport(_) => return "transport",
+            Error::Decode(_) => return "decode",
+        };
+        code.as_str()
     }
 
     /// True when the server positively said this holder's epoch is fenced off.

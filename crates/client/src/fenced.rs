@@ -13,10 +13,7 @@ use serde::Deserialize;
 use crate::paths::segment;
 use crate::{Client, Entry, Error, Kv, WriteOptions, WriteResult};
 
-const FENCING_TOKEN: &str = "fencing-token";
-const FENCING_SEQ: &str = "fencing-seq";
-const IDEMPOTENCY_KEY: &str = "idempotency-key";
-const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+use palisade_api::headers::{FENCING_SEQ, FENCING_TOKEN, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
 
 #[derive(Deserialize)]
 struct MutationBody {

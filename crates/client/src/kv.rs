@@ -14,7 +14,7 @@ use crate::{Client, Entry, Error};
 /// The largest page the server returns for a listing; [`Kv::list`] asks for all of it.
 pub const LIST_LIMIT: u32 = 10_000;
 
-const FENCING_EPOCH: &str = "fencing-epoch";
+use palisade_api::headers::FENCING_EPOCH;
 
 /// Read access to one namespace. Reads are not fenced: they need no token.
 #[derive(Debug, Clone)]

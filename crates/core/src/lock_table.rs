@@ -66,6 +66,13 @@ pub struct TableConfig {
     /// locks released within the window before it wait one TTL, like the locks that were
     /// held (see the module docs).
     pub idle_grace_ms: Millis,
+    /// Most locks kept at once (0: no limit). When a new lock finds the table full, the
+    /// idle locks whose state is all on disk are forgotten (see [`Event::Forgotten`]);
+    /// if that frees no room the acquisition is refused with
+    /// [`AcquireOutcome::QuotaExceeded`] (`"locks"`).
+    pub max_locks: usize,
+    /// Most acquisitions waiting in one lock's line (0: no limit).
+    pub max_waiters_per_lock: u32,
 }
 
 /// The durable promise about one lock; see the module docs.
@@ -101,6 +108,16 @@ pub struct AcquireRequest {
     pub wait_ms: Millis,
     /// Id for the lease, if one is granted.
     pub lease_id: LeaseId,
+    /// Whose quota the lease and the wait count against (None: nobody's).
+    pub owner: Option<Owner>,
+}
+
+/// Who asks, with their limits: live leases and waiting acquisitions at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub name: Box<str>,
+    pub max_leases: u32,
+    pub max_waiters: u32,
 }
 
 /// A lease handed out by the table (not yet durable).
@@ -114,6 +131,9 @@ pub struct Grant {
     /// A reservation that must be durable before this grant is answered; `None` when the
     /// lock's durable reservation already covers it.
     pub reserve: Option<Reservation>,
+    /// How many times the lock had fallen idle when `reserve` was made; passed back to
+    /// [`LockTable::confirm`], which ignores a reservation an idle marker came after.
+    pub generation: u32,
 }
 
 /// The immediate answer to an acquisition.
@@ -126,6 +146,12 @@ pub enum AcquireOutcome {
     Held {
         holder: Option<String>,
         retry_after_ms: Millis,
+    },
+    /// Refused, nothing changed: `resource` is limited to `limit` (`"locks"`,
+    /// `"waiters_per_lock"`, `"leases_per_principal"`, `"waiters_per_principal"`).
+    QuotaExceeded {
+        resource: &'static str,
+        limit: u64,
     },
 }
 
@@ -147,11 +173,17 @@ pub enum Event {
         epoch: Epoch,
     },
     /// The lock has no lease and nobody waiting: its reservation may be recorded inactive
-    /// (lazily; losing this record is safe).
+    /// (lazily; losing this record is safe). An inactive reservation's TTL is 0: the next
+    /// lease granted decides the restart block afresh.
     Idle {
         lock: String,
         reservation: Reservation,
     },
+    /// These idle locks left the table to make room. No epoch of theirs is above `floor`,
+    /// and from now on a lock the table does not know starts above `floor`. Their records
+    /// may stay on disk (a restart then knows them again) or be dropped once the floor
+    /// itself is durable.
+    Forgotten { locks: Vec<String>, floor: Epoch },
 }
 
 /// A lease that is no longer live.
@@ -188,6 +220,8 @@ struct Lease {
     epoch: Epoch,
     ttl_ms: Millis,
     deadline: Millis,
+    /// The quota it counts against.
+    owner: Option<Box<str>>,
 }
 
 #[derive(Debug)]
@@ -197,6 +231,14 @@ struct Waiter {
     holder: String,
     ttl_ms: Millis,
     give_up_at: Millis,
+    owner: Option<Box<str>>,
+}
+
+/// What one owner holds now.
+#[derive(Debug, Default, Clone, Copy)]
+struct Held {
+    leases: u32,
+    waiters: u32,
 }
 
 #[derive(Debug)]
@@ -217,6 +259,8 @@ struct Lock {
     /// When the lock last fell idle with an active reservation (see
     /// [`TableConfig::idle_grace_ms`]); [`NOT_IDLE`] while it is in use.
     idle_since: Millis,
+    /// How many idle markers the lock has had (see [`Grant::generation`]).
+    generation: u32,
 }
 
 impl Default for Lock {
@@ -229,6 +273,7 @@ impl Default for Lock {
             durable: Reservation::default(),
             expired_unsynced: false,
             idle_since: NOT_IDLE,
+            generation: 0,
         }
     }
 }
@@ -307,8 +352,13 @@ pub struct LockTable {
     /// is renewed or released; a stale entry only causes a harmless extra look.
     timers: BinaryHeap<Reverse<(Millis, String)>>,
     events: Vec<Event>,
-    /// Epoch below which no lock starts (after a restore from backup).
+    /// Epoch below which no lock starts (after a restore from backup, or once locks were
+    /// forgotten).
     epoch_floor: Epoch,
+    /// Live leases and waiters per owner (owners with none are not kept).
+    owners: HashMap<Box<str>, Held>,
+    /// No sweep for idle locks before this time (see [`LockTable::forget_idle`]).
+    next_sweep_at: Millis,
 }
 
 impl LockTable {
@@ -349,6 +399,9 @@ impl LockTable {
                 epoch: grant.epoch,
                 ttl_ms: grant.ttl_ms,
                 deadline,
+                // Restored leases count against nobody's quota: the records do not say
+                // whose quota they were taken under.
+                owner: None,
             }));
             self.leases.insert(grant.lease_id, grant.lock.clone());
             self.timers.push(Reverse((deadline, grant.lock)));
@@ -385,9 +438,17 @@ impl LockTable {
         }
     }
 
-    /// Records that `reservation` of `lock` is durable.
-    pub fn confirm(&mut self, now: Millis, lock: &str, reservation: Reservation) {
-        if let Some(l) = self.locks.get_mut(lock) {
+    /// Records that `reservation` of `lock`, made for a grant of `generation`, is durable.
+    ///
+    /// A reservation made before the lock's latest idle marker is ignored: the marker was
+    /// queued after it, so on disk the marker wins (the lock is inactive, its TTL reset),
+    /// and the table must not believe otherwise.
+    pub fn confirm(&mut self, now: Millis, lock: &str, reservation: Reservation, generation: u32) {
+        if let Some(l) = self
+            .locks
+            .get_mut(lock)
+            .filter(|l| l.generation == generation)
+        {
             let idle = l.lease.is_none() && l.queue.is_empty() && l.delay_until <= now;
             l.durable.merge(reservation);
             // The lock fell idle while the reservation was being written: say so again.
@@ -400,6 +461,30 @@ impl LockTable {
     /// Tries to acquire a lock; grants at once, queues (if `wait_ms > 0`) or refuses.
     pub fn acquire(&mut self, now: Millis, req: AcquireRequest) -> AcquireOutcome {
         self.settle(now, &req.lock);
+        let max_locks = self.config.max_locks;
+        if max_locks > 0 && self.locks.len() >= max_locks && !self.locks.contains_key(&*req.lock) {
+            self.forget_idle(now);
+            if self.locks.len() >= max_locks {
+                return AcquireOutcome::QuotaExceeded {
+                    resource: "locks",
+                    limit: max_locks as u64,
+                };
+            }
+        }
+        // (limits, what the owner holds now)
+        let held = req.owner.as_ref().map(|o| {
+            let now_held = self.owners.get(&o.name).copied().unwrap_or_default();
+            ((o.max_leases, o.max_waiters), now_held)
+        });
+        if let Some(((max_leases, _), h)) = held {
+            if h.leases >= max_leases {
+                return AcquireOutcome::QuotaExceeded {
+                    resource: "leases_per_principal",
+                    limit: max_leases.into(),
+                };
+            }
+        }
+        let owner = req.owner.map(|o| o.name);
         let lock = lock_entry(&mut self.locks, self.epoch_floor, req.lock.clone());
         let free = lock.lease.is_none() && lock.delay_until <= now && lock.queue.is_empty();
         if free {
@@ -407,11 +492,17 @@ impl LockTable {
                 lock,
                 self.config.epoch_block,
                 &req.lock,
-                req.lease_id,
-                req.holder,
-                req.ttl_ms,
+                Waiting {
+                    lease_id: req.lease_id,
+                    holder: req.holder,
+                    ttl_ms: req.ttl_ms,
+                    owner,
+                },
                 now,
             );
+            if let Some(name) = grant_owner(lock) {
+                count(&mut self.owners, name, 1, 0);
+            }
             self.leases.insert(grant.lease_id.clone(), req.lock.clone());
             self.timers
                 .push(Reverse((now.saturating_add(grant.ttl_ms), req.lock)));
@@ -424,6 +515,24 @@ impl LockTable {
                 retry_after_ms,
             };
         }
+        let per_lock = self.config.max_waiters_per_lock;
+        if per_lock > 0 && lock.queue.len() >= per_lock as usize {
+            return AcquireOutcome::QuotaExceeded {
+                resource: "waiters_per_lock",
+                limit: per_lock.into(),
+            };
+        }
+        if let Some(((_, max_waiters), h)) = held {
+            if h.waiters >= max_waiters {
+                return AcquireOutcome::QuotaExceeded {
+                    resource: "waiters_per_principal",
+                    limit: max_waiters.into(),
+                };
+            }
+        }
+        if let Some(name) = &owner {
+            count(&mut self.owners, name, 0, 1);
+        }
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let give_up_at = now.saturating_add(req.wait_ms);
@@ -433,6 +542,7 @@ impl LockTable {
             holder: req.holder,
             ttl_ms: req.ttl_ms,
             give_up_at,
+            owner,
         });
         self.waiters.insert(ticket, req.lock.clone());
         self.timers.push(Reverse((give_up_at, req.lock)));
@@ -466,6 +576,9 @@ impl LockTable {
         }
         let lease = lock.lease.take().ok_or(LeaseExpired)?;
         self.leases.remove(lease_id);
+        if let Some(owner) = &lease.owner {
+            count(&mut self.owners, owner, -1, 0);
+        }
         let view = Self::lease_view(&name, &lease, now);
         self.settle(now, &name);
         Ok(view)
@@ -484,7 +597,14 @@ impl LockTable {
     pub fn cancel(&mut self, ticket: Ticket) {
         if let Some(name) = self.waiters.remove(&ticket) {
             if let Some(lock) = self.locks.get_mut(name.as_str()) {
-                lock.queue.retain(|w| w.ticket != ticket);
+                let owners = &mut self.owners;
+                lock.queue.retain(|w| {
+                    let gone = w.ticket == ticket;
+                    if let (true, Some(owner)) = (gone, &w.owner) {
+                        count(owners, owner, 0, -1);
+                    }
+                    !gone
+                });
             }
         }
     }
@@ -525,23 +645,6 @@ impl LockTable {
         }
     }
 
-    /// Every known lock with a name starting with `prefix`, sorted, at most `limit`.
-    pub fn list(&mut self, now: Millis, prefix: &str, limit: usize) -> Vec<LockView> {
-        self.poll(now);
-        let mut names: Vec<&str> = self
-            .locks
-            .keys()
-            .map(|n| &**n)
-            .filter(|n| n.starts_with(prefix))
-            .collect();
-        names.sort();
-        names.truncate(limit);
-        names
-            .into_iter()
-            .filter_map(|n| self.locks.get(n).map(|l| Self::lock_view(n, l, now)))
-            .collect()
-    }
-
     /// The live lease with this id, if any.
     pub fn lease(&mut self, now: Millis, lease_id: &str) -> Option<LeaseView> {
         let name = self.leases.get(lease_id).cloned()?;
@@ -566,6 +669,9 @@ impl LockTable {
         };
         if let Some(lease) = lock.lease.take_if(|l| l.deadline <= now) {
             self.leases.remove(&lease.id);
+            if let Some(owner) = &lease.owner {
+                count(&mut self.owners, owner, -1, 0);
+            }
             lock.expired_unsynced = true;
             if self.config.lock_delay_ms > 0 {
                 // Never shorten a longer block: after a restart a restored lease can expire
@@ -591,6 +697,9 @@ impl LockTable {
             lock.queue = Queue::from_deque(kept);
             for waiter in gone {
                 self.waiters.remove(&waiter.ticket);
+                if let Some(owner) = &waiter.owner {
+                    count(&mut self.owners, owner, 0, -1);
+                }
                 self.events.push(Event::TimedOut {
                     ticket: waiter.ticket,
                     holder: holder.clone(),
@@ -601,22 +710,26 @@ impl LockTable {
         if lock.lease.is_none() && lock.delay_until <= now {
             if let Some(w) = lock.queue.pop_front() {
                 self.waiters.remove(&w.ticket);
+                let ticket = w.ticket;
                 let grant = Self::grant(
                     lock,
                     self.config.epoch_block,
                     name,
-                    w.lease_id,
-                    w.holder,
-                    w.ttl_ms,
+                    Waiting {
+                        lease_id: w.lease_id,
+                        holder: w.holder,
+                        ttl_ms: w.ttl_ms,
+                        owner: w.owner,
+                    },
                     now,
                 );
+                if let Some(owner) = grant_owner(lock) {
+                    count(&mut self.owners, owner, 1, -1);
+                }
                 self.leases.insert(grant.lease_id.clone(), name.to_owned());
                 self.timers
                     .push(Reverse((now.saturating_add(grant.ttl_ms), name.to_owned())));
-                self.events.push(Event::Granted {
-                    ticket: w.ticket,
-                    grant,
-                });
+                self.events.push(Event::Granted { ticket, grant });
             }
         }
         if lock.lease.is_none() && lock.queue.is_empty() && lock.delay_until <= now {
@@ -653,6 +766,8 @@ impl LockTable {
         if let Some(lock) = self.locks.get_mut(name) {
             if lock.durable.active {
                 lock.durable.active = false;
+                lock.durable.max_ttl_ms = 0;
+                lock.generation = lock.generation.wrapping_add(1);
                 self.events.push(Event::Idle {
                     lock: name.to_owned(),
                     reservation: lock.durable,
@@ -661,16 +776,13 @@ impl LockTable {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn grant(
-        lock: &mut Lock,
-        epoch_block: Epoch,
-        name: &str,
-        lease_id: LeaseId,
-        holder: String,
-        ttl_ms: Millis,
-        now: Millis,
-    ) -> Grant {
+    fn grant(lock: &mut Lock, epoch_block: Epoch, name: &str, who: Waiting, now: Millis) -> Grant {
+        let Waiting {
+            lease_id,
+            holder,
+            ttl_ms,
+            owner,
+        } = who;
         lock.last_epoch += 1;
         lock.idle_since = NOT_IDLE;
         lock.lease = Some(Box::new(Lease {
@@ -679,6 +791,7 @@ impl LockTable {
             epoch: lock.last_epoch,
             ttl_ms,
             deadline: now.saturating_add(ttl_ms),
+            owner,
         }));
         let covered = lock.durable.covers(lock.last_epoch, ttl_ms) && !lock.expired_unsynced;
         // This grant's durable write comes after the expired lease's queued removal, and
@@ -696,7 +809,52 @@ impl LockTable {
             lease_id,
             ttl_ms,
             reserve,
+            generation: lock.generation,
         }
+    }
+
+    /// Makes room: every lock that is idle and whose state is all durable (no lease, no
+    /// waiter, no lock-delay, no grace, reservation recorded inactive, no expiry waiting
+    /// for a write) leaves the table, the floor rises above all their epochs, and
+    /// [`Event::Forgotten`] tells the caller. One pass over the table; when it frees less
+    /// than a sixteenth of `max_locks`, the next pass waits a second, so that a table full
+    /// of live locks does not pay a pass for every refused newcomer.
+    fn forget_idle(&mut self, now: Millis) {
+        if now < self.next_sweep_at {
+            return;
+        }
+        let before = self.locks.len();
+        let mut floor = self.epoch_floor;
+        let mut forgotten = Vec::new();
+        self.locks.retain(|name, lock| {
+            let idle = lock.lease.is_none()
+                && lock.queue.is_empty()
+                && lock.delay_until <= now
+                && !lock.durable.active
+                && lock.idle_since == NOT_IDLE
+                && !lock.expired_unsynced;
+            if idle {
+                floor = floor.max(lock.last_epoch).max(lock.durable.ceiling);
+                forgotten.push(name.to_string());
+            }
+            !idle
+        });
+        let freed = before - self.locks.len();
+        if freed < (self.config.max_locks / 16).max(1) {
+            self.next_sweep_at = now.saturating_add(1000);
+        }
+        if !forgotten.is_empty() {
+            self.epoch_floor = floor;
+            self.events.push(Event::Forgotten {
+                locks: forgotten,
+                floor,
+            });
+        }
+    }
+
+    /// Number of locks in the table.
+    pub fn lock_count(&self) -> usize {
+        self.locks.len()
     }
 
     /// Who holds a busy lock, and a hint for when to retry.
@@ -732,6 +890,34 @@ impl LockTable {
                 .map(|l| Self::lease_view(name, l, now)),
             waiters: lock.queue.len(),
         }
+    }
+}
+
+/// The lease or waiter being turned into a lease.
+struct Waiting {
+    lease_id: LeaseId,
+    holder: String,
+    ttl_ms: Millis,
+    owner: Option<Box<str>>,
+}
+
+/// The owner of a lock's (just granted) lease.
+fn grant_owner(lock: &Lock) -> Option<&str> {
+    lock.lease.as_ref().and_then(|l| l.owner.as_deref())
+}
+
+/// Adds to an owner's counts, dropping owners that hold nothing.
+fn count(owners: &mut HashMap<Box<str>, Held>, owner: &str, leases: i32, waiters: i32) {
+    if !owners.contains_key(owner) {
+        owners.insert(owner.into(), Held::default());
+    }
+    let Some(held) = owners.get_mut(owner) else {
+        return;
+    };
+    held.leases = held.leases.saturating_add_signed(leases);
+    held.waiters = held.waiters.saturating_add_signed(waiters);
+    if held.leases == 0 && held.waiters == 0 {
+        owners.remove(owner);
     }
 }
 

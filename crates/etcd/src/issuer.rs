@@ -64,6 +64,7 @@ fn grant_of(record: &HolderRecord) -> Grant {
         ttl_ms: record.ttl_ms,
         // etcd holds the epoch and the lease itself: nothing else to make durable.
         reserve: None,
+        generation: 0,
     }
 }
 
@@ -367,12 +368,25 @@ impl LockService for EtcdIssuer {
         }
     }
 
+    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
+        match self.lease_record(lease_id).await {
+            Ok(record) => Ok(Some(view_of(&record, record.ttl_ms))),
+            Err(LeaseError::Expired) => Ok(None),
+            Err(LeaseError::Storage(e)) => Err(e),
+        }
+    }
+
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
         let snap = self.read_lock(lock, None).await?;
         Ok(self.view(lock, snap).await)
     }
 
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
-        self.list_page(prefix, None, limit).await
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError> {
+        self.list_page(prefix, after, limit).await
     }
 }

@@ -20,6 +20,7 @@ fn request(lock: &str, holder: &str, ttl_ms: u64, wait_ms: u64) -> AcquireReques
         ttl_ms,
         wait_ms,
         lease_id: format!("{holder}-{}", support::rand_suffix()),
+        owner: None,
     }
 }
 
@@ -71,7 +72,7 @@ async fn grant_refuse_keepalive_release_and_expiry() {
     );
     let c = issuer.acquire(request("l", "c", 5000, 0)).await.unwrap();
     assert_eq!(c.grant.epoch, 3);
-    let listed = issuer.list("", 10).await.unwrap();
+    let listed = issuer.list("", None, 10).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].lock.as_str(), listed[0].epoch), ("l", 3));
     assert_eq!(issuer.status("never").await.unwrap().epoch, 0);

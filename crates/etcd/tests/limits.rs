@@ -216,6 +216,7 @@ async fn locks_are_listed_page_by_page_in_name_order() {
                 ttl_ms: 5_000,
                 wait_ms: 0,
                 lease_id: format!("{lock}-lease"),
+                owner: None,
             })
             .await
             .unwrap();
@@ -246,5 +247,5 @@ async fn locks_are_listed_page_by_page_in_name_order() {
     let page = issuer.list_page("", Some("a.2"), 10).await.unwrap();
     let views: Vec<_> = page.iter().map(|v| (v.lock.as_str(), v.epoch)).collect();
     assert_eq!(views, [("b", 1), ("c", 1)]);
-    assert_eq!(issuer.list("a.", 10).await.unwrap().len(), 3);
+    assert_eq!(issuer.list("a.", None, 10).await.unwrap().len(), 3);
 }

@@ -78,6 +78,7 @@ impl Issuer {
             lease_id: r.lease_id,
             ttl_ms: r.ttl_ms,
             reserve: None,
+            generation: 0,
         });
         table.set_epoch_floor(state.epoch_floor);
         table.restore(0, state.epochs, leases);
@@ -127,7 +128,7 @@ impl Issuer {
                 }
                 _ => None,
             };
-            let events = inner.table.drain_events();
+            let events = self.take_events(&mut inner);
             (outcome, events, parked)
         };
         self.handle(events);
@@ -146,6 +147,9 @@ impl Issuer {
                     holder,
                     retry_after_ms,
                 })
+            }
+            AcquireOutcome::QuotaExceeded { resource, limit } => {
+                return Err(AcquireError::QuotaExceeded { resource, limit })
             }
             AcquireOutcome::Queued(_) => {
                 self.wake.notify_one();
@@ -186,7 +190,7 @@ impl Issuer {
         let (result, events) = {
             let mut inner = self.lock();
             let result = inner.table.keepalive(now, lease_id);
-            (result, inner.table.drain_events())
+            (result, self.take_events(&mut inner))
         };
         self.handle(events);
         result
@@ -199,7 +203,7 @@ impl Issuer {
         let (result, events) = {
             let mut inner = self.lock();
             let result = inner.table.release(now, lease_id);
-            (result, inner.table.drain_events())
+            (result, self.take_events(&mut inner))
         };
         if result.is_ok() {
             // Queue the removal before anything the release set off (a hand-off's lease
@@ -222,22 +226,54 @@ impl Issuer {
         let (view, events) = {
             let mut inner = self.lock();
             let view = inner.table.status(now, lock);
-            (view, inner.table.drain_events())
+            (view, self.take_events(&mut inner))
         };
         self.handle(events);
         view
     }
 
-    /// Known locks by name.
-    pub fn list(self: &Arc<Self>, prefix: &str, limit: usize) -> Vec<LockView> {
+    /// The live lease with this id, if any.
+    pub fn lease(self: &Arc<Self>, lease_id: &str) -> Option<LeaseView> {
         let now = self.now();
-        let (views, events) = {
+        let (view, events) = {
             let mut inner = self.lock();
-            let views = inner.table.list(now, prefix, limit);
-            (views, inner.table.drain_events())
+            let view = inner.table.lease(now, lease_id);
+            (view, self.take_events(&mut inner))
         };
         self.handle(events);
-        views
+        view
+    }
+
+    /// One page of known locks by name: the names (and durable epochs) come from the
+    /// store's ordered index, read without the table's lock; each lock's live state is then
+    /// looked up in the table, a few at a time, so that renewals and acquisitions never
+    /// wait behind a listing for long.
+    pub async fn list(
+        self: &Arc<Self>,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError> {
+        /// Locks looked up per hold of the table's lock.
+        const CHUNK: usize = 128;
+        let known = self.backend.list_locks(prefix, after, limit).await?;
+        let mut views = Vec::with_capacity(known.len());
+        for chunk in known.chunks(CHUNK) {
+            let now = self.now();
+            let events = {
+                let mut inner = self.lock();
+                for (name, durable_epoch) in chunk {
+                    let mut view = inner.table.status(now, name);
+                    // A lock the table forgot is known by its durable record only.
+                    view.epoch = view.epoch.max(*durable_epoch);
+                    views.push(view);
+                }
+                self.take_events(&mut inner)
+            };
+            self.handle(events);
+            tokio::task::yield_now().await;
+        }
+        Ok(views)
     }
 
     /// Durably records a grant; withdraws it from the table if that fails.
@@ -265,8 +301,10 @@ impl Issuer {
                 let now = self.now();
                 let events = {
                     let mut inner = self.lock();
-                    inner.table.confirm(now, &grant.lock, reservation);
-                    inner.table.drain_events()
+                    inner
+                        .table
+                        .confirm(now, &grant.lock, reservation, grant.generation);
+                    self.take_events(&mut inner)
                 };
                 self.handle(events);
                 Ok(())
@@ -285,7 +323,7 @@ impl Issuer {
         let events = {
             let mut inner = self.lock();
             let _ = inner.table.release(now, lease_id);
-            inner.table.drain_events()
+            self.take_events(&mut inner)
         };
         self.handle(events);
         self.backend
@@ -307,6 +345,43 @@ impl Issuer {
                 inner.presigned.insert(ticket, (epoch, token));
             }
         });
+    }
+
+    /// Takes the table's events, queueing the lazy records they call for while the table
+    /// is still locked: the writer then receives them in the table's own order, so an
+    /// idle marker can never reach the disk after the reservation of a grant that came
+    /// after it. What is left needs [`Issuer::handle`].
+    fn take_events(&self, inner: &mut Inner) -> Vec<Event> {
+        let mut events = inner.table.drain_events();
+        events.retain(|event| match event {
+            Event::Expired {
+                lease_id,
+                lock,
+                epoch,
+            } => {
+                tracing::info!(%lock, epoch, "lease expired");
+                // A leftover record only makes the lock wait one TTL after a restart,
+                // the safe direction: no need to wait for the disk.
+                self.backend
+                    .record_lazily(LazyRecord::RemoveLease(lease_id.clone()));
+                false
+            }
+            Event::Idle { lock, reservation } => {
+                self.backend.record_lazily(LazyRecord::Reservation {
+                    lock: lock.clone(),
+                    reservation: *reservation,
+                });
+                false
+            }
+            Event::Forgotten { locks, floor } => {
+                // Their records stay on disk, so a restart still knows each one's epoch;
+                // in memory, a lock met again starts above `floor`.
+                tracing::debug!(count = locks.len(), floor, "idle locks left memory");
+                false
+            }
+            Event::Granted { .. } | Event::TimedOut { .. } => true,
+        });
+        events
     }
 
     /// Carries out what the table decided as a side effect of a call.
@@ -369,21 +444,8 @@ impl Issuer {
                         }));
                     }
                 }
-                Event::Expired {
-                    lease_id,
-                    lock,
-                    epoch,
-                } => {
-                    tracing::info!(%lock, epoch, "lease expired");
-                    // A leftover record only makes the lock wait one TTL after a restart,
-                    // the safe direction: no need to wait for the disk.
-                    self.backend
-                        .record_lazily(LazyRecord::RemoveLease(lease_id));
-                }
-                Event::Idle { lock, reservation } => {
-                    self.backend
-                        .record_lazily(LazyRecord::Reservation { lock, reservation });
-                }
+                // Recorded by `take_events`.
+                Event::Expired { .. } | Event::Idle { .. } | Event::Forgotten { .. } => {}
             }
         }
     }
@@ -413,7 +475,7 @@ async fn deadline_task(issuer: Weak<Issuer>) {
         let events = {
             let mut inner = this.lock();
             inner.table.poll(now);
-            inner.table.drain_events()
+            this.take_events(&mut inner)
         };
         this.handle(events);
         let next = this.lock().table.next_wakeup();
@@ -443,12 +505,21 @@ impl LockService for Arc<Issuer> {
         Issuer::release(self, lease_id).await
     }
 
+    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
+        Ok(Issuer::lease(self, lease_id))
+    }
+
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
         Ok(Issuer::status(self, lock))
     }
 
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError> {
-        Ok(Issuer::list(self, prefix, limit))
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError> {
+        Issuer::list(self, prefix, after, limit).await
     }
 }
 
@@ -464,6 +535,7 @@ mod tests {
             ttl_ms: 60_000,
             wait_ms,
             lease_id: format!("lease-{holder}"),
+            owner: None,
         }
     }
 

@@ -45,6 +45,9 @@ pub enum AcquireError {
         holder: Option<String>,
         retry_after_ms: Millis,
     },
+    /// A quota would be exceeded (`resource` is limited to `limit`); nothing changed.
+    #[error("quota exceeded: {resource} is limited to {limit}")]
+    QuotaExceeded { resource: &'static str, limit: u64 },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -68,8 +71,17 @@ pub trait LockService: Send + Sync + 'static {
     async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError>;
     /// Releases a lease; the lock passes to the next waiter.
     async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError>;
+    /// The live lease with this id, if any (to check who owns it before acting on it).
+    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError>;
     /// A lock's state (epoch 0 and no lease if never acquired).
     async fn status(&self, lock: &str) -> Result<LockView, StorageError>;
-    /// Known locks whose names start with `prefix`, sorted, at most `limit`.
-    async fn list(&self, prefix: &str, limit: usize) -> Result<Vec<LockView>, StorageError>;
+    /// Known locks whose names start with `prefix` and sort after `after`, in name order,
+    /// at most `limit`: one page. Read from an ordered index, not by sorting every lock,
+    /// and never holding up acquisitions and renewals while it reads.
+    async fn list(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<LockView>, StorageError>;
 }

@@ -14,13 +14,15 @@ use palisade_storage::FencedStore;
 use palisade_token::Verifier;
 use std::sync::Arc;
 
-use crate::api::AppState;
 use crate::config::{BackendConfig, ServerConfig};
 use crate::keys;
-use crate::run::{listen_and_serve, RunningServer, ServerError};
+use crate::run::{listen_and_serve, Front, RunningServer, ServerError};
 
 /// Connects to etcd and starts serving.
-pub(crate) async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
+pub(crate) async fn serve(
+    config: ServerConfig,
+    front: Front,
+) -> Result<RunningServer, ServerError> {
     let BackendConfig::Etcd {
         endpoints,
         prefix,
@@ -56,13 +58,16 @@ pub(crate) async fn serve(config: ServerConfig) -> Result<RunningServer, ServerE
         request_timeout: *request_timeout,
     })
     .await?;
-    let backend: Arc<dyn FencedStore> = Arc::new(EtcdStore::new(etcd.clone()));
-    let state = AppState {
-        issuer: Arc::new(EtcdIssuer::new(etcd, signer)),
+    let backend: Arc<dyn FencedStore> = Arc::new(EtcdStore::with_limits(
+        etcd.clone(),
+        config.store_limits,
+        palisade_storage::WallClock::system(),
+    ));
+    let state = front.state(
+        &config,
+        Arc::new(EtcdIssuer::new(etcd, signer)),
         backend,
-        verifier: Arc::new(Verifier::new(ring, config.token_cache)),
-        policies: Arc::new(config.policies.clone()),
-        max_value_bytes: config.max_value_bytes,
-    };
+        Arc::new(Verifier::new(ring, config.token_cache)),
+    );
     listen_and_serve(config.listen, state, async {}).await
 }

@@ -8,6 +8,66 @@ use palisade_core::gate::Policy;
 /// Default of [`ServerConfig::idle_grace_ms`].
 pub const DEFAULT_IDLE_GRACE_MS: u64 = 1_000;
 
+/// Default size at which the audit log rotates.
+pub const DEFAULT_AUDIT_LOG_MAX_BYTES: u64 = 100 * 1024 * 1024;
+
+/// Limits on what clients may make the server hold. Exceeding one answers 429
+/// `quota_exceeded` and changes nothing. The per-principal ones apply with authentication
+/// on, where an auth file principal may lower or raise them for itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Longest lease TTL anyone may ask for (a principal's `max_ttl_ms` may lower it).
+    pub max_ttl_ms: u64,
+    /// Live leases one principal may hold at once.
+    pub max_leases_per_principal: u32,
+    /// Acquisitions one principal may have waiting in line at once.
+    pub max_waiters_per_principal: u32,
+    /// Acquisitions that may wait in line for one lock.
+    pub max_waiters_per_lock: u32,
+    /// Locks the issuer keeps in memory at once (idle locks whose state is on disk leave
+    /// memory to make room; a lock that cannot get a place is refused).
+    pub max_locks: usize,
+}
+
+impl Limits {
+    /// The quota an acquisition by `caller` counts against: its principal's (with its own
+    /// limits where the auth file sets them); none with authentication off.
+    pub fn owner_for(
+        &self,
+        caller: &crate::auth::Caller,
+    ) -> Option<palisade_core::lock_table::Owner> {
+        let p = caller.principal()?;
+        Some(palisade_core::lock_table::Owner {
+            name: p.name.as_str().into(),
+            max_leases: p.limits.max_leases.unwrap_or(self.max_leases_per_principal),
+            max_waiters: p
+                .limits
+                .max_waiters
+                .unwrap_or(self.max_waiters_per_principal),
+        })
+    }
+
+    /// The longest TTL `caller` may ask for.
+    pub fn max_ttl_for(&self, caller: &crate::auth::Caller) -> u64 {
+        caller
+            .principal()
+            .and_then(|p| p.limits.max_ttl_ms)
+            .map_or(self.max_ttl_ms, |own| own.min(self.max_ttl_ms))
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_ttl_ms: 3_600_000,
+            max_leases_per_principal: 10_000,
+            max_waiters_per_principal: 10_000,
+            max_waiters_per_lock: 1_000,
+            max_locks: 1_000_000,
+        }
+    }
+}
+
 /// Everything `palisade serve` can be told.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -37,6 +97,19 @@ pub struct ServerConfig {
     /// More keys to trust when verifying tokens: public keys (base64url, as `GET /v1/keys`
     /// shows them) or secret key files whose public halves are trusted.
     pub trust_key_files: Vec<PathBuf>,
+    /// Principals and their grants (TOML, see `crate::auth`); `None` turns authentication
+    /// off.
+    pub auth_file: Option<PathBuf>,
+    /// Allow listening on a non-loopback address without an auth file.
+    pub insecure_no_auth: bool,
+    /// Where to append the audit log, if anywhere.
+    pub audit_log: Option<PathBuf>,
+    /// Size at which the audit log rotates to `<file>.1`.
+    pub audit_log_max_bytes: u64,
+    /// Quotas on locks, leases and waiters.
+    pub limits: Limits,
+    /// Quotas on each namespace of the fenced store, and idempotency retention.
+    pub store_limits: palisade_storage::StoreLimits,
 }
 
 /// Where a server keeps its state.
@@ -71,6 +144,12 @@ impl ServerConfig {
             backend: BackendConfig::Embedded,
             signing_key_file: None,
             trust_key_files: Vec::new(),
+            auth_file: None,
+            insecure_no_auth: false,
+            audit_log: None,
+            audit_log_max_bytes: DEFAULT_AUDIT_LOG_MAX_BYTES,
+            limits: Limits::default(),
+            store_limits: palisade_storage::StoreLimits::default(),
         }
     }
 }

@@ -23,6 +23,8 @@
 //! - No TLS; put a proxy in front if the network is not trusted.
 
 pub mod api;
+pub mod audit;
+pub mod auth;
 #[cfg(feature = "etcd")]
 mod cluster;
 pub mod config;
@@ -31,5 +33,8 @@ pub mod openapi;
 pub mod recovery;
 mod run;
 
-pub use config::{BackendConfig, NamespacePolicies, ServerConfig, DEFAULT_IDLE_GRACE_MS};
+pub use config::{
+    BackendConfig, Limits, NamespacePolicies, ServerConfig, DEFAULT_AUDIT_LOG_MAX_BYTES,
+    DEFAULT_IDLE_GRACE_MS,
+};
 pub use run::{serve, RunningServer, ServerError, DB_FILE};

@@ -11,6 +11,8 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use crate::api::{router, AppState};
+use crate::audit::Audit;
+use crate::auth::Auth;
 use crate::config::{BackendConfig, ServerConfig};
 use crate::keys;
 use crate::recovery;
@@ -83,11 +85,106 @@ impl RunningServer {
     }
 }
 
+/// Who may call, and the audit log: the parts of [`AppState`] every backend shares.
+pub(crate) struct Front {
+    pub auth: Option<Arc<Auth>>,
+    pub audit: Audit,
+}
+
+impl Front {
+    /// Checks the listen address against the auth settings and loads the auth file.
+    /// Runs before anything is written: a refused start leaves no trace.
+    fn prepare(config: &ServerConfig) -> Result<Front, ServerError> {
+        let auth = match &config.auth_file {
+            Some(path) => Some(Arc::new(Auth::load(path).map_err(ServerError::Config)?)),
+            None => None,
+        };
+        if auth.is_none() && !config.listen.ip().is_loopback() {
+            if !config.insecure_no_auth {
+                return Err(ServerError::Config(format!(
+                    "refusing to listen on {} without authentication: anyone who can reach \
+                     it could release any lease and read every value. Give --auth-file FILE \
+                     (docs/security.md), listen on a loopback address, or accept the risk \
+                     with --insecure-no-auth",
+                    config.listen
+                )));
+            }
+            tracing::warn!(
+                listen = %config.listen,
+                "serving WITHOUT authentication on a non-loopback address (--insecure-no-auth): \
+                 anyone who can reach this port can acquire and release any lock and read \
+                 every value"
+            );
+        }
+        Ok(Front {
+            auth,
+            audit: Audit::off(),
+        })
+    }
+
+    /// Opens the audit log (needs the runtime, so after [`Front::prepare`]) and starts
+    /// reloading the auth file on SIGHUP.
+    fn start(mut self, config: &ServerConfig) -> Result<Front, ServerError> {
+        if let Some(path) = &config.audit_log {
+            self.audit =
+                Audit::open(path, config.audit_log_max_bytes).map_err(ServerError::Config)?;
+        }
+        if let Some(auth) = &self.auth {
+            reload_on_sighup(Arc::downgrade(auth));
+        }
+        Ok(self)
+    }
+
+    pub(crate) fn state(
+        self,
+        config: &ServerConfig,
+        issuer: Arc<dyn palisade_issuer::LockService>,
+        backend: Arc<dyn FencedStore>,
+        verifier: Arc<Verifier>,
+    ) -> AppState {
+        AppState {
+            policies: Arc::new(config.policies.clone()),
+            max_value_bytes: config.max_value_bytes,
+            auth: self.auth,
+            audit: self.audit,
+            limits: config.limits,
+            ..AppState::new(issuer, backend, verifier)
+        }
+    }
+}
+
+/// Reads the auth file again on every SIGHUP; a file that does not check out is logged and
+/// the one in use stays.
+fn reload_on_sighup(auth: std::sync::Weak<Auth>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot watch SIGHUP: the auth file is read only at start");
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            let Some(auth) = auth.upgrade() else { return };
+            match auth.reload() {
+                Ok(n) => {
+                    tracing::info!(file = %auth.path().display(), principals = n, "auth file reloaded")
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "auth file NOT reloaded; the previous one stays in use")
+                }
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = auth;
+}
+
 /// Opens the data directory, loads state and starts serving.
 pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    let front = Front::prepare(&config)?.start(&config)?;
     if let BackendConfig::Etcd { .. } = config.backend {
         #[cfg(feature = "etcd")]
-        return crate::cluster::serve(config).await;
+        return crate::cluster::serve(config, front).await;
         #[cfg(not(feature = "etcd"))]
         return Err(ServerError::Config(
             "this palisade was built without the etcd backend; rebuild with `--features etcd`"
@@ -111,6 +208,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let db_path = dir.join(DB_FILE);
     let options = RedbOptions {
         cache_bytes: config.db_cache_bytes,
+        limits: config.store_limits,
         ..RedbOptions::default()
     };
     let redb = tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, options))
@@ -151,17 +249,13 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         TableConfig {
             lock_delay_ms: config.lock_delay_ms,
             idle_grace_ms: config.idle_grace_ms,
+            max_locks: config.limits.max_locks,
+            max_waiters_per_lock: config.limits.max_waiters_per_lock,
             ..Default::default()
         },
     )
     .await?;
-    let state = AppState {
-        issuer: Arc::new(issuer),
-        backend: backend.clone(),
-        verifier,
-        policies: Arc::new(config.policies.clone()),
-        max_value_bytes: config.max_value_bytes,
-    };
+    let state = front.state(&config, Arc::new(issuer), backend.clone(), verifier);
     let data_dir = dir.clone();
     let ledger_refresh = recovery::spawn_ledger_refresh(data_dir.clone(), redb.clone());
     let stop_refresh = ledger_refresh.abort_handle();

@@ -21,7 +21,8 @@ pub struct Claims {
     /// The epoch given to this acquisition.
     #[serde(rename = "e")]
     pub epoch: Epoch,
-    /// Who acquired the lock (free text chosen by the client, for logs and humans).
+    /// Who acquired the lock: free text chosen by the client without authentication;
+    /// with it, the principal's name, optionally followed by `/` and a label.
     #[serde(rename = "h")]
     pub holder: String,
     /// Id of the issuer key that signed the token.

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use palisade_adapters::AdmitError;
+use palisade_adapters::{AdmitError, ErrorCode};
 use palisade_token::{Signer, TokenError};
 use tokio::sync::Barrier;
 
@@ -99,7 +99,7 @@ pub async fn bad_tokens<G: GateUnderTest>(gate: &G, issuer: &Issuer) {
             "{name}: {result:?}"
         );
         if let Err(e) = &result {
-            assert_eq!(e.code(), "invalid_token");
+            assert_eq!(e.code(), ErrorCode::InvalidToken);
         }
     }
     let stranger_kind = gate
@@ -127,7 +127,7 @@ pub async fn bad_tokens<G: GateUnderTest>(gate: &G, issuer: &Issuer) {
             },
         ) => {
             assert_eq!((expected.as_str(), token_lock.as_str()), (LOCK, OTHER_LOCK));
-            assert_eq!(e.code(), "wrong_lock");
+            assert_eq!(e.code(), ErrorCode::WrongLock);
         }
         other => panic!("expected WrongLock, got {other:?}"),
     }
@@ -253,7 +253,9 @@ pub async fn sequence_policy<G: TransactionalGate>(gate: &G, issuer: &Issuer) {
     gate.write_sequenced(&t1, lock, key, "b", 5).await.unwrap();
     for seq in [5, 4] {
         match gate.write_sequenced(&t1, lock, key, "replay", seq).await {
-            Err(e @ AdmitError::StaleSequence { .. }) => assert_eq!(e.code(), "stale_sequence"),
+            Err(e @ AdmitError::StaleSequence { .. }) => {
+                assert_eq!(e.code(), ErrorCode::StaleSequence)
+            }
             other => panic!("expected StaleSequence, got {other:?}"),
         }
     }

@@ -20,7 +20,6 @@ use super::event::Event;
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the server gets to shut down cleanly after SIGTERM before SIGKILL.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
-const LISTENING_PREFIX: &str = "palisade listening on ";
 
 /// Starts `exe serve` on a free port with its data in `data_dir`, its stderr in `log`,
 /// and returns it with the URL it announced.
@@ -60,10 +59,8 @@ pub async fn start_server(
         Ok(Ok(None)) => bail!("the server exited before announcing its address"),
         Ok(Ok(Some(line))) => line,
     };
-    let url = first
-        .strip_prefix(LISTENING_PREFIX)
+    let url = palisade_api::listening::parse(&first)
         .with_context(|| format!("unexpected first line from the server: {first:?}"))?
-        .trim()
         .to_owned();
     // Keep draining stdout so the server can never block on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });

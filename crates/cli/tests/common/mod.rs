@@ -5,6 +5,7 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd_cluster;
+pub mod principals;
 pub mod topology;
 
 use std::io::{BufRead, BufReader};
@@ -53,7 +54,7 @@ impl Server {
         BufReader::new(stdout)
             .read_line(&mut line)
             .map_err(|e| format!("read: {e}"))?;
-        let Some(url) = line.trim().strip_prefix("palisade listening on ") else {
+        let Some(url) = palisade_api::listening::parse(&line) else {
             let mut err = String::new();
             if let Some(mut stderr) = child.stderr.take() {
                 use std::io::Read;
@@ -211,4 +212,19 @@ impl Http {
 /// The `error.code` of an error body.
 pub fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no code>")
+}
+
+/// Calls `check` until it returns Some or `within` has passed (then None). For state that
+/// another process or task produces: poll for it instead of sleeping and hoping.
+pub fn poll<T>(within: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(found) = check() {
+            return Some(found);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

@@ -8,6 +8,7 @@ fn req(lock: &str, holder: &str, ttl_ms: Millis, wait_ms: Millis, id: &str) -> A
         ttl_ms,
         wait_ms,
         lease_id: id.into(),
+        owner: None,
     }
 }
 
@@ -173,6 +174,7 @@ fn restore_honours_leases_for_a_full_ttl_and_never_reissues() {
                 lease_id: "a".into(),
                 ttl_ms: 500,
                 reserve: None,
+                generation: 0,
             },
             Grant {
                 lock: "L".into(),
@@ -181,6 +183,7 @@ fn restore_honours_leases_for_a_full_ttl_and_never_reissues() {
                 lease_id: "b".into(),
                 ttl_ms: 500,
                 reserve: None,
+                generation: 0,
             },
         ],
     );
@@ -206,6 +209,7 @@ fn reservations_cover_hand_offs_and_survive_a_restart() {
         lock_delay_ms: 0,
         epoch_block: 100,
         idle_grace_ms: 0,
+        ..Default::default()
     };
     let mut t = LockTable::new(config);
     let first = granted(t.acquire(0, req("L", "a", 1000, 0, "l1")));
@@ -213,7 +217,7 @@ fn reservations_cover_hand_offs_and_survive_a_restart() {
         .reserve
         .expect("an idle lock needs a durable reservation first");
     assert_eq!((r.ceiling, r.max_ttl_ms, r.active), (100, 1000, true));
-    t.confirm(0, "L", r);
+    t.confirm(0, "L", r, first.generation);
     // Hand-offs inside the reservation need no disk write.
     let AcquireOutcome::Queued(_) = t.acquire(1, req("L", "b", 1000, 5000, "l2")) else {
         panic!()
@@ -229,7 +233,7 @@ fn reservations_cover_hand_offs_and_survive_a_restart() {
     assert!(matches!(&idle[..], [Event::Idle { reservation, .. }] if !reservation.active));
     let third = granted(t.acquire(4, req("L", "c", 5000, 0, "l3")));
     assert_eq!(third.reserve.map(|r| r.max_ttl_ms), Some(5000));
-    t.confirm(4, "L", third.reserve.unwrap());
+    t.confirm(4, "L", third.reserve.unwrap(), third.generation);
 
     // Crash: only the reservation survives (no lease records at all).
     let mut t = LockTable::new(config);
@@ -259,6 +263,7 @@ fn a_restored_lease_expiring_early_does_not_cut_the_reservation_block_short() {
         lock_delay_ms: 10,
         epoch_block: 100,
         idle_grace_ms: 0,
+        ..Default::default()
     });
     // An old lease record (its lazy removal was lost) and an active reservation for
     // leases of up to 1000 ms: a newer holder may have been answered without a record.
@@ -272,6 +277,7 @@ fn a_restored_lease_expiring_early_does_not_cut_the_reservation_block_short() {
             lease_id: "a".into(),
             ttl_ms: 100,
             reserve: None,
+            generation: 0,
         }],
     );
     let active = Reservation {
@@ -297,9 +303,15 @@ fn a_lock_taken_again_within_the_idle_grace_needs_no_disk_write() {
         lock_delay_ms: 0,
         epoch_block: 100,
         idle_grace_ms: 50,
+        ..Default::default()
     });
     let first = granted(t.acquire(0, req("L", "a", 1000, 0, "l1")));
-    t.confirm(0, "L", first.reserve.expect("an idle lock reserves first"));
+    t.confirm(
+        0,
+        "L",
+        first.reserve.expect("an idle lock reserves first"),
+        first.generation,
+    );
     t.release(10, "l1").unwrap();
     assert!(
         t.drain_events().is_empty(),
@@ -336,6 +348,199 @@ fn epoch_floor_applies_to_locks_the_table_never_saw() {
     assert_eq!(
         granted(t.acquire(0, req("unseen", "a", 10, 0, "l2"))).epoch,
         1001
+    );
+}
+
+fn owned(lock: &str, owner: &str, wait_ms: Millis, id: &str) -> AcquireRequest {
+    AcquireRequest {
+        owner: Some(Owner {
+            name: owner.into(),
+            max_leases: 2,
+            max_waiters: 1,
+        }),
+        ..req(lock, &format!("{owner}/w"), 1000, wait_ms, id)
+    }
+}
+
+#[test]
+fn owners_quotas_count_live_leases_and_waiters() {
+    let mut t = LockTable::new(TableConfig::default());
+    granted(t.acquire(0, owned("a", "p", 0, "1")));
+    granted(t.acquire(0, owned("b", "p", 0, "2")));
+    let refused = AcquireOutcome::QuotaExceeded {
+        resource: "leases_per_principal",
+        limit: 2,
+    };
+    assert_eq!(t.acquire(0, owned("c", "p", 0, "3")), refused);
+    // Another owner, and nobody's requests, are not affected.
+    granted(t.acquire(0, owned("c", "q", 0, "4")));
+    granted(t.acquire(0, req("d", "x", 1000, 0, "5")));
+    // Releasing one makes room; so does an expiry.
+    t.release(1, "1").unwrap();
+    granted(t.acquire(1, owned("e", "p", 0, "6")));
+    assert_eq!(t.acquire(1, owned("f", "p", 0, "7")), refused);
+    t.poll(5000);
+    granted(t.acquire(5000, owned("f", "p", 0, "8")));
+    granted(t.acquire(5000, owned("g", "p", 0, "9")));
+    // Waiting counts separately: one waiter at most, and not while at the lease limit.
+    t.release(5000, "9").unwrap();
+    granted(t.acquire(5000, req("w", "x", 60_000, 0, "held")));
+    assert!(matches!(
+        t.acquire(5000, owned("w", "p", 100, "10")),
+        AcquireOutcome::Queued(_)
+    ));
+    assert_eq!(
+        t.acquire(5000, owned("w", "p", 100, "11")),
+        AcquireOutcome::QuotaExceeded {
+            resource: "waiters_per_principal",
+            limit: 1
+        }
+    );
+    // The waiter times out: its place is free again.
+    t.poll(5100);
+    assert!(t
+        .drain_events()
+        .iter()
+        .any(|e| matches!(e, Event::TimedOut { .. })));
+    assert!(matches!(
+        t.acquire(5100, owned("w", "p", 100, "12")),
+        AcquireOutcome::Queued(_)
+    ));
+}
+
+#[test]
+fn a_lock_line_has_a_length_limit() {
+    let mut t = LockTable::new(TableConfig {
+        max_waiters_per_lock: 2,
+        ..Default::default()
+    });
+    granted(t.acquire(0, req("L", "a", 1000, 0, "1")));
+    for id in ["2", "3"] {
+        assert!(matches!(
+            t.acquire(0, req("L", "b", 1000, 100, id)),
+            AcquireOutcome::Queued(_)
+        ));
+    }
+    assert_eq!(
+        t.acquire(0, req("L", "b", 1000, 100, "4")),
+        AcquireOutcome::QuotaExceeded {
+            resource: "waiters_per_lock",
+            limit: 2
+        }
+    );
+    // Without waiting the answer is the usual one.
+    assert!(matches!(
+        t.acquire(0, req("L", "b", 1000, 0, "5")),
+        AcquireOutcome::Held { .. }
+    ));
+}
+
+#[test]
+fn a_full_table_forgets_idle_locks_and_new_epochs_continue_above_them() {
+    let mut t = LockTable::new(TableConfig {
+        max_locks: 2,
+        epoch_block: 10,
+        ..Default::default()
+    });
+    let a = granted(t.acquire(0, req("a", "h", 10_000, 0, "1")));
+    t.confirm(0, "a", a.reserve.unwrap(), a.generation);
+    let b = granted(t.acquire(0, req("b", "h", 10_000, 0, "2")));
+    t.confirm(0, "b", b.reserve.unwrap(), b.generation);
+    // Full, and both held: a third lock is refused and nothing is forgotten.
+    assert_eq!(
+        t.acquire(0, req("c", "h", 10_000, 0, "3")),
+        AcquireOutcome::QuotaExceeded {
+            resource: "locks",
+            limit: 2
+        }
+    );
+    assert!(t.drain_events().is_empty());
+    // `a` is released and marked idle on disk: it can go. A second later (the sweep of a
+    // full table waits that long after one that freed too little), `c` finds room.
+    t.release(10, "1").unwrap();
+    assert!(matches!(&t.drain_events()[..], [Event::Idle { lock, .. }] if lock == "a"));
+    let c = granted(t.acquire(1000, req("c", "h", 10_000, 0, "3")));
+    let events = t.drain_events();
+    assert!(
+        events.contains(&Event::Forgotten {
+            locks: vec!["a".into()],
+            floor: 10
+        }),
+        "{events:?}"
+    );
+    // Epochs of locks the table no longer knows continue above everything forgotten.
+    assert_eq!(c.epoch, 11);
+    t.confirm(1000, "c", c.reserve.unwrap(), c.generation);
+    t.release(1000, "3").unwrap();
+    t.release(1000, "2").unwrap();
+    t.drain_events();
+    let again = granted(t.acquire(2000, req("a", "h", 100, 0, "4")));
+    assert!(again.epoch > 10, "{again:?}");
+    assert!(
+        again.reserve.is_some(),
+        "a lock met again needs its reservation written"
+    );
+}
+
+#[test]
+fn the_restart_block_follows_the_leases_since_the_lock_was_last_idle() {
+    let mut t = LockTable::new(TableConfig {
+        epoch_block: 100,
+        ..Default::default()
+    });
+    // One hour-long lease, released.
+    let long = granted(t.acquire(0, req("L", "a", 3_600_000, 0, "1")));
+    t.confirm(0, "L", long.reserve.unwrap(), long.generation);
+    t.release(10, "1").unwrap();
+    let idle = t.drain_events();
+    assert!(
+        matches!(&idle[..], [Event::Idle { reservation, .. }] if reservation.max_ttl_ms == 0 && !reservation.active)
+    );
+    // The next lease needs a new reservation, sized for itself only.
+    let short = granted(t.acquire(20, req("L", "b", 5_000, 0, "2")));
+    let r = short
+        .reserve
+        .expect("an idle lock writes its reservation first");
+    assert_eq!((r.max_ttl_ms, r.active), (5_000, true));
+}
+
+/// Found by the simulator (seeds 523 and 1716): a reservation whose write was queued
+/// before an idle marker reaches the disk and is then overwritten by the marker; confirming
+/// it late must not make the table believe in its TTL.
+#[test]
+fn a_reservation_confirmed_after_the_idle_marker_that_followed_it_is_ignored() {
+    let mut t = LockTable::new(TableConfig {
+        epoch_block: 10,
+        idle_grace_ms: 1000,
+        ..Default::default()
+    });
+    let a = granted(t.acquire(0, req("L", "a", 100, 0, "a")));
+    t.confirm(0, "L", a.reserve.unwrap(), a.generation);
+    t.release(1, "a").unwrap();
+    // B needs a longer TTL: a reservation whose write is slow, so slow that B expires.
+    let b = granted(t.acquire(2, req("L", "b", 300, 0, "b")));
+    let slow = b.reserve.expect("a longer TTL needs a new reservation");
+    t.poll(302);
+    // The lock stays idle through the grace: the idle marker is queued (after B's).
+    t.poll(1302);
+    let events = t.drain_events();
+    assert!(
+        events.iter().any(|e| matches!(e, Event::Idle { .. })),
+        "{events:?}"
+    );
+    // C is granted on a reservation of its own, queued after the marker.
+    let c = granted(t.acquire(1303, req("L", "c", 50, 0, "c")));
+    let own = c.reserve.expect("an idle lock needs a reservation");
+    assert_eq!(own.max_ttl_ms, 50);
+    // The disk now says: B's (300 ms), then the marker (inactive, 0), then C's (50 ms).
+    // B's confirmation arrives only now; it must change nothing.
+    t.confirm(1303, "L", slow, b.generation);
+    t.confirm(1303, "L", own, c.generation);
+    t.release(1304, "c").unwrap();
+    let d = granted(t.acquire(1305, req("L", "d", 200, 0, "d")));
+    assert!(
+        d.reserve.is_some(),
+        "a 200 ms lease answered on a 50 ms reservation"
     );
 }
 
@@ -379,8 +584,18 @@ proptest! {
         block in 1u64..5,
         lose_idle in any::<bool>(),
         grace in prop_oneof![Just(0u64), 1u64..40],
+        max_locks in 0usize..4,
     ) {
-        let config = TableConfig { lock_delay_ms: delay, epoch_block: block, idle_grace_ms: grace };
+        let config = TableConfig { lock_delay_ms: delay, epoch_block: block, idle_grace_ms: grace, max_locks, max_waiters_per_lock: 0 };
+        // The floor the lazily recorded `Forgotten` events left on disk, and the table's.
+        let mut durable_floor: Epoch = 0;
+        let mut floor: Epoch = 0;
+        // A lock the table has not met starts above its floor, not at 1.
+        let meet = |model: &mut Model, lock: &str, floor: Epoch| {
+            if floor > 0 {
+                model.entry(lock.to_owned()).or_insert((0, None, true));
+            }
+        };
         let mut t = LockTable::new(config);
         let mut now = 0;
         let mut next_id = 0u32;
@@ -409,7 +624,7 @@ proptest! {
                 Some(r) => {
                     prop_assert!(r.active && r.ceiling >= g.epoch && r.max_ttl_ms >= g.ttl_ms);
                     d.merge(r);
-                    t.confirm(now, &g.lock, r);
+                    t.confirm(now, &g.lock, r, g.generation);
                 }
                 None => prop_assert!(d.covers(g.epoch, g.ttl_ms), "unrecorded grant {:?} not covered by {:?}", g, d),
             }
@@ -418,6 +633,7 @@ proptest! {
         };
 
         for op in ops {
+            let mut direct: Option<Grant> = None;
             match op {
                 Op::Acquire { lock, wait, ttl } => {
                     let id = format!("lease{next_id}");
@@ -425,9 +641,14 @@ proptest! {
                     ttl_of.insert(id.clone(), ttl);
                     let name = format!("L{lock}");
                     match t.acquire(now, req(&name, "h", ttl, wait, &id)) {
-                        AcquireOutcome::Granted(g) => { check_grant(&mut t, &g, now, &mut model, &mut durable)?; lease_ids.push(id); }
+                        // Checked after the events the call produced (a sweep, an expiry).
+                        AcquireOutcome::Granted(g) => direct = Some(g),
                         AcquireOutcome::Queued(ticket) => { tickets.push(ticket); queued_order.entry(name).or_default().push(ticket); }
                         AcquireOutcome::Held { .. } => {}
+                        AcquireOutcome::QuotaExceeded { resource, .. } => {
+                            prop_assert_eq!(resource, "locks");
+                            prop_assert!(max_locks > 0 && t.lock_count() >= max_locks);
+                        }
                     }
                 }
                 Op::Release(i) => {
@@ -459,6 +680,8 @@ proptest! {
                 Op::Advance(ms) => { now += ms; t.poll(now); }
                 Op::Crash => {
                     t = LockTable::new(config);
+                    floor = durable_floor;
+                    t.set_epoch_floor(durable_floor);
                     t.restore_reservations(now, durable.iter().map(|(k, v)| (k.clone(), *v)));
                     tickets.clear();
                     queued_order.clear();
@@ -469,6 +692,7 @@ proptest! {
             for event in t.drain_events() {
                 match event {
                     Event::Granted { ticket, grant } => {
+                        meet(&mut model, &grant.lock, floor);
                         check_grant(&mut t, &grant, now, &mut model, &mut durable)?;
                         let q = queued_order.get_mut(&grant.lock).unwrap();
                         prop_assert_eq!(q.first().copied(), Some(ticket), "waiters out of order");
@@ -486,11 +710,39 @@ proptest! {
                     }
                     Event::Idle { lock, reservation } => {
                         prop_assert!(!reservation.active);
+                        prop_assert_eq!(reservation.max_ttl_ms, 0);
                         if !lose_idle {
-                            durable.get_mut(&lock).unwrap().active = false;
+                            let d = durable.get_mut(&lock).unwrap();
+                            // As the store writes it: an inactive reservation's TTL is its own.
+                            d.active = false;
+                            d.max_ttl_ms = 0;
+                        }
+                    }
+                    Event::Forgotten { locks, floor: raised } => {
+                        prop_assert!(raised >= floor);
+                        floor = raised;
+                        for lock in &locks {
+                            // Only an idle lock with nothing live may be forgotten...
+                            let entry = model.get_mut(lock).unwrap();
+                            prop_assert!(entry.1.as_ref().is_none_or(|(_, deadline)| *deadline <= now));
+                            // ...and no epoch of it is above the floor.
+                            prop_assert!(entry.0 <= raised, "forgot {} at {} above floor {}", lock, entry.0, raised);
+                            // Its next epoch continues above the floor, not by one.
+                            entry.2 = true;
+                            if !lose_idle {
+                                durable.remove(lock);
+                            }
+                        }
+                        if !lose_idle {
+                            durable_floor = durable_floor.max(raised);
                         }
                     }
                 }
+            }
+            if let Some(g) = direct {
+                meet(&mut model, &g.lock, floor);
+                check_grant(&mut t, &g, now, &mut model, &mut durable)?;
+                lease_ids.push(g.lease_id);
             }
         }
     }

@@ -1,12 +1,16 @@
 //! API errors: one type, a stable machine code per case, mapped to a JSON body.
 //!
 //! Every error leaves the server as `{"error":{"code","message",...extra}}`. Codes are
-//! part of the API contract (docs/api.md); messages are for humans and may change.
+//! part of the API contract ([`ErrorCode`], docs/api.md); messages are for humans and may
+//! change. The HTTP status is the code's own ([`ErrorCode::status`]).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
+use palisade_api::ErrorCode;
+
+use crate::audit::AuditEvent;
 use palisade_core::gate::GateError;
 use palisade_storage::{ApplyError, StorageError};
 use palisade_token::TokenError;
@@ -16,20 +20,32 @@ use palisade_issuer::{AcquireError, LeaseError};
 /// An error answer.
 #[derive(Debug)]
 pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
+    code: ErrorCode,
     message: String,
     extra: Map<String, Value>,
+    /// A line for the audit log, recorded by the auth middleware with the caller's name.
+    audit: Option<Box<AuditEvent>>,
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ApiError {
-            status,
             code,
             message: message.into(),
             extra: Map::new(),
+            audit: None,
         }
+    }
+
+    /// Marks this error for the audit log.
+    pub fn audited(mut self, event: AuditEvent) -> Self {
+        self.audit = Some(Box::new(event));
+        self
+    }
+
+    /// An extra field's value, if this error carries it.
+    pub fn field(&self, name: &str) -> Option<&Value> {
+        self.extra.get(name)
     }
 
     /// Adds an extra field next to `code` and `message`.
@@ -39,67 +55,73 @@ impl ApiError {
     }
 
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        Self::new(ErrorCode::BadRequest, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+        Self::new(ErrorCode::NotFound, message)
     }
 
     pub fn missing_token() -> Self {
         Self::new(
-            StatusCode::BAD_REQUEST,
-            "missing_token",
+            ErrorCode::MissingToken,
             "this operation needs a Fencing-Token header",
         )
     }
 
     pub fn invalid_token(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_token", message)
+        Self::new(ErrorCode::InvalidToken, message)
     }
 
     pub fn lease_expired() -> Self {
-        Self::new(
-            StatusCode::NOT_FOUND,
-            "lease_expired",
-            "lease expired or unknown",
-        )
+        Self::new(ErrorCode::LeaseExpired, "lease expired or unknown")
     }
 
     pub fn payload_too_large(limit: usize) -> Self {
         Self::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
+            ErrorCode::PayloadTooLarge,
             format!("request body exceeds the limit of {limit} bytes"),
         )
         .with("limit", limit)
     }
 
+    /// 429: `resource` is limited to `limit`.
+    pub fn quota_exceeded(resource: &str, limit: impl Into<Value>) -> Self {
+        let limit = limit.into();
+        Self::new(
+            ErrorCode::QuotaExceeded,
+            format!("quota exceeded: {resource} is limited to {limit}"),
+        )
+        .with("resource", resource)
+        .with("limit", limit)
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
+            ErrorCode::MethodNotAllowed,
             "this route does not accept that method",
         )
     }
 
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         self.code
     }
 
     pub fn status(&self) -> StatusCode {
-        self.status
+        StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let status = self.status();
         let mut body = Map::new();
-        body.insert("code".into(), self.code.into());
+        body.insert("code".into(), self.code.as_str().into());
         body.insert("message".into(), self.message.into());
         body.extend(self.extra);
-        let mut response = (self.status, axum::Json(json!({ "error": body }))).into_response();
-        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+        let audit = self.audit;
+        let mut response = (status, axum::Json(json!({ "error": body }))).into_response();
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
             // The rest of the oversized body was never read; the connection cannot carry
             // another request, so tell the client not to reuse it.
             response.headers_mut().insert(
@@ -107,17 +129,16 @@ impl IntoResponse for ApiError {
                 axum::http::HeaderValue::from_static("close"),
             );
         }
+        if let Some(event) = audit {
+            response.extensions_mut().insert(*event);
+        }
         response
     }
 }
 
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "storage_failed",
-            e.to_string(),
-        )
+        ApiError::new(ErrorCode::StorageFailed, e.to_string())
     }
 }
 
@@ -131,17 +152,15 @@ impl From<GateError> for ApiError {
     fn from(e: GateError) -> Self {
         let message = e.to_string();
         match e {
-            GateError::Stale { high_water, epoch } => {
-                ApiError::new(StatusCode::CONFLICT, "stale_token", message)
-                    .with("high_water", high_water)
-                    .with("epoch", epoch)
-            }
+            GateError::Stale { high_water, epoch } => ApiError::new(ErrorCode::StaleToken, message)
+                .with("high_water", high_water)
+                .with("epoch", epoch),
             GateError::StaleSequence {
                 high_water,
                 high_water_seq,
                 epoch,
                 seq,
-            } => ApiError::new(StatusCode::CONFLICT, "stale_sequence", message)
+            } => ApiError::new(ErrorCode::StaleSequence, message)
                 .with("high_water", high_water)
                 .with("high_water_seq", high_water_seq)
                 .with("epoch", epoch)
@@ -156,24 +175,23 @@ impl From<ApplyError> for ApiError {
         match e {
             ApplyError::Gate(g) => g.into(),
             ApplyError::RevisionMismatch { current } => ApiError::new(
-                StatusCode::PRECONDITION_FAILED,
-                "revision_mismatch",
+                ErrorCode::RevisionMismatch,
                 "the key's revision does not match the precondition",
             )
             .with("current_revision", current),
             ApplyError::NotFound => ApiError::not_found("no such key"),
             ApplyError::IdempotencyConflict => ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "idempotency_conflict",
+                ErrorCode::IdempotencyConflict,
                 "this Idempotency-Key was already used for a different request",
             ),
-            ApplyError::QuotaExceeded { resource, limit } => ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "quota_exceeded",
-                format!("the namespace may hold at most {limit} {resource}"),
-            )
-            .with("resource", resource)
-            .with("limit", limit),
+            ApplyError::QuotaExceeded { resource, limit } => {
+                let resource = match resource {
+                    "keys" => "keys_per_namespace",
+                    "bytes" => "bytes_per_namespace",
+                    other => other,
+                };
+                ApiError::quota_exceeded(resource, limit)
+            }
             ApplyError::Storage(s) => s.into(),
         }
     }
@@ -185,9 +203,12 @@ impl From<AcquireError> for ApiError {
             AcquireError::Held {
                 holder,
                 retry_after_ms,
-            } => ApiError::new(StatusCode::CONFLICT, "lock_held", "the lock is held")
+            } => ApiError::new(ErrorCode::LockHeld, "the lock is held")
                 .with("holder", holder)
                 .with("retry_after_ms", retry_after_ms),
+            AcquireError::QuotaExceeded { resource, limit } => {
+                ApiError::quota_exceeded(resource, limit)
+            }
             AcquireError::Storage(s) => s.into(),
         }
     }

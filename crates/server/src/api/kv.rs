@@ -8,15 +8,18 @@
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use palisade_storage::{Action, Applied, FencedOp, Idempotency, Precondition};
+use palisade_api::{headers as h, ErrorCode};
+use palisade_storage::{Action, Applied, ApplyError, FencedOp, Idempotency, Precondition};
 
 use super::{lock_name, path, read_body, ApiError, AppState, ListQuery};
+use crate::audit::AuditEvent;
+use crate::auth::{Caller, Verb};
 
 const MAX_KEY_LEN: usize = 1024;
 const MAX_IDEMPOTENCY_KEY_LEN: usize = 128;
@@ -54,11 +57,25 @@ struct Fencing {
     idempotency_key: Option<String>,
 }
 
-/// Verifies the token and reads the fencing headers.
-fn fencing(state: &AppState, lock: &str, headers: &HeaderMap) -> Result<Fencing, ApiError> {
-    let token = match headers.get("fencing-token") {
-        None => return Err(ApiError::missing_token()),
-        Some(v) => v
+/// The three checks of a mutation (S14): `write` permission on the lock, a genuine token
+/// for it, and the token's holder being the caller (or an admin, or authentication off).
+/// Then the fencing headers.
+fn fencing(
+    state: &AppState,
+    caller: &Caller,
+    lock: &str,
+    headers: &HeaderMap,
+) -> Result<Fencing, ApiError> {
+    caller.require(Verb::Write, lock)?;
+    let mut tokens = headers.get_all(h::FENCING_TOKEN).iter();
+    let token = match (tokens.next(), tokens.next()) {
+        (None, _) => return Err(ApiError::missing_token()),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "more than one Fencing-Token header: send exactly one",
+            ))
+        }
+        (Some(v), None) => v
             .to_str()
             .map_err(|_| ApiError::invalid_token("token is not visible ASCII"))?
             .trim(),
@@ -69,19 +86,19 @@ fn fencing(state: &AppState, lock: &str, headers: &HeaderMap) -> Result<Fencing,
     let claims = state.verifier.verify(token)?;
     if claims.lock != lock {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "wrong_lock",
+            ErrorCode::WrongLock,
             format!("token is for lock {:?}, not {lock:?}", claims.lock),
         )
         .with("token_lock", claims.lock.clone()));
     }
-    let seq = header_text(headers, "fencing-seq")?
+    caller.require_owner(&claims.holder, "this token", lock)?;
+    let seq = header_text(headers, h::FENCING_SEQ)?
         .map(|s| {
             s.parse::<u64>()
                 .map_err(|_| ApiError::bad_request("Fencing-Seq must be an unsigned integer"))
         })
         .transpose()?;
-    let idempotency_key = header_text(headers, "idempotency-key")?
+    let idempotency_key = header_text(headers, h::IDEMPOTENCY_KEY)?
         .map(|k| {
             let ok = !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN;
             ok.then(|| k.to_owned()).ok_or_else(|| {
@@ -145,6 +162,7 @@ async fn apply(
     fp: String,
     action: Action,
 ) -> Result<Response, ApiError> {
+    let lock_of = lock.clone();
     let op = FencedOp {
         policy: state.policies.policy(&lock),
         namespace: lock,
@@ -156,8 +174,27 @@ async fn apply(
         }),
         action,
     };
-    let applied = state.backend.apply(op).await?;
+    let applied = state
+        .backend
+        .apply(op)
+        .await
+        .map_err(|e| rejected(e, &lock_of))?;
     Ok(written(applied))
+}
+
+/// A refused mutation. Stale tokens go to the audit log: they are the event fencing
+/// exists for, and a flood of them is worth knowing about.
+fn rejected(e: ApplyError, lock: &str) -> ApiError {
+    let error = ApiError::from(e);
+    if !error.code().is_fenced() {
+        return error;
+    }
+    let epoch = error.field("epoch").and_then(|v| v.as_u64());
+    let high_water = error.field("high_water").and_then(|v| v.as_u64());
+    let event = AuditEvent::new("stale_token")
+        .lock(lock)
+        .epochs(epoch, high_water);
+    error.audited(event)
 }
 
 #[derive(Serialize)]
@@ -175,13 +212,14 @@ fn written(applied: Applied) -> Response {
     if applied.replayed {
         response
             .headers_mut()
-            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+            .insert(h::IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
     response
 }
 
 pub async fn put(
     State(state): State<AppState>,
+    caller: Caller,
     params: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
     body: Body,
@@ -189,7 +227,7 @@ pub async fn put(
     let (lock, key) = path(params)?;
     lock_name(&lock)?;
     check_key(&key)?;
-    let f = fencing(&state, &lock, &headers)?;
+    let f = fencing(&state, &caller, &lock, &headers)?;
     let pre = precondition(&headers)?;
     let value = read_body(&headers, body, state.max_value_bytes).await?;
     let fp = fingerprint("PUT", &key, f.epoch, f.seq, pre, &value);
@@ -203,13 +241,14 @@ pub async fn put(
 
 pub async fn delete(
     State(state): State<AppState>,
+    caller: Caller,
     params: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (lock, key) = path(params)?;
     lock_name(&lock)?;
     check_key(&key)?;
-    let f = fencing(&state, &lock, &headers)?;
+    let f = fencing(&state, &caller, &lock, &headers)?;
     let pre = precondition(&headers)?;
     let fp = fingerprint("DELETE", &key, f.epoch, f.seq, pre, b"");
     let action = Action::Delete {
@@ -228,12 +267,13 @@ pub struct FenceAnswer {
 
 pub async fn fence(
     State(state): State<AppState>,
+    caller: Caller,
     lock: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Json<FenceAnswer>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
-    let f = fencing(&state, &lock, &headers)?;
+    let f = fencing(&state, &caller, &lock, &headers)?;
     let fp = fingerprint("FENCE", "", f.epoch, f.seq, Precondition::None, b"");
     let op = FencedOp {
         policy: state.policies.policy(&lock),
@@ -246,7 +286,11 @@ pub async fn fence(
         }),
         action: Action::Fence,
     };
-    let applied = state.backend.apply(op).await?;
+    let applied = state
+        .backend
+        .apply(op)
+        .await
+        .map_err(|e| rejected(e, &lock))?;
     Ok(Json(FenceAnswer {
         lock,
         high_water: applied.high_water.epoch,
@@ -264,10 +308,12 @@ pub struct HighWaterAnswer {
 
 pub async fn high_water(
     State(state): State<AppState>,
+    caller: Caller,
     lock: Result<Path<String>, PathRejection>,
 ) -> Result<Json<HighWaterAnswer>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
+    caller.require(Verb::Read, &lock)?;
     let hw = state.backend.high_water(&lock).await?;
     Ok(Json(HighWaterAnswer {
         policy: state.policies.policy(&lock).to_string(),
@@ -279,10 +325,12 @@ pub async fn high_water(
 
 pub async fn get(
     State(state): State<AppState>,
+    caller: Caller,
     params: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (lock, key) = path(params)?;
     lock_name(&lock)?;
+    caller.require(Verb::Read, &lock)?;
     check_key(&key)?;
     let entry = state
         .backend
@@ -298,7 +346,7 @@ pub async fn get(
     if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", entry.revision)) {
         headers.insert(header::ETAG, etag);
     }
-    headers.insert("fencing-epoch", HeaderValue::from(entry.epoch));
+    headers.insert(h::FENCING_EPOCH, HeaderValue::from(entry.epoch));
     Ok(response)
 }
 
@@ -310,11 +358,13 @@ pub struct KeyList {
 
 pub async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     lock: Result<Path<String>, PathRejection>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<KeyList>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
+    caller.require(Verb::Read, &lock)?;
     let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
     let limit = query.limit();
     let keys = state.backend.list(&lock, &query.prefix, limit).await?;

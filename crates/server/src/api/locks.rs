@@ -4,22 +4,26 @@ use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
-use palisade_core::lock_table::{AcquireRequest, LockView};
-use palisade_token::MAX_HOLDER_LEN;
+use palisade_api::ErrorCode;
+use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView};
 
-use super::{json_body, lock_name, path, ApiError, AppState, ListQuery};
+use super::{json_body, lock_name, path, ApiError, AppState};
+use crate::audit::AuditEvent;
+use crate::auth::{Caller, LockPattern, Verb};
 
 const MIN_TTL_MS: u64 = 50;
-const MAX_TTL_MS: u64 = 3_600_000;
 const MAX_WAIT_MS: u64 = 300_000;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
-    holder: String,
+    /// Who holds the lease. With authentication on, an optional label after the
+    /// principal's name.
+    holder: Option<String>,
     ttl_ms: u64,
     #[serde(default)]
     wait_ms: u64,
@@ -37,25 +41,24 @@ pub struct AcquireAnswer {
 
 pub async fn acquire(
     State(state): State<AppState>,
+    caller: Caller,
     lock: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<AcquireAnswer>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
+    caller.require(Verb::Acquire, &lock)?;
     let body: AcquireBody = json_body(&headers, body).await?;
-    if body.holder.is_empty()
-        || body.holder.len() > MAX_HOLDER_LEN
-        || body.holder.chars().any(char::is_control)
-    {
+    let holder = caller.holder(body.holder)?;
+    let max_ttl_ms = state.limits.max_ttl_for(&caller);
+    if body.ttl_ms < MIN_TTL_MS {
         return Err(ApiError::bad_request(format!(
-            "holder must be 1 to {MAX_HOLDER_LEN} bytes without control characters"
+            "ttl_ms must be at least {MIN_TTL_MS}"
         )));
     }
-    if !(MIN_TTL_MS..=MAX_TTL_MS).contains(&body.ttl_ms) {
-        return Err(ApiError::bad_request(format!(
-            "ttl_ms must be between {MIN_TTL_MS} and {MAX_TTL_MS}"
-        )));
+    if body.ttl_ms > max_ttl_ms {
+        return Err(ApiError::quota_exceeded("ttl_ms", max_ttl_ms));
     }
     if body.wait_ms > MAX_WAIT_MS {
         return Err(ApiError::bad_request(format!(
@@ -67,10 +70,11 @@ pub async fn acquire(
         .issuer
         .acquire(AcquireRequest {
             lock,
-            holder: body.holder,
+            holder,
             ttl_ms: body.ttl_ms,
             wait_ms: body.wait_ms,
             lease_id,
+            owner: state.limits.owner_for(&caller),
         })
         .await?;
     let g = granted.grant;
@@ -92,11 +96,35 @@ pub struct KeepaliveAnswer {
     ttl_ms: u64,
 }
 
+/// Ownership of a lease, checked before anything changes: the caller may `acquire` the
+/// lease's lock and the lease is its own (or the caller is an admin). Lease ids never
+/// change hands, so what this reads stays true for the call that follows. Returns the
+/// lease with authentication on; nothing to look up with it off.
+async fn owned_lease(
+    state: &AppState,
+    caller: &Caller,
+    lease_id: &str,
+) -> Result<Option<LeaseView>, ApiError> {
+    if caller.principal().is_none() {
+        return Ok(None);
+    }
+    let lease = state
+        .issuer
+        .lease(lease_id)
+        .await?
+        .ok_or_else(ApiError::lease_expired)?;
+    caller.require(Verb::Acquire, &lease.lock)?;
+    caller.require_owner(&lease.holder, "this lease", &lease.lock)?;
+    Ok(Some(lease))
+}
+
 pub async fn keepalive(
     State(state): State<AppState>,
+    caller: Caller,
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<KeepaliveAnswer>, ApiError> {
     let lease_id = path(lease_id)?;
+    owned_lease(&state, &caller, &lease_id).await?;
     let view = state.issuer.keepalive(&lease_id).await?;
     Ok(Json(KeepaliveAnswer {
         lease_id: view.lease_id,
@@ -116,10 +144,26 @@ pub struct ReleaseAnswer {
 
 pub async fn release(
     State(state): State<AppState>,
+    caller: Caller,
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<ReleaseAnswer>, ApiError> {
     let lease_id = path(lease_id)?;
+    let lease = owned_lease(&state, &caller, &lease_id).await?;
     let view = state.issuer.release(&lease_id).await?;
+    if let Some(lease) = lease.filter(|l| {
+        caller
+            .principal()
+            .is_some_and(|p| !p.owns_holder(&l.holder))
+    }) {
+        state.audit.record(
+            AuditEvent::new("lease_released_by_other")
+                .principal(caller.name())
+                .lock(&lease.lock)
+                .lease(&lease_id)
+                .epochs(Some(lease.epoch), None)
+                .detail(format!("holder {}", lease.holder)),
+        );
+    }
     Ok(Json(ReleaseAnswer {
         lease_id: view.lease_id,
         lock: view.lock,
@@ -138,41 +182,180 @@ pub struct LockStatus {
     waiters: usize,
 }
 
-impl From<LockView> for LockStatus {
-    fn from(v: LockView) -> Self {
+impl LockStatus {
+    /// A lock as `caller` may see it: the lease id only for its owner (and admins).
+    fn seen_by(v: LockView, caller: &Caller) -> Self {
+        let lease = v.lease.as_ref();
         LockStatus {
-            lock: v.lock,
+            lock: v.lock.clone(),
             epoch: v.epoch,
-            holder: v.lease.as_ref().map(|l| l.holder.clone()),
-            lease_id: v.lease.as_ref().map(|l| l.lease_id.clone()),
-            remaining_ms: v.lease.as_ref().map(|l| l.remaining_ms),
+            holder: lease.map(|l| l.holder.clone()),
+            lease_id: lease
+                .filter(|l| caller.acts_for(&l.holder))
+                .map(|l| l.lease_id.clone()),
+            remaining_ms: lease.map(|l| l.remaining_ms),
             waiters: v.waiters,
         }
     }
 }
 
+/// Whether the caller may see a lock at all: it may acquire or read it.
+fn may_see(caller: &Caller, lock: &str) -> bool {
+    caller.may(Verb::Acquire, lock) || caller.may(Verb::Read, lock)
+}
+
 pub async fn status(
     State(state): State<AppState>,
+    caller: Caller,
     lock: Result<Path<String>, PathRejection>,
 ) -> Result<Json<LockStatus>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
-    Ok(Json(state.issuer.status(&lock).await?.into()))
+    if !may_see(&caller, &lock) {
+        caller.require(Verb::Read, &lock)?;
+    }
+    let view = state.issuer.status(&lock).await?;
+    Ok(Json(LockStatus::seen_by(view, &caller)))
 }
 
 #[derive(Serialize)]
 pub struct LockList {
     locks: Vec<LockStatus>,
+    /// Pass as `after` for the next page; `null` on the last page.
+    next: Option<String>,
+}
+
+/// `GET /v1/locks?prefix=&after=&limit=`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockListQuery {
+    #[serde(default)]
+    prefix: String,
+    after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Which names a listing reads: everything under a prefix, or one name.
+#[derive(Debug, PartialEq, Eq)]
+enum Scan {
+    Prefix(String),
+    Exact(String),
+}
+
+/// The scans that cover what `caller` may see under `prefix`: one scan of the prefix
+/// for a caller who may see every lock, else one per grant pattern that meets the prefix.
+/// A principal with a grant on `orders*` lists from the `orders` part of the index only,
+/// however many other locks there are.
+fn scans(caller: &Caller, prefix: &str) -> Vec<Scan> {
+    let Some(principal) = caller.principal() else {
+        return vec![Scan::Prefix(prefix.to_owned())];
+    };
+    let Some(patterns) = principal.visible_patterns(&[Verb::Acquire, Verb::Read]) else {
+        return vec![Scan::Prefix(prefix.to_owned())];
+    };
+    let mut scans = Vec::new();
+    for pattern in patterns {
+        let scan = match pattern {
+            LockPattern::Prefix(p) if prefix.starts_with(p.as_str()) => Scan::Prefix(prefix.into()),
+            LockPattern::Prefix(p) if p.starts_with(prefix) => Scan::Prefix(p.clone()),
+            LockPattern::Exact(name) if name.starts_with(prefix) => Scan::Exact(name.clone()),
+            _ => continue,
+        };
+        if !scans.contains(&scan) {
+            scans.push(scan);
+        }
+    }
+    scans
 }
 
 pub async fn list(
     State(state): State<AppState>,
-    query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<LockList>, ApiError> {
+    caller: Caller,
+    query: Result<Query<LockListQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
     let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
-    let limit = query.limit();
-    let locks = state.issuer.list(&query.prefix, limit).await?;
-    Ok(Json(LockList {
-        locks: locks.into_iter().map(Into::into).collect(),
-    }))
+    // Held until the answer is encoded: that is part of the work it bounds.
+    let _permit = state
+        .listings
+        .acquire()
+        .await
+        .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the server is shutting down"))?;
+    let limit = query.limit.unwrap_or(1000).clamp(1, 10_000);
+    let after = query.after.as_deref();
+    let mut found: Vec<LockView> = Vec::new();
+    let mut more = false;
+    for scan in scans(&caller, &query.prefix) {
+        let page = match &scan {
+            Scan::Prefix(p) => state.issuer.list(p, after, limit).await?,
+            Scan::Exact(name) => {
+                let mut one = state.issuer.list(name, after, 1).await?;
+                one.retain(|v| &v.lock == name);
+                one
+            }
+        };
+        more |= matches!(scan, Scan::Prefix(_)) && page.len() == limit;
+        found.extend(page);
+    }
+    found.sort_by(|a, b| a.lock.cmp(&b.lock));
+    found.dedup_by(|a, b| a.lock == b.lock);
+    if found.len() > limit {
+        found.truncate(limit);
+        more = true;
+    }
+    let next = more.then(|| found.last().map(|v| v.lock.clone())).flatten();
+    let list = LockList {
+        locks: found
+            .into_iter()
+            .filter(|v| may_see(&caller, &v.lock))
+            .map(|v| LockStatus::seen_by(v, &caller))
+            .collect(),
+        next,
+    };
+    Ok(Json(list).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::parse;
+
+    fn caller(grants: &str) -> Caller {
+        let text = format!(
+            "[[principal]]\nname = \"p\"\nkey_sha256 = \"{}\"\n{grants}",
+            "ab".repeat(32)
+        );
+        let policy = parse(&text).unwrap();
+        Caller::Principal(policy.principals()[0].clone())
+    }
+
+    fn grant(locks: &str, verbs: &str) -> String {
+        format!("[[principal.grant]]\nlocks = \"{locks}\"\nallow = [{verbs}]\n")
+    }
+
+    #[test]
+    fn listings_read_only_what_the_grants_cover() {
+        let p = caller(&format!(
+            "{}{}{}",
+            grant("orders*", "\"read\""),
+            grant("ledger", "\"acquire\""),
+            grant("secret*", "\"write\"")
+        ));
+        assert_eq!(
+            scans(&p, ""),
+            vec![Scan::Prefix("orders".into()), Scan::Exact("ledger".into())]
+        );
+        assert_eq!(
+            scans(&p, "orders.eu"),
+            vec![Scan::Prefix("orders.eu".into())]
+        );
+        assert_eq!(scans(&p, "or"), vec![Scan::Prefix("orders".into())]);
+        assert_eq!(scans(&p, "led"), vec![Scan::Exact("ledger".into())]);
+        assert!(
+            scans(&p, "secret").is_empty(),
+            "write alone does not show a lock"
+        );
+        assert_eq!(scans(&Caller::Open, "x"), vec![Scan::Prefix("x".into())]);
+        let all = caller(&grant("*", "\"read\""));
+        assert_eq!(scans(&all, "a"), vec![Scan::Prefix("a".into())]);
+    }
 }

@@ -23,7 +23,9 @@ use serde::de::DeserializeOwned;
 use palisade_storage::Backend;
 use palisade_token::{validate_lock_name, Verifier};
 
-use crate::config::NamespacePolicies;
+use crate::audit::Audit;
+use crate::auth::Auth;
+use crate::config::{Limits, NamespacePolicies};
 pub use error::ApiError;
 use palisade_issuer::LockService;
 
@@ -35,6 +37,40 @@ pub struct AppState {
     pub verifier: Arc<Verifier>,
     pub policies: Arc<NamespacePolicies>,
     pub max_value_bytes: usize,
+    /// The auth file in use; `None` serves every request as `Caller::Open`.
+    pub auth: Option<Arc<Auth>>,
+    pub audit: Audit,
+    pub limits: Limits,
+    /// Listings of locks running at once. A page can be thousands of locks; without a
+    /// bound, many listers at once would take every core and starve renewals.
+    pub listings: Arc<tokio::sync::Semaphore>,
+}
+
+impl AppState {
+    /// A state with the default settings: no authentication, no audit log, default
+    /// limits and policies, values up to 1 MiB. Set the public fields to change them.
+    pub fn new(
+        issuer: Arc<dyn LockService>,
+        backend: Arc<dyn Backend>,
+        verifier: Arc<Verifier>,
+    ) -> AppState {
+        AppState {
+            issuer,
+            backend,
+            verifier,
+            policies: Arc::new(NamespacePolicies::default()),
+            max_value_bytes: 1024 * 1024,
+            auth: None,
+            audit: Audit::off(),
+            limits: Limits::default(),
+            listings: Arc::new(tokio::sync::Semaphore::new(listing_permits())),
+        }
+    }
+}
+
+/// How many lock listings run at once: half the cores, at least one.
+pub fn listing_permits() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
 /// `?prefix=&limit=` of the list routes.
@@ -75,14 +111,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/openapi.json", get(crate::openapi::document))
         .fallback(not_found)
         .layer(axum::middleware::map_response(json_method_not_allowed))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authenticate,
+        ))
         .with_state(state)
 }
 
 async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
     if state.backend.is_failed() {
         return ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "storage_failed",
+            palisade_api::ErrorCode::StorageFailed,
             "storage has failed; the server refuses writes",
         )
         .into_response();

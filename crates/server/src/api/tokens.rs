@@ -8,7 +8,10 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use palisade_api::ErrorCode;
+
 use super::{json_body, ApiError, AppState};
+use crate::auth::{Caller, Verb};
 
 #[derive(Serialize)]
 struct PublicKey {
@@ -38,16 +41,26 @@ pub struct CheckBody {
     token: String,
 }
 
+/// The `check` verb: on the token's lock when the token is genuine; for a token that is
+/// not, on any lock (the answer names no lock).
 pub async fn check(
     State(state): State<AppState>,
+    caller: Caller,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
+    if !caller.may_any(Verb::Check) {
+        return Err(ApiError::new(
+            ErrorCode::PermissionDenied,
+            "may not check tokens of any lock",
+        ));
+    }
     let body: CheckBody = json_body(&headers, body).await?;
     let claims = match state.verifier.verify(&body.token) {
         Ok(claims) => claims,
         Err(e) => return Ok(Json(json!({ "genuine": false, "reason": e.to_string() }))),
     };
+    caller.require(Verb::Check, &claims.lock)?;
     let view = state.issuer.status(&claims.lock).await?;
     let lease_alive = view.lease.as_ref().is_some_and(|l| l.epoch == claims.epoch);
     Ok(Json(json!({

@@ -108,7 +108,10 @@ impl<'v, 'a> Tx<'v, 'a> {
         }
     }
 
-    /// Raises the lock's reservation (ceiling and TTL never go down) and records the lease.
+    /// Records the lock's reservation and the lease. The ceiling never goes down. The TTL
+    /// never goes down while the reservation stays active; an inactive reservation (the
+    /// lock fell idle) has no live lease to cover, so its TTL is what it says, and the next
+    /// active one starts from its own.
     pub fn reserve(
         &mut self,
         lock: &str,
@@ -118,11 +121,17 @@ impl<'v, 'a> Tx<'v, 'a> {
         let key = Key::Reservation(lock.to_owned());
         let stored = match self.get(&key)? {
             None => None,
-            Some(Val::Triple(c, m, _)) => Some((c, m)),
+            Some(Val::Triple(c, m, active)) => Some((c, m, active)),
             Some(other) => return Err(shape(&key, &other)),
         };
-        let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m)| {
-            (c.max(r.ceiling), m.max(r.max_ttl_ms))
+        let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m, active)| {
+            let still_active = active != 0 && r.active;
+            let ttl = if still_active {
+                m.max(r.max_ttl_ms)
+            } else {
+                r.max_ttl_ms
+            };
+            (c.max(r.ceiling), ttl)
         });
         self.put(key, Val::Triple(ceiling, max_ttl, u64::from(r.active)));
         let last = self.get_u64(&Key::Epoch(lock.to_owned()))?.unwrap_or(0);

@@ -109,7 +109,7 @@ pub enum Outcome {
 }
 
 /// The error code of a write refused because its epoch is below the high-water mark.
-pub const STALE_TOKEN: &str = "stale_token";
+pub const STALE_TOKEN: &str = palisade_api::ErrorCode::StaleToken.as_str();
 
 /// One operation of the history (one JSON line).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

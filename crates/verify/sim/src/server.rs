@@ -71,6 +71,7 @@ impl Server {
             lock_delay_ms: sc.lock_delay_ms,
             epoch_block: sc.epoch_block,
             idle_grace_ms: sc.idle_grace_ms,
+            ..TableConfig::default()
         };
         Server {
             up: true,
@@ -114,6 +115,7 @@ impl Server {
                     ttl_ms,
                     wait_ms,
                     lease_id,
+                    owner: None,
                 };
                 let outcome = self.table.acquire(now, req);
                 // The expiries the table settled before deciding come first.
@@ -125,7 +127,10 @@ impl Server {
                     AcquireOutcome::Queued(ticket) => {
                         self.waiters.insert(ticket, (client, req_id));
                     }
-                    AcquireOutcome::Held { .. } => reply(out, Reply::Held),
+                    // No quota is configured here, so a refusal is only ever `Held`.
+                    AcquireOutcome::Held { .. } | AcquireOutcome::QuotaExceeded { .. } => {
+                        reply(out, Reply::Held)
+                    }
                 }
             }
             Request::Keepalive { lease_id } => match self.table.keepalive(now, &lease_id) {
@@ -234,6 +239,7 @@ impl Server {
                     lock: grant.lock,
                     reservation,
                     lease: Some(record),
+                    generation: grant.generation,
                 };
                 self.submit(now, job, answer, out);
             }
@@ -269,6 +275,8 @@ impl Server {
                     let job = Job::LazyReservation { lock, reservation };
                     self.submit(now, job, None, out);
                 }
+                // No lock limit is configured here.
+                Event::Forgotten { .. } => {}
             }
         }
         if let Some(wake) = self.table.next_wakeup() {

@@ -87,6 +87,8 @@ pub(crate) enum Job {
         lock: String,
         reservation: Reservation,
         lease: Option<LeaseRecord>,
+        /// The grant's `generation`, handed back to `LockTable::confirm`.
+        generation: u32,
     },
     /// `IssuerLog::remove_lease`, answered once durable.
     RemoveLease(String),
@@ -124,7 +126,7 @@ pub(crate) type Outgoing = (Answer, Reply);
 #[derive(Debug, Default)]
 pub(crate) struct Durable {
     /// Reservations now durable, for `LockTable::confirm` (before any answer goes).
-    pub confirms: Vec<(String, Reservation)>,
+    pub confirms: Vec<(String, Reservation, u32)>,
     pub answers: Vec<Outgoing>,
 }
 
@@ -145,6 +147,7 @@ impl Records {
                 lock,
                 reservation,
                 lease,
+                ..
             } => {
                 self.reserve(lock, *reservation);
                 if let Some(lease) = lease {
@@ -172,12 +175,17 @@ impl Records {
         }
     }
 
-    /// Ceiling and TTL never go down; `active` is overwritten; the last epoch follows
-    /// the ceiling.
+    /// As the embedded store does: the ceiling never goes down; the TTL never goes down
+    /// while the reservation stays active, and is the record's own otherwise; `active` is
+    /// overwritten; the last epoch follows the ceiling.
     fn reserve(&mut self, lock: &str, r: Reservation) {
         let stored = self.reservations.entry(lock.to_owned()).or_default();
         stored.ceiling = stored.ceiling.max(r.ceiling);
-        stored.max_ttl_ms = stored.max_ttl_ms.max(r.max_ttl_ms);
+        stored.max_ttl_ms = if stored.active && r.active {
+            stored.max_ttl_ms.max(r.max_ttl_ms)
+        } else {
+            r.max_ttl_ms
+        };
         stored.active = r.active;
         let last = self.epochs.entry(lock.to_owned()).or_default();
         *last = (*last).max(r.ceiling);
@@ -289,10 +297,15 @@ impl Store {
         for (job, answer) in std::mem::take(&mut self.queue) {
             let computed = self.working.apply(&job, bug);
             if let Job::Reserve {
-                lock, reservation, ..
+                lock,
+                reservation,
+                generation,
+                ..
             } = &job
             {
-                held_back.confirms.push((lock.clone(), *reservation));
+                held_back
+                    .confirms
+                    .push((lock.clone(), *reservation, *generation));
             }
             if let (Job::Mutate { lock, epoch, .. }, Some(Reply::Applied { .. })) =
                 (&job, &computed)

@@ -41,8 +41,8 @@ impl Server {
     pub(crate) fn finish_commit(&mut self, now: u64, out: &mut Out, mon: &mut Monitor) {
         let (durable, more) = self.store.finish_commit();
         mon.durable(now, self.store.durable(), false);
-        for (lock, reservation) in durable.confirms {
-            self.table.confirm(now, &lock, reservation);
+        for (lock, reservation, generation) in durable.confirms {
+            self.table.confirm(now, &lock, reservation, generation);
         }
         self.after_table_call(now, out, mon);
         for outgoing in durable.answers {
@@ -95,6 +95,7 @@ impl Server {
             lease_id: r.lease_id,
             ttl_ms: r.ttl_ms,
             reserve: None,
+            generation: 0,
         });
         if self.bug == Some(Bug::ForgetLeasesOnRestart) {
             // Epochs only: neither lease records nor reservations are honoured.

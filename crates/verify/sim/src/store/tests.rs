@@ -90,6 +90,7 @@ fn reservations_never_lower_the_ceiling_and_lazy_records_need_no_answer() {
         lock: "l".into(),
         reservation: reservation(8, 300, true),
         lease: None,
+        generation: 0,
     };
     let granted = Answer {
         reply: Some(Reply::Held),
@@ -106,10 +107,11 @@ fn reservations_never_lower_the_ceiling_and_lazy_records_need_no_answer() {
     let (durable, _) = store.finish_commit();
     assert_eq!(
         durable.confirms,
-        vec![("l".to_owned(), reservation(8, 300, true))]
+        vec![("l".to_owned(), reservation(8, 300, true), 0)]
     );
     assert_eq!(durable.answers.len(), 1, "only the reservation is answered");
     let records = store.durable();
-    assert_eq!(records.reservations["l"], reservation(8, 300, false));
+    // The ceiling stays; an inactive reservation's TTL is its own (nothing live to cover).
+    assert_eq!(records.reservations["l"], reservation(8, 100, false));
     assert_eq!(records.epochs["l"], 8, "the last epoch follows the ceiling");
 }

@@ -1,0 +1,87 @@
+"""What the blocking and the asyncio lease share: the grant, its renewal schedule read
+under the lease's guard, and sequence numbers. Renewing is each client's own business
+(a thread, or a task); deciding when the lease is lost is ``_renewal``'s."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import ContextManager, Optional
+
+from ._errors import LeaseLostError
+from ._renewal import Renewal
+from ._types import Grant
+
+
+class LeaseBase:
+    """A granted lease and its renewal schedule.
+
+    ``guard`` protects the schedule: the blocking lease's condition variable (its renewal
+    thread writes the schedule while callers read it), or a no-op for the asyncio lease,
+    whose task runs on the caller's loop.
+    """
+
+    def __init__(self, grant: Grant, sent_at: float, guard: ContextManager[object]) -> None:
+        self._grant = grant
+        self._renewal = Renewal(grant.ttl_ms, sent_at)
+        self._guard = guard
+        self._seq = itertools.count(1)
+
+    @property
+    def grant(self) -> Grant:
+        """The lease as granted."""
+        return self._grant
+
+    @property
+    def lock(self) -> str:
+        return self._grant.lock
+
+    @property
+    def holder(self) -> str:
+        return self._grant.holder
+
+    @property
+    def epoch(self) -> int:
+        """This holder's ownership generation."""
+        return self._grant.epoch
+
+    @property
+    def token(self) -> str:
+        """The fencing token to attach to every mutation of this lock's resources."""
+        return self._grant.token
+
+    @property
+    def lease_id(self) -> str:
+        return self._grant.lease_id
+
+    @property
+    def ttl_ms(self) -> int:
+        return self._grant.ttl_ms
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease is known or presumed lost. ``False`` is not permission to
+        write: the process can pause right after asking."""
+        with self._guard:
+            return self._renewal.is_lost(time.monotonic())
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """Why the lease is lost, or ``None`` while it is believed alive."""
+        with self._guard:
+            return self._renewal.reason(time.monotonic())
+
+    def ensure_alive(self) -> None:
+        """Raises :class:`LeaseLostError` if the lease is known or presumed lost."""
+        reason = self.lost_reason
+        if reason is not None:
+            raise LeaseLostError(f"lease {self.lease_id} on {self.lock!r} is lost: {reason}")
+
+    def next_seq(self) -> int:
+        """1, 2, 3, ...: sequence numbers for this lease's writes to a ``sequence``
+        namespace, where (epoch, seq) must strictly increase."""
+        with self._guard:
+            return next(self._seq)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(lock={self.lock!r}, epoch={self.epoch}, lease_id={self.lease_id!r})"

@@ -1,0 +1,20 @@
+//! # API contract: the names every crate that speaks Palisade's HTTP API shares
+//!
+//! The server, the Rust client, the adapters, the load generator, the checker and the
+//! simulation all speak the same wire contract (docs/api.md). The stable names of that
+//! contract live here, once, so they cannot drift apart between crates:
+//!
+//! - [`ErrorCode`]: every machine code an error body can carry, with its HTTP status;
+//! - [`headers`]: the request and response header names of the fenced store;
+//! - [`listening`]: the line `palisade serve` prints on stdout once it accepts
+//!   connections, which scripts and tests read to learn the address.
+//!
+//! ## What this crate does not do
+//! - No I/O and no HTTP types: it depends on nothing but serde, so every layer can use it.
+//! - It does not decide anything; it only names things.
+
+mod code;
+pub mod headers;
+pub mod listening;
+
+pub use code::{ErrorCode, UnknownCode};

@@ -1,0 +1,307 @@
+//! # Auth: identity and permission, the first two of the three checks (S14)
+//!
+//! Every request that is not public passes, in this order:
+//!
+//! 1. **Identity** ([`authenticate`], a middleware in front of every route): who is
+//!    calling. A bearer key (`Authorization: Bearer <key>`) whose SHA-256 an auth file
+//!    principal holds, or, with mutual TLS, a verified client certificate whose common
+//!    name a principal claims (`cert_cn`). Neither: 401 `unauthenticated` with
+//!    `WWW-Authenticate: Bearer`, and nothing runs.
+//! 2. **Permission** ([`Caller::require`], called by each handler once it knows the lock):
+//!    may this principal use this verb on this lock. No: 403 `permission_denied`.
+//! 3. **Ownership** is not decided here but next to what is owned: a lease belongs to the
+//!    principal its holder names (`<principal>` or `<principal>/<label>`,
+//!    [`Principal::owns_holder`]), and a fenced write needs a token whose holder is the
+//!    caller. The handlers check it against the lease or the token's claims.
+//!
+//! Public routes need no identity: `GET /healthz`, `GET /v1/keys` (public keys are
+//! public) and `GET /v1/openapi.json` (the contract is in the repository anyway).
+//!
+//! Without an auth file every request is [`Caller::Open`]: everything is allowed, as in a
+//! server on loopback before authentication existed. The server refuses to listen on a
+//! non-loopback address that way unless told `--insecure-no-auth`.
+//!
+//! ## What this does not do
+//! - It does not make tokens secret or bind them to a connection: a stolen token is still
+//!   genuine. With auth on it is only usable by its own principal (the ownership check),
+//!   and only until a newer epoch reaches the resource.
+//! - It does not encrypt anything: keys cross the network in the clear unless TLS is on.
+//! - Keys are compared as SHA-256 digests; the file holds no key, so a leaked auth file
+//!   does not let anyone in (a key has 256 bits; the digest cannot be reversed).
+
+mod file;
+mod policy;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
+use axum::http::request::Parts;
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use palisade_api::ErrorCode;
+use palisade_token::MAX_HOLDER_LEN;
+
+pub use file::{load, parse, valid_principal_name, MAX_PRINCIPAL_LEN};
+pub use policy::{key_digest, AuthPolicy, Grant, LockPattern, Principal, PrincipalLimits, Verb};
+
+use crate::api::{ApiError, AppState};
+use crate::audit::AuditEvent;
+
+/// Paths anyone may read without credentials.
+const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/v1/keys", "/v1/openapi.json"];
+
+/// A verified client certificate's subject, placed in a request's extensions by the
+/// TLS layer when the connection presented one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    pub common_name: Option<String>,
+}
+
+/// The auth file in use, replaceable while serving (SIGHUP).
+pub struct Auth {
+    path: PathBuf,
+    policy: ArcSwap<AuthPolicy>,
+}
+
+impl Auth {
+    /// Loads the auth file.
+    pub fn load(path: &Path) -> Result<Auth, String> {
+        Ok(Auth {
+            path: path.to_owned(),
+            policy: ArcSwap::from_pointee(load(path)?),
+        })
+    }
+
+    /// Reads the auth file again; on any error the policy in use stays.
+    pub fn reload(&self) -> Result<usize, String> {
+        let policy = load(&self.path)?;
+        let count = policy.principals().len();
+        self.policy.store(Arc::new(policy));
+        Ok(count)
+    }
+
+    pub fn policy(&self) -> Arc<AuthPolicy> {
+        self.policy.load_full()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Who is calling, as established by [`authenticate`].
+#[derive(Debug, Clone)]
+pub enum Caller {
+    /// Authentication is off: every verb on every lock, holders as the client names them.
+    Open,
+    /// An authenticated principal.
+    Principal(Arc<Principal>),
+}
+
+impl Caller {
+    /// The principal's name (None with authentication off).
+    pub fn name(&self) -> Option<&str> {
+        match self {
+            Caller::Open => None,
+            Caller::Principal(p) => Some(&p.name),
+        }
+    }
+
+    pub fn principal(&self) -> Option<&Principal> {
+        match self {
+            Caller::Open => None,
+            Caller::Principal(p) => Some(p),
+        }
+    }
+
+    /// Whether the caller may use `verb` on `lock`.
+    pub fn may(&self, verb: Verb, lock: &str) -> bool {
+        match self {
+            Caller::Open => true,
+            Caller::Principal(p) => p.may(verb, lock),
+        }
+    }
+
+    /// Whether the caller may use `verb` on at least one lock.
+    pub fn may_any(&self, verb: Verb) -> bool {
+        match self {
+            Caller::Open => true,
+            Caller::Principal(p) => p.admin || p.grants.iter().any(|g| g.allows(verb)),
+        }
+    }
+
+    /// Permission: 403 `permission_denied` unless the caller may use `verb` on `lock`.
+    pub fn require(&self, verb: Verb, lock: &str) -> Result<(), ApiError> {
+        if self.may(verb, lock) {
+            return Ok(());
+        }
+        Err(self.denied(
+            format!("may not {verb} lock {lock:?}"),
+            Some(lock),
+            Some(verb),
+        ))
+    }
+
+    /// Whether the caller may act for `holder` (a lease's or a token's): it is the holder's
+    /// principal, or an admin, or authentication is off.
+    pub fn acts_for(&self, holder: &str) -> bool {
+        match self {
+            Caller::Open => true,
+            Caller::Principal(p) => p.admin || p.owns_holder(holder),
+        }
+    }
+
+    /// Ownership: 403 `permission_denied` unless the caller may act for `holder`.
+    pub fn require_owner(&self, holder: &str, what: &str, lock: &str) -> Result<(), ApiError> {
+        if self.acts_for(holder) {
+            return Ok(());
+        }
+        Err(self.denied(
+            format!("{what} belongs to another principal"),
+            Some(lock),
+            None,
+        ))
+    }
+
+    /// The holder a grant is recorded under. With authentication off the client names it
+    /// (required, as before); otherwise it is the principal's name, followed by
+    /// `/<label>` when the client gives a label.
+    pub fn holder(&self, requested: Option<String>) -> Result<String, ApiError> {
+        let checked = |text: String, what: &str| {
+            if text.is_empty() || text.len() > MAX_HOLDER_LEN || text.chars().any(char::is_control)
+            {
+                Err(ApiError::bad_request(format!(
+                    "{what} must be 1 to {MAX_HOLDER_LEN} bytes without control characters"
+                )))
+            } else {
+                Ok(text)
+            }
+        };
+        match (self, requested) {
+            (Caller::Open, Some(holder)) => checked(holder, "holder"),
+            (Caller::Open, None) => Err(ApiError::bad_request(
+                "holder is required when the server runs without authentication",
+            )),
+            (Caller::Principal(p), None) => Ok(p.name.clone()),
+            (Caller::Principal(p), Some(label)) => {
+                if label.is_empty() {
+                    return Err(ApiError::bad_request("holder (a label) may not be empty"));
+                }
+                checked(format!("{}/{label}", p.name), "principal/holder")
+            }
+        }
+    }
+
+    fn denied(&self, message: String, lock: Option<&str>, verb: Option<Verb>) -> ApiError {
+        let mut error = ApiError::new(ErrorCode::PermissionDenied, message);
+        if let Some(name) = self.name() {
+            error = error.with("principal", name);
+        }
+        let mut event = AuditEvent::new("permission_denied").principal(self.name());
+        if let Some(lock) = lock {
+            event = event.lock(lock);
+        }
+        if let Some(verb) = verb {
+            event = event.detail(verb.as_str());
+        }
+        error.audited(event)
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        // Placed by `authenticate` on every route that is not public; missing means a
+        // public route asked for a caller, which must not pass as anyone.
+        parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| unauthenticated("this route needs credentials"))
+    }
+}
+
+fn unauthenticated(message: &str) -> ApiError {
+    ApiError::new(ErrorCode::Unauthenticated, message)
+}
+
+/// Identity: establishes the [`Caller`] of every non-public request, or answers 401.
+/// Also the one place that writes what handlers marked for the audit log, with the
+/// caller's name and the route.
+pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+    let route = state.audit.is_on().then(|| req.uri().path().to_owned());
+    let caller = match &state.auth {
+        None => Some(Caller::Open),
+        Some(_) if PUBLIC_PATHS.contains(&req.uri().path()) => None,
+        Some(auth) => match identify(&auth.policy(), &req) {
+            Ok(principal) => Some(Caller::Principal(principal)),
+            Err(reason) => {
+                let mut event = AuditEvent::new("auth_failed").detail(reason);
+                event.route = route;
+                state.audit.record(event);
+                let mut response = unauthenticated(reason).into_response();
+                response.headers_mut().insert(
+                    WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"palisade\""),
+                );
+                return response;
+            }
+        },
+    };
+    let name = caller.as_ref().and_then(|c| c.name().map(str::to_owned));
+    if let Some(caller) = caller {
+        req.extensions_mut().insert(caller);
+    }
+    let mut response = next.run(req).await;
+    if let Some(mut event) = response.extensions_mut().remove::<AuditEvent>() {
+        if event.principal.is_none() {
+            event.principal = name;
+        }
+        event.route = route;
+        state.audit.record(event);
+    }
+    response
+}
+
+/// The principal a request names, or why it names none.
+fn identify(policy: &AuthPolicy, req: &Request) -> Result<Arc<Principal>, &'static str> {
+    let mut values = req.headers().get_all(AUTHORIZATION).iter();
+    match (values.next(), values.next()) {
+        (Some(_), Some(_)) => Err("more than one Authorization header"),
+        (Some(value), None) => {
+            let text = value
+                .to_str()
+                .map_err(|_| "Authorization is not visible ASCII")?
+                .trim();
+            let (scheme, key) = text
+                .split_once(' ')
+                .ok_or("Authorization must be \"Bearer <key>\"")?;
+            if !scheme.eq_ignore_ascii_case("bearer") {
+                return Err("Authorization must use the Bearer scheme");
+            }
+            policy.by_key(key.trim()).ok_or("unknown key")
+        }
+        (None, _) => {
+            let cert = req.extensions().get::<ClientCert>();
+            match cert.and_then(|c| c.common_name.as_deref()) {
+                Some(cn) => policy
+                    .by_cert_cn(cn)
+                    .ok_or("the client certificate names no principal"),
+                None => Err("this server needs a bearer key (Authorization: Bearer <key>)"),
+            }
+        }
+    }
+}
+
+/// A fresh bearer key: 256 random bits, base64url, with a recognisable prefix.
+pub fn new_key() -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+    use base64::Engine;
+    format!("pal_{}", B64.encode(rand::random::<[u8; 32]>()))
+}

@@ -1,0 +1,281 @@
+//! Principals, their grants, and the two questions asked of them: who is this key (or
+//! certificate), and may this principal use this verb on this lock.
+
+use std::fmt;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+
+/// What a principal may do to a lock. See docs/security.md for what each covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verb {
+    /// Acquire the lock, and keep alive, release and see the lease id of one's own leases.
+    Acquire,
+    /// Read values, list keys and read the namespace's high-water mark.
+    Read,
+    /// Fenced put and delete, and the barrier (`POST /v1/fences/{lock}`).
+    Write,
+    /// Ask whether a token for the lock is genuine and current (`POST /v1/tokens/check`).
+    Check,
+}
+
+impl Verb {
+    pub const ALL: [Verb; 4] = [Verb::Acquire, Verb::Read, Verb::Write, Verb::Check];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Acquire => "acquire",
+            Verb::Read => "read",
+            Verb::Write => "write",
+            Verb::Check => "check",
+        }
+    }
+
+    fn bit(self) -> u8 {
+        1 << (self as u8)
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Verb> {
+        Verb::ALL.into_iter().find(|v| v.as_str() == text)
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The locks a grant covers: one name, or every name with a prefix (`orders*`; `*` alone
+/// covers every lock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LockPattern {
+    Exact(String),
+    Prefix(String),
+}
+
+impl LockPattern {
+    pub fn matches(&self, lock: &str) -> bool {
+        match self {
+            LockPattern::Exact(name) => name == lock,
+            LockPattern::Prefix(prefix) => lock.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+/// A set of verbs on a set of locks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub locks: LockPattern,
+    verbs: u8,
+}
+
+impl Grant {
+    pub fn new(locks: LockPattern, verbs: impl IntoIterator<Item = Verb>) -> Grant {
+        Grant {
+            locks,
+            verbs: verbs.into_iter().fold(0, |bits, v| bits | v.bit()),
+        }
+    }
+
+    pub fn allows(&self, verb: Verb) -> bool {
+        self.verbs & verb.bit() != 0
+    }
+}
+
+/// Limits on one principal; `None` falls back to the server-wide default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PrincipalLimits {
+    /// Longest lease TTL this principal may ask for.
+    pub max_ttl_ms: Option<u64>,
+    /// Live leases this principal may hold at once.
+    pub max_leases: Option<u32>,
+    /// Acquisitions this principal may have waiting in line at once.
+    pub max_waiters: Option<u32>,
+}
+
+/// Someone the server knows: by the SHA-256 of a bearer key, by a client certificate's
+/// common name, or both.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub name: String,
+    pub admin: bool,
+    pub(crate) key_sha256: Option<[u8; 32]>,
+    pub cert_cn: Option<String>,
+    pub grants: Vec<Grant>,
+    pub limits: PrincipalLimits,
+}
+
+impl fmt::Debug for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The digest is not secret, but there is no reason to spread it through logs.
+        f.debug_struct("Principal")
+            .field("name", &self.name)
+            .field("admin", &self.admin)
+            .field("cert_cn", &self.cert_cn)
+            .field("grants", &self.grants)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Principal {
+    /// Whether this principal may use `verb` on `lock`.
+    pub fn may(&self, verb: Verb, lock: &str) -> bool {
+        self.admin
+            || self
+                .grants
+                .iter()
+                .any(|g| g.allows(verb) && g.locks.matches(lock))
+    }
+
+    /// The patterns under which this principal may use any of `verbs`: what a listing
+    /// has to look at. `None` means every lock (an admin, or a `*` grant).
+    pub fn visible_patterns(&self, verbs: &[Verb]) -> Option<Vec<&LockPattern>> {
+        if self.admin {
+            return None;
+        }
+        let mut patterns = Vec::new();
+        for grant in &self.grants {
+            if !verbs.iter().any(|v| grant.allows(*v)) {
+                continue;
+            }
+            if grant.locks == LockPattern::Prefix(String::new()) {
+                return None;
+            }
+            patterns.push(&grant.locks);
+        }
+        Some(patterns)
+    }
+
+    /// Whether a token or lease holder names this principal: the holder is the
+    /// principal's name alone, or the name followed by `/` and a label.
+    pub fn owns_holder(&self, holder: &str) -> bool {
+        match holder.strip_prefix(self.name.as_str()) {
+            Some(rest) => rest.is_empty() || rest.starts_with('/'),
+            None => false,
+        }
+    }
+}
+
+/// The SHA-256 of a bearer key, as the auth file stores it.
+pub fn key_digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// Everyone the server knows, loaded from the auth file.
+#[derive(Debug, Clone, Default)]
+pub struct AuthPolicy {
+    principals: Vec<Arc<Principal>>,
+}
+
+impl AuthPolicy {
+    pub(crate) fn new(principals: Vec<Principal>) -> AuthPolicy {
+        AuthPolicy {
+            principals: principals.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    /// The principal whose key this is. Every principal's digest is compared, in constant
+    /// time, whether or not an earlier one matched: how long this takes says nothing about
+    /// which digest, or how much of it, a guess got right.
+    pub fn by_key(&self, key: &str) -> Option<Arc<Principal>> {
+        let digest = key_digest(key);
+        let mut found = None;
+        for principal in &self.principals {
+            if let Some(stored) = &principal.key_sha256 {
+                if bool::from(stored.ct_eq(&digest)) {
+                    found = Some(principal.clone());
+                }
+            }
+        }
+        found
+    }
+
+    /// The principal named by a verified client certificate's common name.
+    pub fn by_cert_cn(&self, common_name: &str) -> Option<Arc<Principal>> {
+        self.principals
+            .iter()
+            .find(|p| p.cert_cn.as_deref() == Some(common_name))
+            .cloned()
+    }
+
+    pub fn principals(&self) -> &[Arc<Principal>] {
+        &self.principals
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(name: &str, grants: Vec<Grant>) -> Principal {
+        Principal {
+            name: name.into(),
+            admin: false,
+            key_sha256: Some(key_digest(&format!("key-of-{name}"))),
+            cert_cn: None,
+            grants,
+            limits: PrincipalLimits::default(),
+        }
+    }
+
+    #[test]
+    fn grants_match_exact_names_and_prefixes() {
+        let p = principal(
+            "billing",
+            vec![
+                Grant::new(LockPattern::Prefix("orders".into()), [Verb::Acquire]),
+                Grant::new(LockPattern::Exact("ledger".into()), [Verb::Read]),
+            ],
+        );
+        assert!(p.may(Verb::Acquire, "orders"));
+        assert!(p.may(Verb::Acquire, "orders.eu"));
+        assert!(!p.may(Verb::Write, "orders"));
+        assert!(p.may(Verb::Read, "ledger"));
+        assert!(!p.may(Verb::Read, "ledger2"));
+        assert!(!p.may(Verb::Acquire, "other"));
+        let admin = Principal {
+            admin: true,
+            ..principal("root", vec![])
+        };
+        assert!(Verb::ALL.iter().all(|v| admin.may(*v, "anything")));
+    }
+
+    #[test]
+    fn holders_belong_to_their_principal_only() {
+        let p = principal("billing", vec![]);
+        assert!(p.owns_holder("billing"));
+        assert!(p.owns_holder("billing/worker-1"));
+        assert!(!p.owns_holder("billing2"));
+        assert!(!p.owns_holder("billing-x/y"));
+        assert!(!p.owns_holder("other/billing"));
+    }
+
+    #[test]
+    fn keys_find_their_principal_and_nothing_else() {
+        let policy = AuthPolicy::new(vec![principal("a", vec![]), principal("b", vec![])]);
+        assert_eq!(policy.by_key("key-of-b").unwrap().name, "b");
+        assert!(policy.by_key("key-of-c").is_none());
+        assert!(policy.by_key("").is_none());
+    }
+
+    #[test]
+    fn visible_patterns_follow_the_verbs() {
+        let p = principal(
+            "p",
+            vec![
+                Grant::new(LockPattern::Prefix("a".into()), [Verb::Read]),
+                Grant::new(LockPattern::Exact("b".into()), [Verb::Write]),
+            ],
+        );
+        let seen = p.visible_patterns(&[Verb::Acquire, Verb::Read]).unwrap();
+        assert_eq!(seen, vec![&LockPattern::Prefix("a".into())]);
+        let everything = principal(
+            "q",
+            vec![Grant::new(LockPattern::Prefix(String::new()), [Verb::Read])],
+        );
+        assert!(everything.visible_patterns(&[Verb::Read]).is_none());
+    }
+}
