@@ -124,6 +124,10 @@ pub struct BenchArgs {
     /// No progress bar (it is hidden anyway when stderr is not a terminal).
     #[arg(long)]
     pub quiet: bool,
+    /// Bearer key for a Palisade server started with --auth-file (every request carries
+    /// it; give the principal every verb on the benchmark's locks, or `admin = true`).
+    #[arg(long, env = "PALISADE_KEY", hide_env_values = true)]
+    pub key: Option<String>,
 }
 
 impl BenchArgs {

@@ -53,6 +53,8 @@ pub struct Plan {
     pub ttl_ms: u64,
     /// Unique to this run; every lock and key name starts with it.
     pub prefix: String,
+    /// Bearer key for a Palisade server with an auth file.
+    pub key: Option<String>,
 }
 
 /// Keys each client cycles through when writing, per lock.
@@ -136,6 +138,7 @@ mod tests {
             wait_ms: 0,
             ttl_ms: 1000,
             prefix: "p".into(),
+            key: None,
         }
     }
 

@@ -20,6 +20,8 @@ use crate::OpError;
 pub struct Conn {
     authority: String,
     host: HeaderValue,
+    /// `Bearer <key>`, sent with every request, for a server with an auth file.
+    authorization: Option<HeaderValue>,
     sender: Option<SendRequest<Full<Bytes>>>,
 }
 
@@ -58,17 +60,23 @@ impl Response {
 }
 
 impl Conn {
-    /// A connection to `base` (`http://host:port`, no path), opened and checked now.
-    pub async fn open(base: &str) -> Result<Conn, OpError> {
+    /// A connection to `base` (`http://host:port`, no path), opened and checked now,
+    /// sending `key` as a bearer key with every request when given.
+    pub async fn open(base: &str, key: Option<&str>) -> Result<Conn, OpError> {
         let authority = base
             .strip_prefix("http://")
             .ok_or_else(|| OpError::new("url must start with http://"))?
             .trim_end_matches('/')
             .to_owned();
         let host = HeaderValue::from_str(&authority).map_err(|_| OpError::new("bad url"))?;
+        let authorization = key
+            .map(|k| HeaderValue::from_str(&format!("Bearer {k}")))
+            .transpose()
+            .map_err(|_| OpError::new("bad key"))?;
         let mut conn = Conn {
             authority,
             host,
+            authorization,
             sender: None,
         };
         conn.connect().await?;
@@ -103,6 +111,9 @@ impl Conn {
             .method(method)
             .uri(path)
             .header(HOST, self.host.clone());
+        if let Some(authorization) = &self.authorization {
+            request = request.header(hyper::header::AUTHORIZATION, authorization.clone());
+        }
         for (name, value) in headers {
             request = request.header(*name, *value);
         }

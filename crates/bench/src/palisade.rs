@@ -76,7 +76,7 @@ pub(crate) async fn put(
 }
 
 pub(crate) async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, BenchError> {
-    let conn = Conn::open(&plan.url)
+    let conn = Conn::open(&plan.url, plan.key.as_deref())
         .await
         .map_err(|e| plan.setup_error(format!("{}: {}", plan.url, e.code)))?;
     let names = match plan.job {

@@ -51,6 +51,7 @@ pub async fn run_all(args: &BenchArgs) -> Result<Results, BenchError> {
                 wait_ms: args.wait_ms,
                 ttl_ms: args.ttl_ms,
                 prefix: run_prefix(job, clients),
+                key: args.key.clone(),
             };
             let summary = measure(plan, args).await?;
             eprint!("{}", crate::report::row(&summary));

@@ -136,7 +136,7 @@ pub async fn run(args: &BenchArgs) -> Result<ScaleReport, BenchError> {
     };
     let mut conns = Vec::with_capacity(clients);
     for _ in 0..clients {
-        let conn = Conn::open(args.url())
+        let conn = Conn::open(args.url(), args.key.as_deref())
             .await
             .map_err(|e| BenchError::Setup {
                 target: Target::Palisade,

@@ -1,6 +1,7 @@
 //! Principals, their grants, and the two questions asked of them: who is this key (or
 //! certificate), and may this principal use this verb on this lock.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -168,29 +169,36 @@ pub fn key_digest(key: &str) -> [u8; 32] {
 #[derive(Debug, Clone, Default)]
 pub struct AuthPolicy {
     principals: Vec<Arc<Principal>>,
+    /// Principals by the SHA-256 of their key.
+    by_digest: HashMap<[u8; 32], Arc<Principal>>,
 }
 
 impl AuthPolicy {
     pub(crate) fn new(principals: Vec<Principal>) -> AuthPolicy {
+        let principals: Vec<Arc<Principal>> = principals.into_iter().map(Arc::new).collect();
+        let by_digest = principals
+            .iter()
+            .filter_map(|p| p.key_sha256.map(|d| (d, p.clone())))
+            .collect();
         AuthPolicy {
-            principals: principals.into_iter().map(Arc::new).collect(),
+            principals,
+            by_digest,
         }
     }
 
-    /// The principal whose key this is. Every principal's digest is compared, in constant
-    /// time, whether or not an earlier one matched: how long this takes says nothing about
-    /// which digest, or how much of it, a guess got right.
+    /// The principal whose key this is.
+    ///
+    /// Keys are never compared as such: the presented key is hashed (SHA-256) and the
+    /// digest looked up. How long the lookup takes can only depend on the digest, which
+    /// whoever guesses a key cannot steer towards a stored one (that would need a
+    /// preimage), so timing says nothing about how close a guess came. The final
+    /// comparison of the two digests is constant-time anyway. One hash and one lookup,
+    /// however many principals the file has (`auth/by_key_*` in crates/bench/benches).
     pub fn by_key(&self, key: &str) -> Option<Arc<Principal>> {
         let digest = key_digest(key);
-        let mut found = None;
-        for principal in &self.principals {
-            if let Some(stored) = &principal.key_sha256 {
-                if bool::from(stored.ct_eq(&digest)) {
-                    found = Some(principal.clone());
-                }
-            }
-        }
-        found
+        let found = self.by_digest.get(&digest)?;
+        let stored = found.key_sha256.as_ref()?;
+        bool::from(stored.ct_eq(&digest)).then(|| found.clone())
     }
 
     /// The principal named by a verified client certificate's common name.
