@@ -115,6 +115,8 @@ pub struct RedbOptions {
     /// How often the writer purges expired idempotency records (a pass between batches,
     /// or when idle).
     pub purge_every: Duration,
+    /// Told about every commit (for metrics; see [`crate::observe`]).
+    pub commit_hook: crate::observe::CommitHook,
 }
 
 /// Default of [`RedbOptions::cache_bytes`]: 32 MiB.
@@ -132,6 +134,7 @@ impl Default for RedbOptions {
             limits: StoreLimits::default(),
             clock: WallClock::system(),
             purge_every: DEFAULT_PURGE_EVERY,
+            commit_hook: crate::observe::CommitHook::default(),
         }
     }
 }
@@ -206,6 +209,7 @@ impl RedbBackend {
                     limits: opts.limits,
                     clock: opts.clock,
                     purge_every: opts.purge_every,
+                    commit_hook: opts.commit_hook,
                 };
                 writer::run(writer_db, requests, writer_state, config);
             })

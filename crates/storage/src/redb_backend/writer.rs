@@ -105,6 +105,8 @@ pub(super) struct WriterConfig {
     pub clock: WallClock,
     /// How often expired idempotency records are purged.
     pub purge_every: Duration,
+    /// Told about each commit (metrics).
+    pub commit_hook: crate::observe::CommitHook,
 }
 
 /// Runs until every sender of the queue is gone and the queue is empty. Between batches,
@@ -217,7 +219,9 @@ fn apply_batch(
         tables.finish()?;
         max_epoch = tables.max_epoch;
     }
+    let sync = Instant::now();
     txn.commit()?;
+    config.commit_hook.committed(answers.len(), sync.elapsed());
     Ok(max_epoch)
 }
 
