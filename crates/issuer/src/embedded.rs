@@ -65,6 +65,25 @@ struct Presigned {
     token: String,
 }
 
+/// What [`Issuer::start`] found in the records: what a restart honours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Lease records honoured for a full TTL from the start.
+    pub leases: usize,
+    /// Locks whose active reservation keeps them ungrantable for a while after the start
+    /// (a lease granted under it may still be live).
+    pub blocked_locks: usize,
+    /// How long the longest of those blocks lasts from the start.
+    pub blocked_for_ms: Millis,
+    /// Locks with a record (an epoch counter or a reservation).
+    pub locks: usize,
+    /// The highest epoch ceiling recorded: no lock continues below its own, none above
+    /// this was ever issued.
+    pub max_ceiling: Epoch,
+    /// Locks without a record start above this (set by a restore from backup).
+    pub epoch_floor: Epoch,
+}
+
 /// The lock service. See the module docs.
 pub struct Issuer {
     inner: Mutex<Inner>,
@@ -75,6 +94,7 @@ pub struct Issuer {
     /// Told of every grant, release and expiry, under the table's lock (see
     /// [`crate::observe`]). Set once, by [`Issuer::observe`].
     observer: std::sync::OnceLock<Arc<dyn LeaseObserver>>,
+    recovered: Recovered,
 }
 
 impl Issuer {
@@ -92,6 +112,24 @@ impl Issuer {
             config.epoch_block = DEFAULT_EPOCH_BLOCK;
         }
         let mut table = LockTable::new(config);
+        let active = state.reservations.iter().filter(|(_, r)| r.active);
+        let recovered = Recovered {
+            leases: state.leases.len(),
+            blocked_locks: active.clone().count(),
+            blocked_for_ms: active
+                .map(|(_, r)| r.max_ttl_ms.saturating_add(config.lock_delay_ms))
+                .max()
+                .unwrap_or(0),
+            locks: state.epochs.len().max(state.reservations.len()),
+            max_ceiling: state
+                .epochs
+                .iter()
+                .map(|(_, e)| *e)
+                .chain(state.reservations.iter().map(|(_, r)| r.ceiling))
+                .max()
+                .unwrap_or(0),
+            epoch_floor: state.epoch_floor,
+        };
         let leases = state.leases.into_iter().map(|r| Grant {
             lock: r.lock,
             holder: r.holder,
@@ -116,6 +154,7 @@ impl Issuer {
             started: Instant::now(),
             wake: Arc::new(Notify::new()),
             observer: std::sync::OnceLock::new(),
+            recovered,
         });
         tokio::spawn(deadline_task(Arc::downgrade(&issuer)));
         Ok(issuer)
@@ -125,6 +164,11 @@ impl Issuer {
     /// changes nothing: the first observer stays.
     pub fn observe(&self, observer: Arc<dyn LeaseObserver>) {
         let _ = self.observer.set(observer);
+    }
+
+    /// What the start found in the records.
+    pub fn recovered(&self) -> Recovered {
+        self.recovered
     }
 
     /// Live leases and waiting acquisitions.

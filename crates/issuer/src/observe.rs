@@ -52,6 +52,10 @@ pub struct LeaseEvent<'a> {
 /// Receives [`LeaseEvent`]s. See the module docs for what it may do.
 pub trait LeaseObserver: Send + Sync + 'static {
     fn lease_event(&self, event: &LeaseEvent<'_>);
+
+    /// Changes may have been missed (a backend's view of other nodes broke off and was
+    /// re-established). Default: nothing.
+    fn gap(&self) {}
 }
 
 /// Live leases and waiting acquisitions at one moment.

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use palisade_token::Epoch;
 
 use super::{check_tables, remove_leftover, summarize, sync_dir_of, OfflineDb, OfflineError};
+use crate::redb_backend::RedbBackend;
 use crate::redb_backend::schema::{
     Fault, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META,
     RESERVATIONS, USAGE,
@@ -55,40 +56,98 @@ impl OfflineDb {
         backup_id: &str,
         created_at_unix: u64,
     ) -> Result<BackupInfo, OfflineError> {
-        if out.exists() {
-            return Err(OfflineError::io(
-                out,
-                "already exists; refusing to overwrite",
-            ));
-        }
-        let partial = partial_path(out);
-        remove_leftover(&partial)?;
-        let snapshot = self
-            .db
-            .begin_read()
-            .map_err(|e| OfflineError::damaged(&self.path, e.into()))?;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&partial)
-            .map_err(|e| OfflineError::io(&partial, e))?;
-        let target = redb::Builder::new()
-            .create_file(file)
-            .map_err(|e| OfflineError::io(&partial, e))?;
-        let written = write_copy(&snapshot, &target, &self.path, backup_id, created_at_unix);
-        drop(target);
-        let info = match written {
-            Ok(info) => info,
-            Err(e) => {
-                let _ = std::fs::remove_file(&partial);
-                return Err(e);
-            }
-        };
-        std::fs::rename(&partial, out).map_err(|e| OfflineError::io(out, e))?;
-        sync_dir_of(out)?;
-        Ok(info)
+        snapshot_to(&self.db, &self.path, out, backup_id, created_at_unix)
     }
+}
+
+impl RedbBackend {
+    /// [`OfflineDb::backup_to`] while serving: one read transaction of the live database
+    /// (a consistent snapshot of every committed write; redb readers never block the
+    /// writer, nor the writer them) copied into `out`, on tokio's blocking pool. The file
+    /// is the same format `palisade admin restore` reads.
+    pub async fn backup_to(
+        &self,
+        out: &Path,
+        backup_id: &str,
+        created_at_unix: u64,
+    ) -> Result<BackupInfo, OfflineError> {
+        let source = std::path::PathBuf::from(&self.inner.state.path);
+        let Some(db) = self
+            .inner
+            .db
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+        else {
+            return Err(OfflineError::io(&source, "the database is closed"));
+        };
+        let (out, id) = (out.to_owned(), backup_id.to_owned());
+        tokio::task::spawn_blocking(move || {
+            snapshot_to(&db, &source, &out, &id, created_at_unix)
+        })
+        .await
+        .map_err(|e| OfflineError::Io {
+            path: "backup task".into(),
+            reason: e.to_string(),
+        })?
+    }
+}
+
+/// Reads the [`BackupInfo`] of a backup file (checksums verified), without changing it.
+pub fn read_backup_info(path: &Path) -> Result<BackupInfo, OfflineError> {
+    if !path.exists() {
+        return Err(OfflineError::Missing {
+            path: path.display().to_string(),
+        });
+    }
+    let db = super::open_existing(path)?;
+    super::restore::read_info(&db).map_err(|fault| OfflineError::NotABackup {
+        path: path.display().to_string(),
+        reason: fault.0,
+    })
+}
+
+/// Copies one read transaction of `db` (the file at `source`) to `out`; see
+/// [`OfflineDb::backup_to`].
+fn snapshot_to(
+    db: &Database,
+    source: &Path,
+    out: &Path,
+    backup_id: &str,
+    created_at_unix: u64,
+) -> Result<BackupInfo, OfflineError> {
+    if out.exists() {
+        return Err(OfflineError::io(
+            out,
+            "already exists; refusing to overwrite",
+        ));
+    }
+    let partial = partial_path(out);
+    remove_leftover(&partial)?;
+    let snapshot = db
+        .begin_read()
+        .map_err(|e| OfflineError::damaged(source, e.into()))?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&partial)
+        .map_err(|e| OfflineError::io(&partial, e))?;
+    let target = redb::Builder::new()
+        .create_file(file)
+        .map_err(|e| OfflineError::io(&partial, e))?;
+    let written = write_copy(&snapshot, &target, source, backup_id, created_at_unix);
+    drop(target);
+    let info = match written {
+        Ok(info) => info,
+        Err(e) => {
+            let _ = std::fs::remove_file(&partial);
+            return Err(e);
+        }
+    };
+    std::fs::rename(&partial, out).map_err(|e| OfflineError::io(out, e))?;
+    sync_dir_of(out)?;
+    Ok(info)
 }
 
 fn partial_path(out: &Path) -> PathBuf {

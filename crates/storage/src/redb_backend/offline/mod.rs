@@ -50,7 +50,7 @@ use super::schema::{
 use super::RedbBackend;
 use crate::{LeaseRecord, StorageError};
 
-pub use backup::BackupInfo;
+pub use backup::{read_backup_info, BackupInfo};
 pub use restore::{RestorePlan, Restored, StagedRestore};
 
 /// Why an offline operation failed. Every variant names the file concerned.
