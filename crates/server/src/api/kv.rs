@@ -266,7 +266,7 @@ async fn put_seen(
     lock_name(&lock)?;
     seen.lock = Some(lock.clone());
     check_key(&key)?;
-    let f = fencing(&state, &caller, &lock, &headers).await?;
+    let f = fencing(state, &caller, &lock, &headers).await?;
     seen.epoch = Some(f.epoch);
     let pre = precondition(&headers)?;
     let value = read_body(&headers, body, state.max_value_bytes).await?;
@@ -276,7 +276,7 @@ async fn put_seen(
         value,
         precondition: pre,
     };
-    apply(&state, lock, f, fp, action).await
+    apply(state, lock, f, fp, action).await
 }
 
 pub async fn delete(
@@ -301,7 +301,7 @@ async fn delete_seen(
     lock_name(&lock)?;
     seen.lock = Some(lock.clone());
     check_key(&key)?;
-    let f = fencing(&state, &caller, &lock, &headers).await?;
+    let f = fencing(state, &caller, &lock, &headers).await?;
     seen.epoch = Some(f.epoch);
     let pre = precondition(&headers)?;
     let fp = fingerprint("DELETE", &key, f.epoch, f.seq, pre, b"");
@@ -309,7 +309,7 @@ async fn delete_seen(
         key,
         precondition: pre,
     };
-    apply(&state, lock, f, fp, action).await
+    apply(state, lock, f, fp, action).await
 }
 
 #[derive(Serialize)]

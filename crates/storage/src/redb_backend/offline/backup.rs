@@ -13,11 +13,11 @@ use serde::{Deserialize, Serialize};
 use palisade_token::Epoch;
 
 use super::{check_tables, remove_leftover, summarize, sync_dir_of, OfflineDb, OfflineError};
-use crate::redb_backend::RedbBackend;
 use crate::redb_backend::schema::{
     Fault, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META,
     RESERVATIONS, USAGE,
 };
+use crate::redb_backend::RedbBackend;
 
 /// The record a backup file carries beside the copied tables.
 pub(super) const BACKUP_INFO: TableDefinition<&str, &str> = TableDefinition::new("backup_info");
@@ -82,14 +82,12 @@ impl RedbBackend {
             return Err(OfflineError::io(&source, "the database is closed"));
         };
         let (out, id) = (out.to_owned(), backup_id.to_owned());
-        tokio::task::spawn_blocking(move || {
-            snapshot_to(&db, &source, &out, &id, created_at_unix)
-        })
-        .await
-        .map_err(|e| OfflineError::Io {
-            path: "backup task".into(),
-            reason: e.to_string(),
-        })?
+        tokio::task::spawn_blocking(move || snapshot_to(&db, &source, &out, &id, created_at_unix))
+            .await
+            .map_err(|e| OfflineError::Io {
+                path: "backup task".into(),
+                reason: e.to_string(),
+            })?
     }
 }
 
