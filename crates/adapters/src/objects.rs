@@ -9,7 +9,7 @@
 //!
 //! let objects = FencedObjects::new(Arc::new(InMemory::new()));
 //! let path = Path::from("orders/manifest.json");
-//! objects.put(trust, token, "orders", &path, "{\"v\":1}".into()).await?;
+//! objects.put(verifier, token, "orders", &path, "{\"v\":1}".into()).await?;
 //! let stored = objects.get(&path).await?;
 //! assert_eq!(stored.and_then(|o| o.value).as_deref(), Some(&b"{\"v\":1}"[..]));
 //! # Ok(()) }

@@ -9,7 +9,7 @@
 //!
 //! let tx = client.transaction().await?;
 //! // On Err, `tx` is dropped here, which rolls back: nothing of this request commits.
-//! postgres::admit(&tx, trust, token, "orders").await?;
+//! postgres::admit(&tx, verifier, token, "orders").await?;
 //! tx.execute("UPDATE orders SET state = 'shipped' WHERE id = $1", &[&42_i64]).await?;
 //! tx.commit().await?; // the mark and the update commit together (S6)
 //! # Ok(()) }

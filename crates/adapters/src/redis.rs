@@ -9,7 +9,7 @@
 //! let fence = RedisFence::new();
 //! // Writes both keys, or neither if the token is stale.
 //! fence
-//!     .fenced_set(&mut con, trust, token, "orders",
+//!     .fenced_set(&mut con, verifier, token, "orders",
 //!         &[("{orders}:42", b"shipped".as_slice()), ("{orders}:count", b"7".as_slice())])
 //!     .await?;
 //! # Ok(()) }

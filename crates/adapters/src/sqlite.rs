@@ -10,7 +10,7 @@
 //!
 //! let tx = sqlite::begin(&mut conn)?; // BEGIN IMMEDIATE
 //! // On Err, `tx` is dropped here, which rolls back: nothing of this request commits.
-//! sqlite::admit(&tx, trust, token, "orders")?;
+//! sqlite::admit(&tx, verifier, token, "orders")?;
 //! tx.execute("INSERT INTO orders (id, state) VALUES (42, 'shipped')", [])?;
 //! tx.commit()?; // the mark and the insert commit together (S6)
 //! # Ok(()) }

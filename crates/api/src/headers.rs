@@ -12,3 +12,12 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 /// The epoch of the write that produced a value (response of a read).
 pub const FENCING_EPOCH: &str = "fencing-epoch";
+/// The id of the last event a client received, to resume an events stream after it
+/// (request of `GET /v1/events`, `GET /v1/locks/{lock}/events`; what browsers'
+/// `EventSource` sends on reconnect).
+pub const LAST_EVENT_ID: &str = "last-event-id";
+/// The id of a backup taken while serving (response of `POST /v1/admin/backup`).
+pub const BACKUP_ID: &str = "palisade-backup-id";
+/// The highest epoch a backup taken while serving knows (response of
+/// `POST /v1/admin/backup`).
+pub const BACKUP_MAX_EPOCH: &str = "palisade-backup-max-epoch";

@@ -10,8 +10,10 @@ use palisade_server::recovery::{self, RestoreOptions, DEFAULT_EPOCH_GAP};
 
 #[derive(Subcommand)]
 pub enum AdminCommand {
-    /// Copy the database of a stopped server into a new backup file (one consistent
-    /// snapshot) and print the backup's metadata as JSON.
+    /// Copy the database into a new backup file (one consistent snapshot) and print the
+    /// backup's metadata as JSON. With --server, of a running server (admins only; the
+    /// key and TLS flags are those of the other client commands), which keeps serving;
+    /// without it, of the stopped server of --data-dir.
     Backup(BackupArgs),
     /// Put a backup in place (server stopped) with every lock's epoch counter and every
     /// namespace's high-water mark raised above every epoch that may have been issued, so
@@ -52,9 +54,14 @@ pub struct KeysArgs {
 
 #[derive(Args)]
 pub struct BackupArgs {
-    /// Data directory of the stopped server.
+    /// Data directory of the stopped server (without --server).
     #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
     data_dir: PathBuf,
+    /// Back up this running server instead (its base URL), over the API.
+    #[arg(long, value_name = "URL")]
+    server: Option<String>,
+    #[command(flatten)]
+    connection: crate::Connection,
     /// Backup file to create (must not exist).
     #[arg(long)]
     out: PathBuf,
@@ -78,8 +85,39 @@ pub struct RestoreArgs {
     epoch_gap: u64,
 }
 
-pub fn run(command: AdminCommand) -> anyhow::Result<()> {
+pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
     match command {
+        AdminCommand::Backup(BackupArgs {
+            server: Some(server),
+            connection,
+            out,
+            ..
+        }) => {
+            let client = connection.client(&server)?;
+            let file = client
+                .backup_to(&out)
+                .await
+                .map_err(crate::lock_cmd::api_error)?;
+            // Read back what was written: a file that does not open as a backup is an
+            // error here, not at restore time.
+            let info = palisade_storage::redb_backend::offline::read_backup_info(&out)?;
+            anyhow::ensure!(
+                info.backup_id == file.backup_id,
+                "{} holds backup {}, not the backup {} the server sent",
+                out.display(),
+                info.backup_id,
+                file.backup_id
+            );
+            println!("{}", serde_json::to_string_pretty(&info)?);
+            eprintln!(
+                "backup {} of {server} written to {} ({} bytes, highest epoch {}); the key set \
+                 is not in it (docs/operations.md)",
+                info.backup_id,
+                out.display(),
+                file.bytes,
+                info.max_epoch
+            );
+        }
         AdminCommand::Backup(args) => {
             let info = recovery::backup(&args.data_dir, &args.out)?;
             println!("{}", serde_json::to_string_pretty(&info)?);

@@ -24,6 +24,12 @@ mod verify_cmd;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Log format on stderr: `text` (one line per event, colours only on a terminal) or
+    /// `json` (one JSON object per line). Which events: RUST_LOG (e.g. `debug`,
+    /// `palisade_server=debug`; PALISADE_LOG is an older name for it), by default `info`
+    /// for `serve` and `warn` for everything else.
+    #[arg(long, env = "PALISADE_LOG_FORMAT", default_value = "text", value_parser = ["text", "json"], global = true)]
+    log_format: String,
 }
 
 #[derive(Subcommand)]
@@ -96,6 +102,13 @@ struct Target {
         global = true
     )]
     server: String,
+    #[command(flatten)]
+    connection: Connection,
+}
+
+/// How a client command connects: bearer key and TLS files.
+#[derive(Args)]
+pub(crate) struct Connection {
     /// File holding the bearer key sent as `Authorization: Bearer <key>` (mode 0600: a
     /// file group or others may read is refused). Instead of a file, the key itself can be
     /// given in the environment variable PALISADE_KEY; this flag wins if both are set.
@@ -128,7 +141,15 @@ struct Target {
 impl Target {
     /// A client with these settings (files are read here, before any request).
     fn client(self) -> anyhow::Result<palisade_client::Client> {
-        let mut builder = palisade_client::Client::builder(&self.server);
+        self.connection.client(&self.server)
+    }
+}
+
+impl Connection {
+    /// A client of `server` with these settings (files are read here, before any
+    /// request).
+    pub(crate) fn client(self, server: &str) -> anyhow::Result<palisade_client::Client> {
+        let mut builder = palisade_client::Client::builder(server);
         if let Some(ca) = self.ca_file {
             builder = builder.ca_file(ca);
         }
@@ -277,6 +298,13 @@ struct ServeArgs {
     /// same key is applied afresh, and the record is purged.
     #[arg(long, env = "PALISADE_IDEMPOTENCY_RETENTION_S", default_value_t = palisade_storage::DEFAULT_IDEMPOTENCY_RETENTION.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     idempotency_retention_s: u64,
+    /// Events kept for clients that resume an events stream with Last-Event-ID (GET
+    /// /v1/events); a client that asks for an older one gets a `reset` event instead.
+    #[arg(long, env = "PALISADE_EVENTS_BUFFER", default_value_t = palisade_server::observe::DEFAULT_EVENTS_BUFFER as u64, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    events_buffer: u64,
+    /// Events streams open at once; more are refused with 429 quota_exceeded.
+    #[arg(long, env = "PALISADE_MAX_EVENT_SUBSCRIBERS", default_value_t = palisade_server::observe::DEFAULT_MAX_SUBSCRIBERS as u64, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    max_event_subscribers: u64,
     #[command(flatten)]
     transport: TransportArgs,
 }
@@ -348,13 +376,11 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("PALISADE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    let default_level = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    init_logging(&cli.log_format, default_level);
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -371,13 +397,47 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// Logs go to stderr (stdout carries only the start-up line and command output), as text
+/// or JSON lines, filtered by RUST_LOG, or PALISADE_LOG, or `default_level`. Colour codes
+/// only when stderr is a terminal and NO_COLOR is not set.
+fn init_logging(format: &str, default_level: &str) {
+    use std::io::IsTerminal;
+    let (filter, bad) = ["RUST_LOG", "PALISADE_LOG"]
+        .iter()
+        .find_map(|var| {
+            let text = std::env::var(var).ok().filter(|t| !t.trim().is_empty())?;
+            Some(match tracing_subscriber::EnvFilter::try_new(&text) {
+                Ok(filter) => (filter, None),
+                Err(e) => (
+                    tracing_subscriber::EnvFilter::new(default_level),
+                    Some(format!(
+                        "{var}={text:?} is not a log filter ({e}); using {default_level}"
+                    )),
+                ),
+            })
+        })
+        .unwrap_or_else(|| (tracing_subscriber::EnvFilter::new(default_level), None));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    if format == "json" {
+        builder.json().with_ansi(false).init();
+    } else {
+        let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        builder.with_ansi(colour).init();
+    }
+    if let Some(message) = bad {
+        tracing::warn!("{message}");
+    }
+}
+
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve(*args).await,
         Command::Lock { target, command } => lock_cmd::run(target.client()?, command).await,
         Command::Kv { target, command } => kv_cmd::run(target.client()?, command).await,
         Command::Demo(args) => demo::run(args).await,
-        Command::Admin { command } => admin_cmd::run(command),
+        Command::Admin { command } => admin_cmd::run(command).await,
         Command::Auth { command } => auth(command),
         Command::DemoWorker(args) => demo::run_worker(args).await,
         Command::Verify(args) => verify_cmd::run(args).await,
@@ -441,6 +501,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         max_waiters_per_lock: args.max_waiters_per_lock,
         max_locks: usize::try_from(args.max_locks).context("--max-locks is too large")?,
     };
+    config.events_buffer =
+        usize::try_from(args.events_buffer).context("--events-buffer is too large")?;
+    config.max_event_subscribers = usize::try_from(args.max_event_subscribers)
+        .context("--max-event-subscribers is too large")?;
     config.store_limits = palisade_storage::StoreLimits {
         max_keys_per_namespace: args.max_keys_per_namespace,
         max_bytes_per_namespace: args.max_bytes_per_namespace,

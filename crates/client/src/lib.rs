@@ -63,6 +63,7 @@
 //!   pause right after asking. Only the resource's answer is authoritative.
 //! - It is not access control (S14): a token proves ownership generation, not identity.
 
+mod backup;
 mod builder;
 mod client;
 mod decode;
@@ -73,7 +74,9 @@ mod kv;
 mod lease;
 mod paths;
 mod types;
+pub mod watch;
 
+pub use backup::{BackupFile, BACKUP_TIMEOUT};
 pub use builder::ClientBuilder;
 pub use client::{Client, REQUEST_TIMEOUT, WAIT_MARGIN};
 pub use error::Error;
@@ -85,3 +88,4 @@ pub use types::{
     AcquireOptions, Entry, FenceStatus, KeepaliveInfo, Lease, LockStatus, PublicKey, TokenCheck,
     WriteOptions, WriteResult,
 };
+pub use watch::LockEvent;

@@ -171,6 +171,7 @@ pub enum Event {
         lease_id: LeaseId,
         lock: String,
         epoch: Epoch,
+        holder: String,
     },
     /// The lock has no lease and nobody waiting: its reservation may be recorded inactive
     /// (lazily; losing this record is safe). An inactive reservation's TTL is 0: the next
@@ -685,6 +686,7 @@ impl LockTable {
                 lease_id: lease.id,
                 lock: name.to_owned(),
                 epoch: lease.epoch,
+                holder: lease.holder,
             });
         }
         if lock.queue.iter().any(|w| w.give_up_at <= now) {

@@ -182,6 +182,7 @@ impl EtcdStore {
                         epoch: record.epoch,
                         high_water: record.high_water,
                         replayed: false,
+                        advanced: false,
                     },
                 })
             }

@@ -38,6 +38,7 @@ use palisade_storage::{IssuerLog, LazyRecord, LeaseRecord, StorageError};
 use palisade_token::{ActiveSigner, Epoch, KeyId};
 use tokio::sync::{oneshot, Notify};
 
+use crate::observe::{Census, LeaseChange, LeaseEvent, LeaseObserver};
 use crate::{AcquireError, Granted, LeaseError, LockService};
 
 /// Epochs covered by one durable reservation when the configuration does not say.
@@ -64,6 +65,25 @@ struct Presigned {
     token: String,
 }
 
+/// What [`Issuer::start`] found in the records: what a restart honours.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Lease records honoured for a full TTL from the start.
+    pub leases: usize,
+    /// Locks whose active reservation keeps them ungrantable for a while after the start
+    /// (a lease granted under it may still be live).
+    pub blocked_locks: usize,
+    /// How long the longest of those blocks lasts from the start.
+    pub blocked_for_ms: Millis,
+    /// Locks with a record (an epoch counter or a reservation).
+    pub locks: usize,
+    /// The highest epoch ceiling recorded: no lock continues below its own, none above
+    /// this was ever issued.
+    pub max_ceiling: Epoch,
+    /// Locks without a record start above this (set by a restore from backup).
+    pub epoch_floor: Epoch,
+}
+
 /// The lock service. See the module docs.
 pub struct Issuer {
     inner: Mutex<Inner>,
@@ -71,6 +91,10 @@ pub struct Issuer {
     signer: ActiveSigner,
     started: Instant,
     wake: Arc<Notify>,
+    /// Told of every grant, release and expiry, under the table's lock (see
+    /// [`crate::observe`]). Set once, by [`Issuer::observe`].
+    observer: std::sync::OnceLock<Arc<dyn LeaseObserver>>,
+    recovered: Recovered,
 }
 
 impl Issuer {
@@ -88,6 +112,24 @@ impl Issuer {
             config.epoch_block = DEFAULT_EPOCH_BLOCK;
         }
         let mut table = LockTable::new(config);
+        let active = state.reservations.iter().filter(|(_, r)| r.active);
+        let recovered = Recovered {
+            leases: state.leases.len(),
+            blocked_locks: active.clone().count(),
+            blocked_for_ms: active
+                .map(|(_, r)| r.max_ttl_ms.saturating_add(config.lock_delay_ms))
+                .max()
+                .unwrap_or(0),
+            locks: state.epochs.len().max(state.reservations.len()),
+            max_ceiling: state
+                .epochs
+                .iter()
+                .map(|(_, e)| *e)
+                .chain(state.reservations.iter().map(|(_, r)| r.ceiling))
+                .max()
+                .unwrap_or(0),
+            epoch_floor: state.epoch_floor,
+        };
         let leases = state.leases.into_iter().map(|r| Grant {
             lock: r.lock,
             holder: r.holder,
@@ -111,9 +153,65 @@ impl Issuer {
             signer,
             started: Instant::now(),
             wake: Arc::new(Notify::new()),
+            observer: std::sync::OnceLock::new(),
+            recovered,
         });
         tokio::spawn(deadline_task(Arc::downgrade(&issuer)));
         Ok(issuer)
+    }
+
+    /// Tells `observer` of every grant, release and expiry from now on. A second call
+    /// changes nothing: the first observer stays.
+    pub fn observe(&self, observer: Arc<dyn LeaseObserver>) {
+        let _ = self.observer.set(observer);
+    }
+
+    /// What the start found in the records.
+    pub fn recovered(&self) -> Recovered {
+        self.recovered
+    }
+
+    /// Live leases and waiting acquisitions.
+    pub fn census(&self) -> Census {
+        let inner = self.lock();
+        Census {
+            leases: inner.table.live_leases() as u64,
+            waiters: inner.waiters.len() as u64,
+        }
+    }
+
+    /// Tells the observer (called with the table's lock held, so in decision order).
+    fn note(
+        &self,
+        change: LeaseChange,
+        lock: &str,
+        holder: &str,
+        epoch: Epoch,
+        lease_id: &str,
+        ttl_ms: Millis,
+    ) {
+        if let Some(observer) = self.observer.get() {
+            observer.lease_event(&LeaseEvent {
+                change,
+                lock,
+                holder,
+                epoch,
+                lease_id,
+                ttl_ms,
+            });
+        }
+    }
+
+    /// Tells the observer of a lease that ended by release.
+    fn note_released(&self, view: &LeaseView) {
+        self.note(
+            LeaseChange::Released,
+            &view.lock,
+            &view.holder,
+            view.epoch,
+            &view.lease_id,
+            view.ttl_ms,
+        );
     }
 
     /// The signer whose key signs this issuer's tokens (replace its key to rotate).
@@ -148,6 +246,16 @@ impl Issuer {
         let (outcome, events, parked) = {
             let mut inner = self.lock();
             let outcome = inner.table.acquire(now, req);
+            if let AcquireOutcome::Granted(g) = &outcome {
+                self.note(
+                    LeaseChange::Granted,
+                    &g.lock,
+                    &g.holder,
+                    g.epoch,
+                    &g.lease_id,
+                    g.ttl_ms,
+                );
+            }
             let parked = match &outcome {
                 AcquireOutcome::Queued(ticket) if inner.closed => {
                     inner.table.cancel(*ticket);
@@ -250,6 +358,9 @@ impl Issuer {
         let (result, events) = {
             let mut inner = self.lock();
             let result = inner.table.release(now, lease_id);
+            if let Ok(view) = &result {
+                self.note_released(view);
+            }
             (result, self.take_events(&mut inner))
         };
         if result.is_ok() {
@@ -369,7 +480,9 @@ impl Issuer {
         let now = self.now();
         let events = {
             let mut inner = self.lock();
-            let _ = inner.table.release(now, lease_id);
+            if let Ok(view) = inner.table.release(now, lease_id) {
+                self.note_released(&view);
+            }
             self.take_events(&mut inner)
         };
         self.handle(events);
@@ -405,8 +518,10 @@ impl Issuer {
                 lease_id,
                 lock,
                 epoch,
+                holder,
             } => {
-                tracing::info!(%lock, epoch, "lease expired");
+                tracing::debug!(%lock, epoch, %holder, "lease expired");
+                self.note(LeaseChange::Expired, lock, holder, *epoch, lease_id, 0);
                 // A leftover record only makes the lock wait one TTL after a restart,
                 // the safe direction: no need to wait for the disk.
                 self.backend
@@ -426,7 +541,18 @@ impl Issuer {
                 tracing::debug!(count = locks.len(), floor, "idle locks left memory");
                 false
             }
-            Event::Granted { .. } | Event::TimedOut { .. } => true,
+            Event::Granted { grant, .. } => {
+                self.note(
+                    LeaseChange::Granted,
+                    &grant.lock,
+                    &grant.holder,
+                    grant.epoch,
+                    &grant.lease_id,
+                    grant.ttl_ms,
+                );
+                true
+            }
+            Event::TimedOut { .. } => true,
         });
         events
     }
@@ -572,6 +698,14 @@ impl LockService for Arc<Issuer> {
     async fn close(&self) {
         Issuer::close(self)
     }
+
+    fn observe(&self, observer: Arc<dyn LeaseObserver>) {
+        Issuer::observe(self, observer)
+    }
+
+    async fn census(&self) -> Option<Census> {
+        Some(Issuer::census(self))
+    }
 }
 
 #[cfg(test)]
@@ -660,5 +794,67 @@ mod tests {
         let granted = waiter.await.unwrap().unwrap();
         assert_eq!(granted.grant.epoch, 2);
         assert_eq!(granted.token, new.issue("L", 2, "h1"));
+    }
+
+    /// The observer hears each change once, in the order the table decided: a release
+    /// before the grant it hands to the waiter, and an expiry with its holder.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_observer_hears_changes_in_decision_order() {
+        #[derive(Default)]
+        struct Heard(Mutex<Vec<(LeaseChange, String, Epoch)>>);
+        impl LeaseObserver for Heard {
+            fn lease_event(&self, e: &LeaseEvent<'_>) {
+                let mut heard = self.0.lock().unwrap();
+                heard.push((e.change, e.holder.to_owned(), e.epoch));
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
+        let issuer = Issuer::start(
+            Arc::new(store),
+            Signer::from_secret([7; 32]),
+            TableConfig::default(),
+        )
+        .await
+        .unwrap();
+        let heard = Arc::new(Heard::default());
+        issuer.observe(heard.clone());
+        let first = issuer.acquire(req("h0", 0)).await.unwrap();
+        let queued = issuer.clone();
+        let waiter = tokio::spawn(async move { queued.acquire(req("h1", 10_000)).await });
+        while Issuer::census(&issuer).waiters < 1 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            Issuer::census(&issuer),
+            Census {
+                leases: 1,
+                waiters: 1
+            }
+        );
+        issuer.release(&first.grant.lease_id).await.unwrap();
+        waiter.await.unwrap().unwrap();
+        let short = AcquireRequest {
+            lock: "M".into(),
+            ttl_ms: 50,
+            ..req("h2", 0)
+        };
+        issuer.acquire(short).await.unwrap();
+        let expired = (LeaseChange::Expired, "h2".to_owned(), 1);
+        while !heard.0.lock().unwrap().contains(&expired) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let heard = heard.0.lock().unwrap().clone();
+        assert_eq!(
+            heard,
+            vec![
+                (LeaseChange::Granted, "h0".to_owned(), 1),
+                (LeaseChange::Released, "h0".to_owned(), 1),
+                (LeaseChange::Granted, "h1".to_owned(), 2),
+                (LeaseChange::Granted, "h2".to_owned(), 1),
+                expired,
+            ]
+        );
     }
 }

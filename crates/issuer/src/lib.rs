@@ -27,8 +27,10 @@ use palisade_core::Millis;
 use palisade_storage::StorageError;
 
 pub mod embedded;
+pub mod observe;
 
 pub use embedded::Issuer;
+pub use observe::{Census, LeaseChange, LeaseEvent, LeaseObserver};
 
 /// A durable grant, with its signed token.
 #[derive(Debug, Clone)]
@@ -89,4 +91,16 @@ pub trait LockService: Send + Sync + 'static {
     /// `unavailable`),
     /// instead of letting them wait. Locks held stay held. Default: nothing to answer.
     async fn close(&self) {}
+
+    /// Tells `observer` of every grant, release and expiry from now on (see
+    /// [`observe`]). Default: nothing is told.
+    fn observe(&self, observer: std::sync::Arc<dyn LeaseObserver>) {
+        let _ = observer;
+    }
+
+    /// Live leases and waiting acquisitions right now, for metrics (`None`: this service
+    /// cannot say).
+    async fn census(&self) -> Option<Census> {
+        None
+    }
 }

@@ -98,7 +98,15 @@ pub(crate) async fn serve(
         backend,
         keys,
     );
-    listen_and_serve(config.listen, config.transport.clone(), state, async {}).await
+    let what = format!("etcd, endpoints {}, prefix {prefix}", endpoints.join(","));
+    listen_and_serve(
+        config.listen,
+        config.transport.clone(),
+        state,
+        what,
+        async {},
+    )
+    .await
 }
 
 fn etcd_tls(access: &EtcdAccess) -> Result<Option<EtcdTls>, ServerError> {

@@ -112,6 +112,11 @@ pub struct ServerConfig {
     pub store_limits: palisade_storage::StoreLimits,
     /// Connection limits, timeouts and TLS (see [`crate::transport`]).
     pub transport: crate::transport::TransportConfig,
+    /// Events kept for clients resuming an events stream with `Last-Event-ID` (see
+    /// [`crate::observe::events`]).
+    pub events_buffer: usize,
+    /// Events streams open at once; more are refused with 429 `quota_exceeded`.
+    pub max_event_subscribers: usize,
 }
 
 /// Where a server keeps its state.
@@ -170,6 +175,8 @@ impl ServerConfig {
             limits: Limits::default(),
             store_limits: palisade_storage::StoreLimits::default(),
             transport: crate::transport::TransportConfig::default(),
+            events_buffer: crate::observe::DEFAULT_EVENTS_BUFFER,
+            max_event_subscribers: crate::observe::DEFAULT_MAX_SUBSCRIBERS,
         }
     }
 }

@@ -30,6 +30,7 @@ pub mod auth;
 mod cluster;
 pub mod config;
 pub mod keys;
+pub mod observe;
 pub mod openapi;
 pub mod recovery;
 mod run;

@@ -100,6 +100,8 @@ impl RunningServer {
 pub(crate) struct Front {
     pub auth: Option<Arc<Auth>>,
     pub audit: Audit,
+    /// Metrics, events and the rejection log (the storage hook and the issuer report to it).
+    pub observe: Arc<crate::observe::Observe>,
 }
 
 impl Front {
@@ -130,6 +132,10 @@ impl Front {
         Ok(Front {
             auth,
             audit: Audit::off(),
+            observe: crate::observe::Observe::new(
+                config.events_buffer,
+                config.max_event_subscribers,
+            ),
         })
     }
 
@@ -153,12 +159,14 @@ impl Front {
         backend: Arc<dyn FencedStore>,
         keys: Arc<KeyRegistry>,
     ) -> AppState {
+        issuer.observe(self.observe.clone());
         AppState {
             policies: Arc::new(config.policies.clone()),
             max_value_bytes: config.max_value_bytes,
             auth: self.auth,
             audit: self.audit,
             limits: config.limits,
+            observe: self.observe,
             ..AppState::new(issuer, backend, keys)
         }
     }
@@ -222,6 +230,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let options = RedbOptions {
         cache_bytes: config.db_cache_bytes,
         limits: config.store_limits,
+        commit_hook: palisade_storage::observe::CommitHook::new(front.observe.clone()),
         ..RedbOptions::default()
     };
     let redb = tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, options))
@@ -279,7 +288,12 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         },
     )
     .await?;
-    let state = front.state(&config, Arc::new(issuer), backend.clone(), keys);
+    log_recovery(&issuer.recovered());
+    let mut state = front.state(&config, Arc::new(issuer), backend.clone(), keys);
+    state.backup = Some(Arc::new(recovery::online::OnlineBackup::new(
+        dir.clone(),
+        redb.clone(),
+    )));
     let data_dir = dir.clone();
     let ledger_refresh = recovery::spawn_ledger_refresh(data_dir.clone(), redb.clone());
     let stop_refresh = ledger_refresh.abort_handle();
@@ -289,9 +303,44 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         recovery::refresh(&data_dir, &redb).await;
         backend.close().await;
     };
-    listen_and_serve(config.listen, config.transport.clone(), state, on_stop)
-        .await
-        .inspect_err(|_| stop_refresh.abort())
+    let what = format!("embedded, data dir {}", dir.display());
+    listen_and_serve(
+        config.listen,
+        config.transport.clone(),
+        state,
+        what,
+        on_stop,
+    )
+    .await
+    .inspect_err(|_| stop_refresh.abort())
+}
+
+/// The start-up summary of what the records made the issuer honour.
+fn log_recovery(r: &palisade_issuer::embedded::Recovered) {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    tracing::info!(
+        locks = r.locks,
+        leases_honoured = r.leases,
+        reservations_blocked = r.blocked_locks,
+        blocked_for_ms = r.blocked_for_ms,
+        blocked_until_unix_ms = now_ms.saturating_add(r.blocked_for_ms),
+        max_epoch_ceiling = r.max_ceiling,
+        epoch_floor = r.epoch_floor,
+        "recovered: {} lease(s) honoured for a full TTL; {} lock(s) ungrantable for up to {} ms \
+         (a lease granted before the stop may still be live); epochs continue above {}",
+        r.leases,
+        r.blocked_locks,
+        r.blocked_for_ms,
+        r.max_ceiling.max(r.epoch_floor)
+    );
+}
+
+impl palisade_storage::observe::CommitObserver for crate::observe::Observe {
+    fn committed(&self, report: palisade_storage::observe::CommitReport) {
+        self.metrics.committed(report);
+    }
 }
 
 /// Says where the key set came from when that is news, and warns when
@@ -355,6 +404,7 @@ pub(crate) async fn listen_and_serve(
     listen: SocketAddr,
     transport: TransportConfig,
     state: AppState,
+    what: String,
     on_stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<RunningServer, ServerError> {
     let listener = Listener::bind(listen, transport)
@@ -368,18 +418,34 @@ pub(crate) async fn listen_and_serve(
     let scheme = listener.scheme();
     let (tx, rx) = oneshot::channel::<()>();
     let issuer = state.issuer.clone();
+    let observe = state.observe.clone();
+    let auth = state.auth.is_some();
     let app = router(state);
     let task = tokio::spawn(async move {
         let shutdown = async move {
             let _ = rx.await;
         };
-        listener
-            .serve(app, shutdown, async move { issuer.close().await })
-            .await;
+        let closing = async move {
+            // Open event streams end now, so that they do not hold the shutdown up.
+            observe.events.close();
+            issuer.close().await
+        };
+        listener.serve(app, shutdown, closing).await;
         on_stop.await;
+        tracing::info!("palisade stopped");
         Ok(())
     });
-    tracing::info!(%addr, scheme, "palisade serving");
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        listen = %format!("{scheme}://{addr}"),
+        backend = %what,
+        auth = if auth { "on" } else { "off" },
+        tls = if scheme == "https" { "on" } else { "off" },
+        "palisade {} serving on {scheme}://{addr} ({what}; authentication {}; TLS {})",
+        env!("CARGO_PKG_VERSION"),
+        if auth { "on" } else { "off" },
+        if scheme == "https" { "on" } else { "off" },
+    );
     Ok(RunningServer {
         addr,
         scheme,

@@ -118,6 +118,7 @@ impl Commit {
             epoch: op.epoch,
             high_water: self.high_water,
             replayed: false,
+            advanced: self.mark_changed,
         }
     }
 
@@ -152,6 +153,7 @@ pub fn decide(op: &FencedOp, seen: &Seen<'_>, limits: &StoreLimits, now_ms: u64)
         } else if stored.fingerprint == wanted.fingerprint {
             return Decision::Replay(Applied {
                 replayed: true,
+                advanced: false,
                 ..stored.applied
             });
         } else {
@@ -371,6 +373,7 @@ mod tests {
             epoch: 4,
             high_water: HighWater { epoch: 4, seq: 0 },
             replayed: false,
+            advanced: true,
         };
         let record = IdemRecord {
             fingerprint: "fp".into(),
@@ -393,6 +396,7 @@ mod tests {
             decide(&with_key("fp"), &seen, &l, 1_099),
             Decision::Replay(Applied {
                 replayed: true,
+                advanced: false,
                 ..applied
             })
         );

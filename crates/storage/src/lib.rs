@@ -51,6 +51,7 @@ use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
 
 pub mod decide;
+pub mod observe;
 pub mod redb_backend;
 
 pub use decide::{decide, Decision, IdemRecord, KeyState, Seen, Usage};
@@ -172,6 +173,11 @@ pub struct Applied {
     /// idempotency key, and nothing was applied now.
     #[serde(default)]
     pub replayed: bool,
+    /// True when this operation raised the namespace's mark (its epoch, or with the
+    /// sequence policy its sequence): what the events stream reports as `fenced`. False
+    /// for a replay.
+    #[serde(default)]
+    pub advanced: bool,
 }
 
 /// A stored value.

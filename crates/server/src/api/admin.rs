@@ -173,3 +173,71 @@ async fn empty_body(headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
         )),
     }
 }
+
+/// `POST /v1/admin/backup` (an empty body, or `{}`): a consistent snapshot of the
+/// database taken while serving, sent as the backup file itself
+/// (`application/octet-stream`, the format `palisade admin restore` reads). Embedded
+/// backend only; see [`crate::recovery::online`].
+pub async fn backup(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<axum::response::Response, ApiError> {
+    use crate::recovery::online::OnlineBackupError;
+    use axum::response::IntoResponse;
+
+    require_admin(&caller, "take backups")?;
+    empty_body(&headers, body).await?;
+    let Some(online) = state.backup.clone() else {
+        return Err(ApiError::not_found(
+            "this node keeps no data of its own (etcd backend): back up etcd with `etcdctl \
+             snapshot save` (docs/operations.md)",
+        ));
+    };
+    let (info, file) = online.take().await.map_err(|e| match e {
+        OnlineBackupError::Busy => ApiError::quota_exceeded("concurrent_backups", 1),
+        OnlineBackupError::Failed(reason) => {
+            ApiError::new(ErrorCode::StorageFailed, format!("backup failed: {reason}"))
+        }
+    })?;
+    state.audit.record(
+        AuditEvent::new("admin_action")
+            .principal(caller.name())
+            .route("/v1/admin/backup")
+            .detail(format!(
+                "backup {} (highest epoch {})",
+                info.backup_id, info.max_epoch
+            )),
+    );
+    let length = file.metadata().map(|m| m.len()).ok();
+    let chunks = futures::stream::unfold(tokio::fs::File::from_std(file), |mut file| async {
+        use tokio::io::AsyncReadExt;
+        let mut buf = vec![0u8; 64 * 1024];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok::<_, std::io::Error>(bytes::Bytes::from(buf)), file))
+            }
+            Err(e) => Some((Err(e), file)),
+        }
+    });
+    let mut response = Body::from_stream(chunks).into_response();
+    let h = response.headers_mut();
+    h.insert(
+        axum::http::header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/octet-stream"),
+    );
+    if let Some(length) = length {
+        h.insert(axum::http::header::CONTENT_LENGTH, length.into());
+    }
+    if let Ok(id) = axum::http::HeaderValue::from_str(&info.backup_id) {
+        h.insert(palisade_api::headers::BACKUP_ID, id);
+    }
+    h.insert(
+        palisade_api::headers::BACKUP_MAX_EPOCH,
+        info.max_epoch.into(),
+    );
+    Ok(response)
+}

@@ -183,7 +183,32 @@ async fn apply(
         .apply(op)
         .await
         .map_err(|e| rejected(e, &lock_of))?;
+    state.observe.admitted(&lock_of, &applied);
     Ok(written(applied))
+}
+
+/// What a mutation's handler learnt before it was answered: the namespace (once its name
+/// checked out) and the token's epoch (once it verified).
+#[derive(Default)]
+struct Seen {
+    lock: Option<String>,
+    epoch: Option<u64>,
+}
+
+/// Counts a refused mutation, and reports it on the events stream when it names a valid
+/// namespace.
+fn observed<T>(state: &AppState, seen: Seen, result: Result<T, ApiError>) -> Result<T, ApiError> {
+    if let Err(e) = &result {
+        match &seen.lock {
+            Some(lock) => {
+                let epoch = e.field("epoch").and_then(|v| v.as_u64()).or(seen.epoch);
+                let high_water = e.field("high_water").and_then(|v| v.as_u64());
+                state.observe.refused(lock, e.code(), epoch, high_water);
+            }
+            None => state.observe.metrics.rejected(e.code()),
+        }
+    }
+    result
 }
 
 /// A refused mutation. Stale tokens go to the audit log: they are the event fencing
@@ -228,10 +253,25 @@ pub async fn put(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let mut seen = Seen::default();
+    let result = put_seen(&state, caller, params, headers, body, &mut seen).await;
+    observed(&state, seen, result)
+}
+
+async fn put_seen(
+    state: &AppState,
+    caller: Caller,
+    params: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+    seen: &mut Seen,
+) -> Result<Response, ApiError> {
     let (lock, key) = path(params)?;
     lock_name(&lock)?;
+    seen.lock = Some(lock.clone());
     check_key(&key)?;
-    let f = fencing(&state, &caller, &lock, &headers).await?;
+    let f = fencing(state, &caller, &lock, &headers).await?;
+    seen.epoch = Some(f.epoch);
     let pre = precondition(&headers)?;
     let value = read_body(&headers, body, state.max_value_bytes).await?;
     let fp = fingerprint("PUT", &key, f.epoch, f.seq, pre, &value);
@@ -240,7 +280,7 @@ pub async fn put(
         value,
         precondition: pre,
     };
-    apply(&state, lock, f, fp, action).await
+    apply(state, lock, f, fp, action).await
 }
 
 pub async fn delete(
@@ -249,17 +289,31 @@ pub async fn delete(
     params: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    let mut seen = Seen::default();
+    let result = delete_seen(&state, caller, params, headers, &mut seen).await;
+    observed(&state, seen, result)
+}
+
+async fn delete_seen(
+    state: &AppState,
+    caller: Caller,
+    params: Result<Path<(String, String)>, PathRejection>,
+    headers: HeaderMap,
+    seen: &mut Seen,
+) -> Result<Response, ApiError> {
     let (lock, key) = path(params)?;
     lock_name(&lock)?;
+    seen.lock = Some(lock.clone());
     check_key(&key)?;
-    let f = fencing(&state, &caller, &lock, &headers).await?;
+    let f = fencing(state, &caller, &lock, &headers).await?;
+    seen.epoch = Some(f.epoch);
     let pre = precondition(&headers)?;
     let fp = fingerprint("DELETE", &key, f.epoch, f.seq, pre, b"");
     let action = Action::Delete {
         key,
         precondition: pre,
     };
-    apply(&state, lock, f, fp, action).await
+    apply(state, lock, f, fp, action).await
 }
 
 #[derive(Serialize)]
@@ -275,9 +329,23 @@ pub async fn fence(
     lock: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Json<FenceAnswer>, ApiError> {
+    let mut seen = Seen::default();
+    let result = fence_seen(&state, caller, lock, headers, &mut seen).await;
+    observed(&state, seen, result)
+}
+
+async fn fence_seen(
+    state: &AppState,
+    caller: Caller,
+    lock: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    seen: &mut Seen,
+) -> Result<Json<FenceAnswer>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
-    let f = fencing(&state, &caller, &lock, &headers).await?;
+    seen.lock = Some(lock.clone());
+    let f = fencing(state, &caller, &lock, &headers).await?;
+    seen.epoch = Some(f.epoch);
     let fp = fingerprint("FENCE", "", f.epoch, f.seq, Precondition::None, b"");
     let op = FencedOp {
         policy: state.policies.policy(&lock),
@@ -295,6 +363,7 @@ pub async fn fence(
         .apply(op)
         .await
         .map_err(|e| rejected(e, &lock))?;
+    state.observe.admitted(&lock, &applied);
     Ok(Json(FenceAnswer {
         lock,
         high_water: applied.high_water.epoch,

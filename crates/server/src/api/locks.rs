@@ -200,7 +200,7 @@ impl LockStatus {
 }
 
 /// Whether the caller may see a lock at all: it may acquire or read it.
-fn may_see(caller: &Caller, lock: &str) -> bool {
+pub(super) fn may_see(caller: &Caller, lock: &str) -> bool {
     caller.may(Verb::Acquire, lock) || caller.may(Verb::Read, lock)
 }
 

@@ -8,6 +8,7 @@ mod admin;
 pub mod error;
 mod kv;
 mod locks;
+mod observe;
 mod tokens;
 
 use std::sync::Arc;
@@ -47,6 +48,10 @@ pub struct AppState {
     /// Listings of locks running at once. A page can be thousands of locks; without a
     /// bound, many listers at once would take every core and starve renewals.
     pub listings: Arc<tokio::sync::Semaphore>,
+    /// Metrics, the events stream and the rejection log.
+    pub observe: Arc<crate::observe::Observe>,
+    /// Backups while serving (the embedded backend; `None` over etcd).
+    pub backup: Option<Arc<crate::recovery::online::OnlineBackup>>,
 }
 
 impl AppState {
@@ -68,6 +73,11 @@ impl AppState {
             audit: Audit::off(),
             limits: Limits::default(),
             listings: Arc::new(tokio::sync::Semaphore::new(listing_permits())),
+            observe: crate::observe::Observe::new(
+                crate::observe::DEFAULT_EVENTS_BUFFER,
+                crate::observe::DEFAULT_MAX_SUBSCRIBERS,
+            ),
+            backup: None,
         }
     }
 }
@@ -116,6 +126,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/keys", get(admin::list_keys))
         .route("/v1/admin/keys/rotate", post(admin::rotate_keys))
         .route("/v1/admin/keys/{key_id}/retire", post(admin::retire_key))
+        .route("/v1/admin/backup", post(admin::backup))
+        .route("/metrics", get(observe::metrics))
+        .route("/v1/events", get(observe::all))
+        .route("/v1/locks/{lock}/events", get(observe::lock))
         .fallback(not_found)
         .layer(axum::middleware::map_response(json_method_not_allowed))
         .layer(axum::middleware::from_fn_with_state(
@@ -123,6 +137,10 @@ pub fn router(state: AppState) -> Router {
             crate::auth::authenticate,
         ))
         .layer(axum::middleware::from_fn(close_if_body_unread))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            observe::timed,
+        ))
         .with_state(state)
 }
 

@@ -11,7 +11,7 @@
 //! max_waiters = 100
 //! [[principal.grant]]
 //! locks = "orders*"                 # an exact lock name, or a prefix ending in '*'
-//! allow = ["acquire", "read", "write", "check"]
+//! allow = ["acquire", "read", "write", "check"]   # and "metrics" (GET /metrics)
 //! ```
 //!
 //! Everything is checked before the file is used: an unknown field, a malformed name,
@@ -182,7 +182,7 @@ fn grant(doc: GrantDoc) -> Result<Grant, String> {
     let mut verbs = Vec::with_capacity(doc.allow.len());
     for verb in &doc.allow {
         verbs.push(Verb::parse(verb).ok_or_else(|| {
-            format!("unknown verb {verb:?} (known: acquire, read, write, check)")
+            format!("unknown verb {verb:?} (known: acquire, read, write, check, metrics)")
         })?);
     }
     Ok(Grant::new(locks, verbs))

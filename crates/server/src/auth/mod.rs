@@ -153,6 +153,15 @@ impl Caller {
         }
     }
 
+    /// Permission for a verb not about one lock (`metrics`): 403 `permission_denied`
+    /// unless some grant allows it (any lock pattern), or the caller is an admin.
+    pub fn require_any(&self, verb: Verb) -> Result<(), ApiError> {
+        if self.may_any(verb) {
+            return Ok(());
+        }
+        Err(self.denied(format!("may not {verb}"), None, Some(verb)))
+    }
+
     /// Ownership: 403 `permission_denied` unless the caller may act for `holder`.
     pub fn require_owner(&self, holder: &str, what: &str, lock: &str) -> Result<(), ApiError> {
         if self.acts_for(holder) {

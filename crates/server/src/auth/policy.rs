@@ -19,10 +19,19 @@ pub enum Verb {
     Write,
     /// Ask whether a token for the lock is genuine and current (`POST /v1/tokens/check`).
     Check,
+    /// Read `GET /metrics`. Not about any one lock: a grant's lock pattern does not
+    /// matter for it.
+    Metrics,
 }
 
 impl Verb {
-    pub const ALL: [Verb; 4] = [Verb::Acquire, Verb::Read, Verb::Write, Verb::Check];
+    pub const ALL: [Verb; 5] = [
+        Verb::Acquire,
+        Verb::Read,
+        Verb::Write,
+        Verb::Check,
+        Verb::Metrics,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -30,6 +39,7 @@ impl Verb {
             Verb::Read => "read",
             Verb::Write => "write",
             Verb::Check => "check",
+            Verb::Metrics => "metrics",
         }
     }
 
@@ -267,6 +277,36 @@ mod tests {
         assert_eq!(policy.by_key("key-of-b").unwrap().name, "b");
         assert!(policy.by_key("key-of-c").is_none());
         assert!(policy.by_key("").is_none());
+    }
+
+    #[test]
+    fn the_metrics_verb_is_granted_by_any_pattern_and_only_by_itself() {
+        let reader = principal(
+            "prom",
+            vec![Grant::new(
+                LockPattern::Exact("unused".into()),
+                [Verb::Metrics],
+            )],
+        );
+        let caller = crate::auth::Caller::Principal(Arc::new(reader.clone()));
+        assert!(caller.may_any(Verb::Metrics));
+        assert!(!caller.may_any(Verb::Read) && !caller.may_any(Verb::Acquire));
+        let worker = principal(
+            "w",
+            vec![Grant::new(
+                LockPattern::Prefix(String::new()),
+                [Verb::Acquire, Verb::Read, Verb::Write, Verb::Check],
+            )],
+        );
+        let worker = crate::auth::Caller::Principal(Arc::new(worker));
+        assert!(!worker.may_any(Verb::Metrics));
+        let admin = Principal {
+            admin: true,
+            ..principal("root", vec![])
+        };
+        assert!(crate::auth::Caller::Principal(Arc::new(admin)).may_any(Verb::Metrics));
+        assert!(crate::auth::Caller::Open.may_any(Verb::Metrics));
+        assert_eq!(Verb::parse("metrics"), Some(Verb::Metrics));
     }
 
     #[test]

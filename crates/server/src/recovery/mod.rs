@@ -31,6 +31,7 @@
 //!   metadata, and a copy of the ledger, somewhere else.
 
 pub mod ledger;
+pub mod online;
 mod restore;
 #[cfg(test)]
 mod tests;

@@ -153,6 +153,8 @@ pub struct RedbOptions {
     pub checkpoint_every: Duration,
     /// Bytes of one log segment, zero-filled ahead of use.
     pub segment_bytes: u64,
+    /// Told about every group made durable (for metrics; see [`crate::observe`]).
+    pub commit_hook: crate::observe::CommitHook,
 }
 
 /// What opening a database found in its log (see [`RedbBackend::recovery`]).
@@ -188,6 +190,7 @@ impl Default for RedbOptions {
             checkpoint_rows: DEFAULT_CHECKPOINT_ROWS,
             checkpoint_every: Duration::from_secs(30),
             segment_bytes: DEFAULT_SEGMENT_BYTES,
+            commit_hook: crate::observe::CommitHook::default(),
         }
     }
 }
@@ -276,6 +279,7 @@ impl RedbBackend {
             checkpoint_rows: opts.checkpoint_rows.max(1),
             checkpoint_every: opts.checkpoint_every,
             segment_bytes: opts.segment_bytes.max(2 * wal::HEADER_BYTES),
+            commit_hook: opts.commit_hook,
         };
         let engine = Arc::new(writer::Engine {
             db: Arc::clone(&db),

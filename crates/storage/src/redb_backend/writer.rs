@@ -112,6 +112,8 @@ pub(super) struct WriterConfig {
     pub checkpoint_every: Duration,
     /// Bytes of a log segment.
     pub segment_bytes: u64,
+    /// Told about every group made durable (metrics).
+    pub commit_hook: crate::observe::CommitHook,
 }
 
 /// Most expired idempotency records one purge removes, so that a purge after a long
@@ -516,6 +518,7 @@ fn sync_loop(engine: &Engine, flights: &Receiver<Flight>, chores: &Sender<Chore>
             continue;
         }
         // One fdatasync per file written (a roll makes it two, once per segment).
+        let sync_started = Instant::now();
         let mut synced: Vec<Arc<dyn LogFile>> = Vec::new();
         let mut fault = None;
         for (_, file, _) in group.iter().filter_map(|f| f.record.as_ref()) {
@@ -535,6 +538,11 @@ fn sync_loop(engine: &Engine, flights: &Receiver<Flight>, chores: &Sender<Chore>
             }
             continue;
         }
+        let requests: usize = group.iter().map(|f| f.answers.len()).sum();
+        engine
+            .config
+            .commit_hook
+            .committed(requests, sync_started.elapsed());
         wait_for_room(engine);
         let mut durable = None;
         {
@@ -682,8 +690,12 @@ fn checkpoint_loop(engine: &Engine, chores: &Receiver<Chore>) {
                 finish_checkpoint(engine);
             }
             Chore::PrepareSpare => {
+                // The spare only saves the next roll the time to create and zero a
+                // segment; without one, the roll creates it (and fails the store if it
+                // cannot). So a spare that cannot be made now (no file descriptor left,
+                // say) is no reason to stop the store: it is tried again at the next roll.
                 if let Err(fault) = prepare_spare(engine) {
-                    engine.state.latch(fault);
+                    tracing::warn!(error = %fault.0, "could not prepare a spare log segment; the next one will be created when needed");
                 }
             }
         }

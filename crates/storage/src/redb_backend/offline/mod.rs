@@ -55,7 +55,7 @@ use super::wal::FsLogDir;
 use super::RedbBackend;
 use crate::{LeaseRecord, StorageError};
 
-pub use backup::BackupInfo;
+pub use backup::{read_backup_info, BackupInfo};
 pub use restore::{RestorePlan, Restored, StagedRestore};
 
 /// Why an offline operation failed. Every variant names the file concerned.

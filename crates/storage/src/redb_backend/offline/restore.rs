@@ -121,7 +121,7 @@ impl StagedRestore {
     }
 }
 
-fn read_info(db: &Database) -> Result<BackupInfo, Fault> {
+pub(super) fn read_info(db: &Database) -> Result<BackupInfo, Fault> {
     let txn = db.begin_read()?;
     check_tables(&txn, &[BACKUP_INFO.name()])?;
     let table = txn

@@ -251,3 +251,37 @@ async fn a_table_this_code_does_not_know_stops_backup() {
     }
     assert!(!out.exists());
 }
+
+/// An online backup holds every write acknowledged before it, whether the write reached
+/// the database file in a checkpoint or is still only in the log (and in memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_online_backup_holds_every_acknowledged_write() {
+    for checkpoint_rows in [1_000_000, 8] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("palisade.redb");
+        let options = crate::redb_backend::RedbOptions {
+            checkpoint_rows,
+            checkpoint_every: std::time::Duration::from_secs(3600),
+            ..crate::redb_backend::tests::test_options()
+        };
+        let store = crate::redb_backend::RedbBackend::open(&db, options).unwrap();
+        for i in 0..60 {
+            store
+                .apply(op("ns", 1, put(&format!("k{i:02}"), "v")))
+                .await
+                .unwrap();
+        }
+        let out = dir.path().join("online.backup");
+        let info = store.backup_to(&out, "b1", 1).await.unwrap();
+        // Writes after the backup are not in it.
+        store.apply(op("ns", 1, put("later", "v"))).await.unwrap();
+        assert_eq!(
+            (info.keys, info.namespaces),
+            (60, 1),
+            "{checkpoint_rows}: {info:?}"
+        );
+        assert!(info.commit_seq >= 60, "{info:?}");
+        assert_eq!(super::read_backup_info(&out).unwrap(), info);
+        store.close().await;
+    }
+}

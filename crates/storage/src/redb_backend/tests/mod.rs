@@ -247,6 +247,7 @@ async fn idempotency_replays_and_conflicts() {
         again,
         Applied {
             replayed: true,
+            advanced: false,
             ..first
         }
     );
@@ -263,6 +264,7 @@ async fn idempotency_replays_and_conflicts() {
         late,
         Applied {
             replayed: true,
+            advanced: false,
             ..first
         }
     );
@@ -392,5 +394,46 @@ async fn concurrent_applies_are_group_committed_and_ordered() {
     let stats = store.commit_stats();
     assert_eq!(stats.ops, 200);
     assert!(stats.commits >= 1 && stats.commits <= 200);
+    store.close().await;
+}
+
+/// The commit hook hears of every commit with the requests it carried, and the marks
+/// that moved say so (`Applied::advanced`).
+#[tokio::test]
+async fn commits_are_reported_and_advances_flagged() {
+    use crate::observe::{CommitHook, CommitObserver, CommitReport};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    #[derive(Default)]
+    struct Seen {
+        commits: AtomicUsize,
+        requests: AtomicUsize,
+    }
+    impl CommitObserver for Seen {
+        fn committed(&self, report: CommitReport) {
+            self.commits.fetch_add(1, Ordering::Relaxed);
+            self.requests.fetch_add(report.requests, Ordering::Relaxed);
+        }
+    }
+    let seen = Arc::new(Seen::default());
+    let dir = tempfile::tempdir().unwrap();
+    let options = RedbOptions {
+        commit_hook: CommitHook::new(seen.clone()),
+        ..RedbOptions::default()
+    };
+    let store = RedbBackend::open(&dir.path().join("db.redb"), options).unwrap();
+    let first = store.apply(op("ns", 2, put("a", "1"))).await.unwrap();
+    let same = store.apply(op("ns", 2, put("b", "1"))).await.unwrap();
+    let newer = store.apply(op("ns", 3, Action::Fence)).await.unwrap();
+    assert!(store.apply(op("ns", 2, put("c", "1"))).await.is_err());
+    assert_eq!(
+        (first.advanced, same.advanced, newer.advanced),
+        (true, false, true)
+    );
+    // One request per commit here (each awaited before the next): four commits, the
+    // refusal's included.
+    assert_eq!(seen.commits.load(Ordering::Relaxed), 4);
+    assert_eq!(seen.requests.load(Ordering::Relaxed), 4);
     store.close().await;
 }

@@ -56,6 +56,7 @@ impl Model {
                 return if *fingerprint == idem.fingerprint {
                     Ok(Applied {
                         replayed: true,
+                        advanced: false,
                         ..*applied
                     })
                 } else {
@@ -94,6 +95,7 @@ impl Model {
             epoch: op.epoch,
             high_water: next,
             replayed: false,
+            advanced: next != mark,
         };
         if let Some(idem) = &op.idempotency {
             self.idempotency.insert(

@@ -1,0 +1,420 @@
+//! Seeing it work, against the real binary: `/metrics` counters move by exactly what a
+//! scripted sequence did, the events stream shows the same sequence in order, resumes
+//! after a reconnect and resets for an id it no longer holds, streams and metrics follow
+//! the auth file, and a backup taken over the API under write load restores with the
+//! recovery rules intact.
+
+mod common;
+mod offline;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use palisade_client::LockEvent;
+use serde_json::Value;
+
+use common::principals::{auth_file, grant, Api};
+use common::{code, Http, Server};
+
+/// The samples of a `/metrics` text, by name with labels.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            Some((name.to_owned(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+async fn scrape(http: &Http) -> BTreeMap<String, f64> {
+    let resp = http
+        .client
+        .get(format!("{}/metrics", http.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    samples(&resp.text().await.unwrap())
+}
+
+fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, name: &str) -> f64 {
+    after.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0)
+}
+
+/// A compact view of an event, to compare sequences.
+fn describe(e: &LockEvent) -> String {
+    match e {
+        LockEvent::Granted { epoch, holder, .. } => format!("granted {epoch} {holder}"),
+        LockEvent::Released {
+            epoch,
+            holder,
+            cause,
+            ..
+        } => format!("released {epoch} {holder} {cause}"),
+        LockEvent::Expired { epoch, holder, .. } => format!("expired {epoch} {holder}"),
+        LockEvent::Fenced { high_water, .. } => format!("fenced {high_water}"),
+        LockEvent::Rejected {
+            code,
+            epoch,
+            high_water,
+            ..
+        } => format!("rejected {code} {epoch:?} {high_water:?}"),
+        LockEvent::Reset { reason, .. } => format!("reset {reason}"),
+    }
+}
+
+/// Drives a watch stream on its own task (a stream connects only when polled), handing
+/// its items over; aborted when dropped.
+struct Following {
+    items: tokio::sync::mpsc::UnboundedReceiver<Result<LockEvent, palisade_client::Error>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn follow(
+    stream: impl futures::Stream<Item = Result<LockEvent, palisade_client::Error>> + Send + 'static,
+) -> Following {
+    let (tx, items) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut stream = Box::pin(stream);
+        while let Some(item) = stream.next().await {
+            if tx.send(item).is_err() {
+                return;
+            }
+        }
+    });
+    Following { items, task }
+}
+
+async fn next_event(following: &mut Following) -> LockEvent {
+    let item = tokio::time::timeout(Duration::from_secs(20), following.items.recv())
+        .await
+        .expect("an event within 20 s")
+        .expect("the stream goes on");
+    item.expect("no error")
+}
+
+/// acquire (a), write, expiry, acquire (b), write, stale write (a), release (b): each
+/// counter moves by exactly its share, and the events come in that order. A reconnect
+/// resumes where it left off; an id the server no longer holds gives `reset`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counters_and_events_follow_a_scripted_sequence() {
+    // A ring of 4: the test's seven events overflow it.
+    let server = Server::start(&["--events-buffer", "4"]);
+    let http = Http::new(&server.url);
+    let client = palisade_client::Client::new(&server.url).unwrap();
+    let before = scrape(&http).await;
+    let mut stream = follow(client.watch("L").unwrap());
+    // The stream is open once the server counts it.
+    let open = "palisade_event_subscribers";
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while scrape(&http).await.get(open).copied() != Some(1.0) {
+        assert!(std::time::Instant::now() < deadline, "stream never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let a = http.acquire("L", "a", 300).await;
+    let token_a = a["token"].as_str().unwrap().to_owned();
+    assert_eq!(http.put("L", "k", Some(&token_a), "1").await.0, 200);
+    // Waits in line until a's lease expires, then gets the lock.
+    let b = http.acquire_waiting("L", "b", 60_000, 10_000).await;
+    let token_b = b["token"].as_str().unwrap().to_owned();
+    assert_eq!(http.put("L", "k", Some(&token_b), "2").await.0, 200);
+    let (status, body) = http.put("L", "k", Some(&token_a), "late").await;
+    assert_eq!((status, code(&body)), (409, "stale_token"));
+    let release = http
+        .client
+        .post(format!(
+            "{}/v1/leases/{}/release",
+            http.base,
+            b["lease_id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(release.status(), 200);
+
+    let mut seen = Vec::new();
+    for _ in 0..7 {
+        seen.push(next_event(&mut stream).await);
+    }
+    let described: Vec<String> = seen.iter().map(describe).collect();
+    assert_eq!(
+        described,
+        [
+            "granted 1 a",
+            "fenced 1",
+            "expired 1 a",
+            "granted 2 b",
+            "fenced 2",
+            "rejected stale_token Some(1) Some(2)",
+            "released 2 b release",
+        ]
+    );
+    let ids: Vec<u64> = seen.iter().map(LockEvent::id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "ids increase: {ids:?}");
+
+    let after = scrape(&http).await;
+    for (name, expected) in [
+        ("palisade_grants_total", 2.0),
+        ("palisade_fenced_writes_total", 2.0),
+        (
+            "palisade_fenced_rejections_total{code=\"stale_token\"}",
+            1.0,
+        ),
+        ("palisade_expiries_total", 1.0),
+        ("palisade_releases_total", 1.0),
+    ] {
+        assert_eq!(delta(&before, &after, name), expected, "{name}");
+    }
+    assert_eq!(after.get("palisade_leases_live"), Some(&0.0));
+    assert_eq!(after.get("palisade_waiters"), Some(&0.0));
+    assert!(after["palisade_commit_batch_size_count"] > before["palisade_commit_batch_size_count"]);
+    assert!(
+        after["palisade_fsync_duration_seconds_count"]
+            > before["palisade_fsync_duration_seconds_count"]
+    );
+    assert!(after.keys().any(|k| k
+        .starts_with("palisade_request_duration_seconds_count{route=\"/v1/kv/{lock}/{*key}\"}")));
+    assert!(after
+        .get("process_resident_memory_bytes")
+        .is_some_and(|v| *v > 0.0));
+    assert!(after.get("process_open_fds").is_some_and(|v| *v > 0.0));
+    assert!(after
+        .keys()
+        .any(|k| k.starts_with("palisade_build_info{version=")));
+    assert!(
+        !after.keys().any(|k| k.contains("\"L\"")),
+        "no label carries a lock name"
+    );
+    drop(stream);
+
+    // A reconnect after the third event gets the other four, exactly.
+    let mut resumed = follow(client.watch_from("L", Some(ids[2])).unwrap());
+    let mut rest = Vec::new();
+    for _ in 0..4 {
+        rest.push(next_event(&mut resumed).await);
+    }
+    assert_eq!(rest, seen[3..]);
+    drop(resumed);
+
+    // The first event is no longer held (the ring keeps 4): reset, then live events.
+    let mut too_old = follow(client.watch_from("L", Some(ids[0])).unwrap());
+    let reset = next_event(&mut too_old).await;
+    assert!(
+        matches!(&reset, LockEvent::Reset { reason, .. } if reason == "unknown_last_event_id"),
+        "{reset:?}"
+    );
+    assert_eq!(reset.id(), ids[6], "a reset resumes after the newest event");
+    let c = http.acquire("L", "c", 60_000).await;
+    assert_eq!(describe(&next_event(&mut too_old).await), "granted 3 c");
+    assert_eq!(c["epoch"], 3);
+}
+
+/// With an auth file: `/metrics` needs the `metrics` verb (any lock pattern) or admin;
+/// a stream shows only the locks its principal may read or acquire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_streams_follow_the_auth_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, who) = auth_file(
+        dir.path(),
+        &[
+            ("prom", &grant("nothing-here", &["metrics"])),
+            ("worker", &grant("*", &["acquire", "read", "write"])),
+            ("alice", &grant("a*", &["read"])),
+            ("root", "admin = true"),
+        ],
+    );
+    let server = Server::start(&["--auth-file", file.to_str().unwrap()]);
+    let api = Api::new(&server);
+    let (prom, worker, alice, root) = (&who[0].key, &who[1].key, &who[2].key, &who[3].key);
+    let get = |key: Option<&str>| api.req(key, reqwest::Method::GET, "/metrics");
+    assert_eq!(api.send(get(None)).await.0, 401);
+    let (status, body, _) = api.send(get(Some(worker))).await;
+    assert_eq!((status, code(&body)), (403, "permission_denied"));
+    assert_eq!(api.send(get(Some(prom))).await.0, 200);
+    assert_eq!(api.send(get(Some(root))).await.0, 200);
+    // A principal who may see no lock at all gets no stream.
+    let (status, _, _) = api
+        .send(api.req(Some(prom), reqwest::Method::GET, "/v1/events"))
+        .await;
+    assert_eq!(status, 403);
+    let (status, _, _) = api
+        .send(api.req(Some(alice), reqwest::Method::GET, "/v1/locks/b1/events"))
+        .await;
+    assert_eq!(status, 403);
+
+    // Alice's stream of every lock: she may read a*, so she sees a1 and not b1.
+    let resp = api
+        .req(Some(alice), reqwest::Method::GET, "/v1/events")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = api
+            .req(Some(root), reqwest::Method::GET, "/metrics")
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if samples(&text).get("palisade_event_subscribers") == Some(&1.0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "stream never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for lock in ["b1", "a1"] {
+        let (status, body, _) = api
+            .send(
+                api.req(
+                    Some(worker),
+                    reqwest::Method::POST,
+                    &format!("/v1/locks/{lock}/acquire"),
+                )
+                .json(&serde_json::json!({"ttl_ms": 60_000})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let first = first_sse_data(resp).await;
+    assert_eq!(first["type"], "granted");
+    assert_eq!(first["lock"], "a1", "b1's grant is not alice's to see");
+    assert_eq!(first["holder"], "worker");
+}
+
+/// The `data` of the first event of an SSE response.
+async fn first_sse_data(mut resp: reqwest::Response) -> Value {
+    let mut text = String::new();
+    let read = async {
+        loop {
+            let chunk = resp.chunk().await.unwrap().expect("stream open");
+            text.push_str(&String::from_utf8_lossy(&chunk));
+            if let Some(data) = text
+                .split("\n\n")
+                .filter(|block| text.contains(&format!("{block}\n\n")))
+                .find_map(|block| block.lines().find_map(|l| l.strip_prefix("data: ")))
+            {
+                return serde_json::from_str::<Value>(data).unwrap();
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), read)
+        .await
+        .expect("an event within 20 s")
+}
+
+/// A backup taken over the API while a writer keeps writing: the server answers
+/// throughout, the backup holds every write acknowledged before it began, and restoring
+/// it (server stopped) keeps the recovery rules: no epoch issued again, no token from
+/// before the restore admitted, acknowledged data intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_taken_while_serving_restores_safely() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = dir.path().join("online.backup");
+    let mut server = Server::start_in(&data, 0, &["--idle-grace-ms", "0"]).unwrap();
+    let http = Http::new(&server.url);
+    let lease = http.acquire("W", "writer", 60_000).await;
+    let token = lease["token"].as_str().unwrap().to_owned();
+
+    // The writer: keys w0, w1, ... until told to stop; returns how many were acknowledged.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (http, token, stop) = (Http::new(&server.url), token.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut acked = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (status, body) = http.put("W", &format!("w{acked}"), Some(&token), "v").await;
+                assert_eq!(status, 200, "a write during the backup: {body}");
+                acked += 1;
+            }
+            acked
+        })
+    };
+    // Some writes before the backup starts.
+    while http.get_value("W", "w20").await.is_none() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let acked_before = {
+        let mut n = 20;
+        while http.get_value("W", &format!("w{}", n + 1)).await.is_some() {
+            n += 1;
+        }
+        n + 1
+    };
+    let url = server.url.clone();
+    let out_arg = out.display().to_string();
+    let backup = tokio::task::spawn_blocking(move || {
+        offline::palisade(
+            &["admin", "backup", "--server", &url, "--out", &out_arg],
+            Duration::from_secs(60),
+        )
+    })
+    .await
+    .unwrap();
+    assert!(backup.success, "backup failed: {}", backup.stderr);
+    let info = backup.json();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let acked = writer.await.unwrap();
+    assert!(
+        acked > acked_before,
+        "the writer kept going during the backup"
+    );
+    assert!(info["keys"].as_u64().unwrap() >= acked_before);
+    assert!(info["max_epoch"].as_u64().unwrap() >= 1);
+
+    // After the backup: a newer holder fences the old one out.
+    let newer = {
+        let release = format!(
+            "{}/v1/leases/{}/release",
+            http.base,
+            lease["lease_id"].as_str().unwrap()
+        );
+        assert_eq!(
+            http.client.post(release).send().await.unwrap().status(),
+            200
+        );
+        http.acquire("W", "newer", 60_000).await
+    };
+    let newer_epoch = newer["epoch"].as_u64().unwrap();
+    let newer_token = newer["token"].as_str().unwrap().to_owned();
+    assert_eq!(http.put("W", "after", Some(&newer_token), "x").await.0, 200);
+    server.signal(libc::SIGTERM);
+    assert!(server.wait_exit(Duration::from_secs(30)).is_some());
+
+    let restored = offline::restore(&data, &out, &[]);
+    assert!(restored.success, "restore failed: {}", restored.stderr);
+    let server = Server::start_in(&data, 0, &["--idle-grace-ms", "0"]).unwrap();
+    let http = Http::new(&server.url);
+    for i in 0..acked_before {
+        assert_eq!(
+            http.get_value("W", &format!("w{i}")).await.as_deref(),
+            Some("v"),
+            "w{i} was acknowledged before the backup began"
+        );
+    }
+    // Neither the old holder's token nor the newer one's is admitted after the restore.
+    for t in [&token, &newer_token] {
+        let (status, body) = http.put("W", "late", Some(t), "x").await;
+        assert_eq!((status, code(&body)), (409, "stale_token"), "{body}");
+    }
+    // Epochs continue above everything issued, also what was issued after the backup.
+    let again = http.acquire("W", "again", 60_000).await;
+    assert!(again["epoch"].as_u64().unwrap() > newer_epoch);
+}

@@ -1,0 +1,290 @@
+//! [`Client::watch`]: a lock's events (`GET /v1/locks/{lock}/events`) as a typed stream.
+//!
+//! The stream reconnects by itself when the connection drops or goes quiet (the server
+//! sends a keep-alive comment every 15 s; nothing for [`IDLE_LIMIT`] counts as a dead
+//! connection), sending the id of the last event it delivered as `Last-Event-ID`, so
+//! nothing is skipped while the server still holds it. When the server no longer holds
+//! it (or the server restarted) the stream yields [`LockEvent::Reset`] first: whatever
+//! the caller derived from earlier events should be read again.
+//!
+//! Errors are yielded, not fatal: a transport failure, a 429 (too many streams) or a 503
+//! is yielded as `Err` and the stream tries again after a pause. A refusal that will not
+//! change by retrying (401, 403, 400, 404) is yielded and ends the stream.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use futures::Stream;
+use serde::Deserialize;
+
+use crate::client::Client;
+use crate::paths::segment;
+use crate::Error;
+
+/// A stream that receives nothing, not even a keep-alive comment, for this long is
+/// treated as dead and reconnected.
+pub const IDLE_LIMIT: Duration = Duration::from_secs(45);
+
+/// Longest pause between reconnection attempts.
+const MAX_PAUSE: Duration = Duration::from_secs(5);
+
+/// One event of a lock, as docs/api.md ("Events") describes it. Event types this version
+/// does not know are skipped.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LockEvent {
+    /// A lease was granted.
+    Granted {
+        id: u64,
+        at_ms: u64,
+        lock: String,
+        epoch: u64,
+        holder: String,
+        ttl_ms: u64,
+    },
+    /// A lease ended by release (`cause` `"release"`), or, over etcd, through another
+    /// node by a release or an expiry the server cannot tell apart (`"unknown"`).
+    Released {
+        id: u64,
+        at_ms: u64,
+        lock: String,
+        epoch: u64,
+        holder: String,
+        cause: String,
+    },
+    /// A lease ran out without renewal.
+    Expired {
+        id: u64,
+        at_ms: u64,
+        lock: String,
+        epoch: u64,
+        holder: String,
+    },
+    /// The namespace's high-water mark advanced.
+    Fenced {
+        id: u64,
+        at_ms: u64,
+        lock: String,
+        high_water: u64,
+        seq: u64,
+    },
+    /// A mutation of the namespace was refused with `code`.
+    Rejected {
+        id: u64,
+        at_ms: u64,
+        lock: String,
+        code: String,
+        epoch: Option<u64>,
+        high_water: Option<u64>,
+    },
+    /// Events may have been missed: read the lock's state again.
+    Reset { id: u64, at_ms: u64, reason: String },
+}
+
+impl LockEvent {
+    /// The event's id (increasing).
+    pub fn id(&self) -> u64 {
+        match self {
+            LockEvent::Granted { id, .. }
+            | LockEvent::Released { id, .. }
+            | LockEvent::Expired { id, .. }
+            | LockEvent::Fenced { id, .. }
+            | LockEvent::Rejected { id, .. }
+            | LockEvent::Reset { id, .. } => *id,
+        }
+    }
+}
+
+/// Splits an SSE byte stream into events' `data` (and `id`), ignoring comments.
+#[derive(Default)]
+struct Parser {
+    buf: BytesMut,
+    data: String,
+    id: Option<String>,
+}
+
+impl Parser {
+    /// Feeds bytes; returns the complete events' (id, data) in order.
+    fn feed(&mut self, bytes: &[u8]) -> Vec<(Option<String>, String)> {
+        self.buf.extend_from_slice(bytes);
+        let mut out = Vec::new();
+        while let Some(end) = self.buf.iter().position(|b| *b == b'\n') {
+            let line = self.buf.split_to(end + 1);
+            let line = String::from_utf8_lossy(&line);
+            let line = line.trim_end_matches(['\n', '\r']);
+            if line.is_empty() {
+                if !self.data.is_empty() {
+                    out.push((self.id.take(), std::mem::take(&mut self.data)));
+                }
+                self.id = None;
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((line, ""));
+            let value = value.strip_prefix(' ').unwrap_or(value);
+            match field {
+                "data" => {
+                    if !self.data.is_empty() {
+                        self.data.push('\n');
+                    }
+                    self.data.push_str(value);
+                }
+                "id" => self.id = Some(value.to_owned()),
+                _ => {}
+            }
+        }
+        // A line longer than any event the server sends: drop it rather than grow.
+        if self.buf.len() > 1 << 20 {
+            self.buf.advance(self.buf.len());
+        }
+        out
+    }
+}
+
+struct Watch {
+    client: Client,
+    url: String,
+    last_id: Option<u64>,
+    response: Option<reqwest::Response>,
+    parser: Parser,
+    ready: VecDeque<LockEvent>,
+    pause: Duration,
+    ended: bool,
+}
+
+impl Watch {
+    async fn connect(&mut self) -> Result<(), Error> {
+        let mut req = self
+            .client
+            .http
+            .get(&self.url)
+            // The stream has no end; `IDLE_LIMIT` is what bounds a dead one.
+            .timeout(Duration::from_secs(365 * 24 * 3600));
+        if let Some(id) = self.last_id {
+            req = req.header(palisade_api::headers::LAST_EVENT_ID, id.to_string());
+        }
+        let response = Client::send(req).await?;
+        self.parser = Parser::default();
+        self.response = Some(response);
+        Ok(())
+    }
+
+    async fn next(&mut self) -> Option<Result<LockEvent, Error>> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            if let Some(event) = self.ready.pop_front() {
+                self.last_id = Some(event.id());
+                return Some(Ok(event));
+            }
+            let Some(response) = self.response.as_mut() else {
+                match self.connect().await {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        // Worth another try: the network, too many streams, a node
+                        // shutting down or without its storage.
+                        let retry = matches!(
+                            e,
+                            Error::Transport(_)
+                                | Error::QuotaExceeded { .. }
+                                | Error::StorageFailed
+                        ) || e.code() == "unavailable";
+                        if !retry {
+                            self.ended = true;
+                            return Some(Err(e));
+                        }
+                        tokio::time::sleep(self.pause).await;
+                        self.pause = (self.pause * 2).min(MAX_PAUSE);
+                        return Some(Err(e));
+                    }
+                }
+            };
+            match tokio::time::timeout(IDLE_LIMIT, response.chunk()).await {
+                Ok(Ok(Some(bytes))) => {
+                    self.pause = Duration::from_millis(100);
+                    for (_, data) in self.parser.feed(&bytes) {
+                        // Types this version does not know are skipped.
+                        if let Ok(event) = serde_json::from_str::<LockEvent>(&data) {
+                            self.ready.push_back(event);
+                        }
+                    }
+                }
+                // The server closed the stream (shutting down) or it broke: reconnect.
+                Ok(Ok(None)) | Err(_) => self.response = None,
+                Ok(Err(e)) => {
+                    self.response = None;
+                    return Some(Err(e.into()));
+                }
+            }
+        }
+    }
+}
+
+impl Client {
+    /// The events of `lock`, from now on, reconnecting and resuming by itself. See the
+    /// [module docs](crate::watch).
+    pub fn watch(&self, lock: &str) -> Result<impl Stream<Item = Result<LockEvent, Error>>, Error> {
+        self.watch_from(lock, None)
+    }
+
+    /// Like [`Client::watch`], resuming after event `last_id` (as a reconnecting client
+    /// would): the events the server still holds after it come first, or a
+    /// [`LockEvent::Reset`] when it no longer holds them.
+    pub fn watch_from(
+        &self,
+        lock: &str,
+        last_id: Option<u64>,
+    ) -> Result<impl Stream<Item = Result<LockEvent, Error>>, Error> {
+        let url = self.url(&format!("/v1/locks/{}/events", segment("lock name", lock)?));
+        let watch = Watch {
+            client: self.clone(),
+            url,
+            last_id,
+            response: None,
+            parser: Parser::default(),
+            ready: VecDeque::new(),
+            pause: Duration::from_millis(100),
+            ended: false,
+        };
+        Ok(futures::stream::unfold(watch, |mut watch| async move {
+            let item = watch.next().await?;
+            Some((item, watch))
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events_split_anywhere_and_skips_comments() {
+        let text = ": keep-alive\n\nevent: granted\nid: 7\ndata: {\"id\":7,\"at_ms\":1,\"type\":\"granted\",\"lock\":\"a\",\"epoch\":1,\"holder\":\"h\",\"ttl_ms\":50}\n\nevent: reset\r\nid: 9\r\ndata: {\"id\":9,\"at_ms\":2,\"type\":\"reset\",\"reason\":\"lagged\"}\r\n\r\n";
+        let mut parser = Parser::default();
+        let mut got = Vec::new();
+        for chunk in text.as_bytes().chunks(5) {
+            got.extend(parser.feed(chunk));
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].0.as_deref(), Some("7"));
+        let first: LockEvent = serde_json::from_str(&got[0].1).unwrap();
+        assert_eq!(
+            first,
+            LockEvent::Granted {
+                id: 7,
+                at_ms: 1,
+                lock: "a".into(),
+                epoch: 1,
+                holder: "h".into(),
+                ttl_ms: 50
+            }
+        );
+        let second: LockEvent = serde_json::from_str(&got[1].1).unwrap();
+        assert_eq!(second.id(), 9);
+        assert!(matches!(second, LockEvent::Reset { .. }));
+    }
+}

@@ -1,0 +1,299 @@
+//! Seeing it work: `GET /metrics`, the events streams, and the middleware that times every
+//! request and writes the access log (debug level).
+//!
+//! - `GET /metrics`: Prometheus text ([`crate::observe::metrics`]). With authentication
+//!   on, for principals with the `metrics` verb (in any grant) and admins.
+//! - `GET /v1/events?prefix=<p>` and `GET /v1/locks/{lock}/events`: Server-Sent Events
+//!   ([`crate::observe::events`]): `granted`, `released`, `expired`, `fenced`, `rejected`
+//!   and `reset`. A `Last-Event-ID` header resumes after that id while the server still
+//!   holds what followed it; otherwise the stream starts with `reset`. With
+//!   authentication on, a stream carries only the locks its principal may `read` or
+//!   `acquire` (as checked when the stream opened).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{MatchedPath, Path, Query, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures::Stream;
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+
+use palisade_api::ErrorCode;
+
+use super::{lock_name, path, ApiError, AppState};
+use crate::auth::{Caller, Verb};
+use crate::observe::events::{reset_json, Live, ResetReason, Subscription};
+use crate::observe::{metrics, Observe};
+
+/// How often an idle stream sends a comment, so that proxies and clients see it alive.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// `GET /metrics`.
+pub async fn metrics(State(state): State<AppState>, caller: Caller) -> Result<Response, ApiError> {
+    caller.require_any(Verb::Metrics)?;
+    let census = state.issuer.census().await;
+    let observe = &state.observe;
+    observe
+        .metrics
+        .subscribers()
+        .set(i64::try_from(observe.events.subscribers()).unwrap_or(i64::MAX));
+    let text = observe.metrics.render(census);
+    let mut response = text.into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(metrics::CONTENT_TYPE),
+    );
+    Ok(response)
+}
+
+/// Times every request (to its response head) under its route template, and writes one
+/// access line per request at debug level.
+pub async fn timed(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = Instant::now();
+    let route = req.extensions().get::<MatchedPath>().cloned();
+    let method = req.method().clone();
+    let access = tracing::enabled!(tracing::Level::DEBUG).then(|| req.uri().path().to_owned());
+    let response = next.run(req).await;
+    let took = started.elapsed();
+    let template = route.as_ref().map_or("unmatched", |r| r.as_str());
+    state.observe.metrics.request(template, took);
+    if let Some(path) = access {
+        tracing::debug!(
+            %method,
+            path,
+            route = template,
+            status = response.status().as_u16(),
+            micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+            "request"
+        );
+    }
+    response
+}
+
+/// `?prefix=` of `GET /v1/events`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventsQuery {
+    #[serde(default)]
+    prefix: String,
+}
+
+/// Which locks a stream follows.
+enum Scope {
+    Lock(String),
+    Prefix(String),
+}
+
+impl Scope {
+    fn covers(&self, lock: &str) -> bool {
+        match self {
+            Scope::Lock(name) => name == lock,
+            Scope::Prefix(prefix) => lock.starts_with(prefix.as_str()),
+        }
+    }
+}
+
+/// `GET /v1/events?prefix=<p>`: every lock whose name starts with `p` (all without it).
+pub async fn all(
+    State(state): State<AppState>,
+    caller: Caller,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let prefix = query
+        .map_err(|e| ApiError::bad_request(e.body_text()))?
+        .0
+        .prefix;
+    let valid = prefix.len() <= 128
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if !valid {
+        return Err(ApiError::bad_request(
+            "prefix must be the start of a lock name ([A-Za-z0-9._-])",
+        ));
+    }
+    if !(caller.may_any(Verb::Read) || caller.may_any(Verb::Acquire)) {
+        caller.require_any(Verb::Read)?;
+    }
+    open(&state, caller, Scope::Prefix(prefix), &headers)
+}
+
+/// `GET /v1/locks/{lock}/events`: one lock.
+pub async fn lock(
+    State(state): State<AppState>,
+    caller: Caller,
+    lock: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let lock = path(lock)?;
+    lock_name(&lock)?;
+    if !super::locks::may_see(&caller, &lock) {
+        caller.require(Verb::Read, &lock)?;
+    }
+    open(&state, caller, Scope::Lock(lock), &headers)
+}
+
+/// The `Last-Event-ID` header, if any.
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get(palisade_api::headers::LAST_EVENT_ID) else {
+        return Ok(None);
+    };
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::bad_request("Last-Event-ID is not visible ASCII"))?
+        .trim();
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|_| ApiError::bad_request("Last-Event-ID must be an event id (an integer)"))
+}
+
+fn open(
+    state: &AppState,
+    caller: Caller,
+    scope: Scope,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let last = last_event_id(headers)?;
+    let bus = &state.observe.events;
+    if bus.is_closed() {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            "the server is shutting down",
+        ));
+    }
+    let Some(sub) = bus.subscribe(last) else {
+        return Err(ApiError::quota_exceeded(
+            "event_subscribers",
+            bus.max_subscribers(),
+        ));
+    };
+    let stream = Follower {
+        sub,
+        caller,
+        scope,
+        last_seen: last.unwrap_or(0),
+        observe: state.observe.clone(),
+    }
+    .into_stream();
+    let mut response = Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response();
+    // Proxies that buffer responses would hold events back.
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+/// One open stream.
+struct Follower {
+    sub: Subscription,
+    caller: Caller,
+    scope: Scope,
+    /// The id of the last event this stream passed by (sent or filtered out).
+    last_seen: u64,
+    observe: Arc<Observe>,
+}
+
+impl Follower {
+    /// The SSE event for `item`, if this stream shows it.
+    fn render(&mut self, item: Live) -> Option<Event> {
+        match item {
+            Live::Event(e) => {
+                self.last_seen = e.id;
+                let shown = self.scope.covers(&e.lock)
+                    && (self.caller.may(Verb::Read, &e.lock)
+                        || self.caller.may(Verb::Acquire, &e.lock));
+                shown.then(|| {
+                    Event::default()
+                        .event(e.kind)
+                        .id(e.id.to_string())
+                        .data(&*e.json)
+                })
+            }
+            Live::Reset { id, reason } => Some(self.reset(id, reason)),
+        }
+    }
+
+    fn reset(&mut self, id: u64, reason: ResetReason) -> Event {
+        self.last_seen = id;
+        self.observe.metrics.reset_sent();
+        Event::default()
+            .event("reset")
+            .id(id.to_string())
+            .data(reset_json(id, reason))
+    }
+
+    /// The next event to send; `None` ends the stream (shutdown).
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(item) = self.sub.backlog.pop_front() {
+                if let Some(event) = self.render(item) {
+                    return Some(event);
+                }
+                continue;
+            }
+            let received = tokio::select! {
+                received = self.sub.live.recv() => received,
+                _ = self.sub.closed.wait_for(|closed| *closed) => return None,
+            };
+            match received {
+                Ok(item) => {
+                    if let Some(event) = self.render(item) {
+                        return Some(event);
+                    }
+                }
+                Err(RecvError::Lagged(skipped)) => {
+                    // Every message on the channel took one id.
+                    let id = self.last_seen.saturating_add(skipped);
+                    return Some(self.reset(id, ResetReason::Lagged));
+                }
+                Err(RecvError::Closed) => return None,
+            }
+        }
+    }
+
+    fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+        futures::stream::unfold(self, |mut follower| async move {
+            let event = follower.next().await?;
+            Some((Ok(event), follower))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes() {
+        assert!(Scope::Lock("a".into()).covers("a"));
+        assert!(!Scope::Lock("a".into()).covers("ab"));
+        assert!(Scope::Prefix("a".into()).covers("ab"));
+        assert!(Scope::Prefix(String::new()).covers("x"));
+        assert!(!Scope::Prefix("b".into()).covers("ab"));
+    }
+
+    #[test]
+    fn last_event_ids() {
+        let mut h = HeaderMap::new();
+        assert_eq!(last_event_id(&h).unwrap(), None);
+        h.insert("last-event-id", HeaderValue::from_static(" 42 "));
+        assert_eq!(last_event_id(&h).unwrap(), Some(42));
+        h.insert("last-event-id", HeaderValue::from_static("x"));
+        assert_eq!(last_event_id(&h).unwrap_err().code(), ErrorCode::BadRequest);
+    }
+}

@@ -1,0 +1,438 @@
+//! The events bus behind `GET /v1/events` and `GET /v1/locks/{lock}/events`.
+//!
+//! Every event gets the next id and goes into a ring of the last `capacity` events (for
+//! clients that reconnect with `Last-Event-ID`) and to the subscribers listening now,
+//! through a bounded broadcast channel. Nothing here grows with the number or the speed
+//! of subscribers:
+//!
+//! - the ring holds at most `capacity` events, whoever listens;
+//! - the live channel holds at most `capacity` events too; a subscriber that falls further
+//!   behind (a slow reader, a stalled connection) skips what it missed and gets a `reset`
+//!   event instead, telling it to re-read the state;
+//! - at most `max_subscribers` streams are open at once; past that a new one is refused
+//!   (429 `quota_exceeded`).
+//!
+//! ## Ids
+//! Ids increase by one per event. The first id of a server run is the wall-clock time of
+//! its start in microseconds, so ids of a later run are above every id of an earlier one
+//! (unless a run published more than a million events per second on average), and a
+//! client resuming with an id from another run, or from another node, gets a `reset`
+//! rather than a wrong resume. Ids fit in 53 bits (JavaScript numbers) until the year
+//! 2255.
+//!
+//! ## What this does not do
+//! - It is not durable: a restart forgets every event; resuming across one gives `reset`.
+//! - Publishing takes a short lock (the ring); it never waits for a subscriber.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tokio::sync::{broadcast, watch};
+
+/// Default of the ring's (and the live channel's) size.
+pub const DEFAULT_EVENTS_BUFFER: usize = 4096;
+/// Default cap on streams open at once.
+pub const DEFAULT_MAX_SUBSCRIBERS: usize = 256;
+
+/// What an event says. The JSON of each is in docs/api.md ("Events").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Body {
+    /// A lease was granted.
+    Granted {
+        lock: String,
+        epoch: u64,
+        holder: String,
+        ttl_ms: u64,
+    },
+    /// A lease ended by release (`cause: "release"`), or (etcd backend) ended through
+    /// another node, by a release or an expiry this node cannot tell apart
+    /// (`cause: "unknown"`).
+    Released {
+        lock: String,
+        epoch: u64,
+        holder: String,
+        cause: &'static str,
+    },
+    /// A lease ran past its deadline without renewal.
+    Expired {
+        lock: String,
+        epoch: u64,
+        holder: String,
+    },
+    /// A namespace's high-water mark advanced to `high_water` (and `seq`, for the
+    /// sequence policy).
+    Fenced {
+        lock: String,
+        high_water: u64,
+        seq: u64,
+    },
+    /// A mutation of the namespace was refused with `code`; `epoch` is the token's (when
+    /// it verified), `high_water` the mark that refused it (stale refusals).
+    Rejected {
+        lock: String,
+        code: &'static str,
+        epoch: Option<u64>,
+        high_water: Option<u64>,
+    },
+}
+
+impl Body {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Body::Granted { .. } => "granted",
+            Body::Released { .. } => "released",
+            Body::Expired { .. } => "expired",
+            Body::Fenced { .. } => "fenced",
+            Body::Rejected { .. } => "rejected",
+        }
+    }
+
+    pub fn lock(&self) -> &str {
+        match self {
+            Body::Granted { lock, .. }
+            | Body::Released { lock, .. }
+            | Body::Expired { lock, .. }
+            | Body::Fenced { lock, .. }
+            | Body::Rejected { lock, .. } => lock,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Wire<'a> {
+    id: u64,
+    at_ms: u64,
+    #[serde(flatten)]
+    body: &'a Body,
+}
+
+/// One published event, its JSON made once for every subscriber.
+#[derive(Debug)]
+pub struct Published {
+    pub id: u64,
+    pub kind: &'static str,
+    pub lock: Box<str>,
+    pub json: Box<str>,
+}
+
+/// Why a subscriber gets a `reset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResetReason {
+    /// `Last-Event-ID` names an event no longer held (or of another run or node).
+    Unknown,
+    /// The subscriber fell behind and events were skipped.
+    Lagged,
+    /// The node's view of the backend broke off (etcd watch restarted); events may be
+    /// missing.
+    Gap,
+}
+
+impl ResetReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResetReason::Unknown => "unknown_last_event_id",
+            ResetReason::Lagged => "lagged",
+            ResetReason::Gap => "gap",
+        }
+    }
+}
+
+/// The JSON of a `reset` event with id `id`.
+pub fn reset_json(id: u64, reason: ResetReason) -> String {
+    serde_json::json!({
+        "id": id,
+        "at_ms": now_ms(),
+        "type": "reset",
+        "reason": reason.as_str(),
+    })
+    .to_string()
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// What goes down the live channel: an event, or a reset for everyone.
+#[derive(Debug, Clone)]
+pub enum Live {
+    Event(Arc<Published>),
+    Reset { id: u64, reason: ResetReason },
+}
+
+struct Ring {
+    events: VecDeque<Arc<Published>>,
+    next_id: u64,
+}
+
+/// The bus. See the module docs.
+pub struct EventBus {
+    ring: Mutex<Ring>,
+    capacity: usize,
+    live: broadcast::Sender<Live>,
+    max_subscribers: usize,
+    subscribers: Arc<AtomicUsize>,
+    closed: watch::Sender<bool>,
+}
+
+/// A stream's place: the events to send first, then the live channel.
+pub struct Subscription {
+    /// Sent before anything live: a reset, or the events after `Last-Event-ID`.
+    pub backlog: VecDeque<Live>,
+    pub live: broadcast::Receiver<Live>,
+    /// Becomes true when the server shuts down.
+    pub closed: watch::Receiver<bool>,
+    _slot: Slot,
+}
+
+/// Holds one of the `max_subscribers` places until dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl EventBus {
+    /// A bus keeping the last `capacity` events (at least 1), for at most
+    /// `max_subscribers` streams at once.
+    pub fn new(capacity: usize, max_subscribers: usize) -> EventBus {
+        let capacity = capacity.max(1);
+        let first_id = u64::try_from(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros()),
+        )
+        .unwrap_or(1)
+        .max(1);
+        EventBus {
+            ring: Mutex::new(Ring {
+                events: VecDeque::with_capacity(capacity.min(1024)),
+                next_id: first_id,
+            }),
+            capacity,
+            live: broadcast::channel(capacity).0,
+            max_subscribers,
+            subscribers: Arc::new(AtomicUsize::new(0)),
+            closed: watch::channel(false).0,
+        }
+    }
+
+    fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
+        self.ring.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The ring's size.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The most streams open at once.
+    pub fn max_subscribers(&self) -> usize {
+        self.max_subscribers
+    }
+
+    /// Streams open now.
+    pub fn subscribers(&self) -> usize {
+        self.subscribers.load(Ordering::Acquire)
+    }
+
+    /// Publishes one event; returns its id.
+    pub fn publish(&self, body: &Body) -> u64 {
+        let mut ring = self.ring();
+        let id = ring.next_id;
+        ring.next_id += 1;
+        let json = serde_json::to_string(&Wire {
+            id,
+            at_ms: now_ms(),
+            body,
+        })
+        .unwrap_or_default();
+        let event = Arc::new(Published {
+            id,
+            kind: body.kind(),
+            lock: body.lock().into(),
+            json: json.into_boxed_str(),
+        });
+        if ring.events.len() == self.capacity {
+            ring.events.pop_front();
+        }
+        ring.events.push_back(event.clone());
+        // Sent under the ring's lock, so that a subscriber joining sees every event either
+        // in its backlog or live, never both, never neither. No receiver is not an error.
+        let _ = self.live.send(Live::Event(event));
+        id
+    }
+
+    /// Tells every subscriber that events may be missing (the node's view broke off). Takes
+    /// an id of its own, so that a client resuming after it does not resume before it.
+    pub fn publish_gap(&self) {
+        let mut ring = self.ring();
+        let id = ring.next_id;
+        ring.next_id += 1;
+        // The events before the gap cannot be resumed across it: forget them.
+        ring.events.clear();
+        let _ = self.live.send(Live::Reset {
+            id,
+            reason: ResetReason::Gap,
+        });
+    }
+
+    /// Opens a stream resuming after `last_event_id` (none: from now on). `None` when
+    /// `max_subscribers` streams are open.
+    pub fn subscribe(&self, last_event_id: Option<u64>) -> Option<Subscription> {
+        let taken = self
+            .subscribers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max_subscribers).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return None;
+        }
+        let slot = Slot(self.subscribers.clone());
+        let ring = self.ring();
+        let live = self.live.subscribe();
+        let newest = ring.next_id - 1;
+        let oldest = ring.events.front().map_or(ring.next_id, |e| e.id);
+        let mut backlog = VecDeque::new();
+        if let Some(last) = last_event_id {
+            // Resumable: nothing after `last` was dropped from the ring, and `last` was
+            // published by this run.
+            if last >= oldest.saturating_sub(1) && last <= newest {
+                backlog.extend(
+                    ring.events
+                        .iter()
+                        .filter(|e| e.id > last)
+                        .map(|e| Live::Event(e.clone())),
+                );
+            } else {
+                backlog.push_back(Live::Reset {
+                    id: newest,
+                    reason: ResetReason::Unknown,
+                });
+            }
+        }
+        drop(ring);
+        Some(Subscription {
+            backlog,
+            live,
+            closed: self.closed.subscribe(),
+            _slot: slot,
+        })
+    }
+
+    /// Ends every stream (the server is shutting down) and refuses new ones from now on.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
+    }
+
+    /// Whether [`EventBus::close`] was called.
+    pub fn is_closed(&self) -> bool {
+        *self.closed.borrow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fenced(lock: &str, mark: u64) -> Body {
+        Body::Fenced {
+            lock: lock.into(),
+            high_water: mark,
+            seq: 0,
+        }
+    }
+
+    fn ids(backlog: &VecDeque<Live>) -> Vec<Result<u64, u64>> {
+        backlog
+            .iter()
+            .map(|l| match l {
+                Live::Event(e) => Ok(e.id),
+                Live::Reset { id, .. } => Err(*id),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn resumes_from_the_ring_or_resets() {
+        let bus = EventBus::new(3, 10);
+        let first = bus.publish(&fenced("a", 1));
+        for mark in 2..=5 {
+            bus.publish(&fenced("a", mark));
+        }
+        // Held: first+2 ..= first+4.
+        let resumed = bus.subscribe(Some(first + 2)).unwrap();
+        assert_eq!(ids(&resumed.backlog), vec![Ok(first + 3), Ok(first + 4)]);
+        let edge = bus.subscribe(Some(first + 1)).unwrap();
+        assert_eq!(
+            ids(&edge.backlog).len(),
+            3,
+            "nothing after first+1 was dropped"
+        );
+        let old = bus.subscribe(Some(first)).unwrap();
+        assert_eq!(ids(&old.backlog), vec![Err(first + 4)]);
+        let other_run = bus.subscribe(Some(first + 100)).unwrap();
+        assert_eq!(ids(&other_run.backlog), vec![Err(first + 4)]);
+        let current = bus.subscribe(Some(first + 4)).unwrap();
+        assert!(current.backlog.is_empty());
+        assert!(bus.subscribe(None).unwrap().backlog.is_empty());
+    }
+
+    #[test]
+    fn subscribers_are_capped_and_slots_come_back() {
+        let bus = EventBus::new(4, 2);
+        let a = bus.subscribe(None).unwrap();
+        let _b = bus.subscribe(None).unwrap();
+        assert!(bus.subscribe(None).is_none());
+        drop(a);
+        assert!(bus.subscribe(None).is_some());
+        assert_eq!(bus.subscribers(), 1);
+    }
+
+    #[test]
+    fn a_slow_subscriber_lags_instead_of_growing() {
+        let bus = EventBus::new(4, 2);
+        let mut slow = bus.subscribe(None).unwrap();
+        for mark in 0..100 {
+            bus.publish(&fenced("a", mark));
+        }
+        assert!(matches!(
+            slow.live.try_recv(),
+            Err(broadcast::error::TryRecvError::Lagged(96))
+        ));
+        assert_eq!(bus.ring().events.len(), 4);
+    }
+
+    #[test]
+    fn the_json_is_the_documented_shape() {
+        let bus = EventBus::new(4, 2);
+        let mut sub = bus.subscribe(None).unwrap();
+        let id = bus.publish(&Body::Rejected {
+            lock: "orders".into(),
+            code: "stale_token",
+            epoch: Some(1),
+            high_water: Some(2),
+        });
+        let Ok(Live::Event(e)) = sub.live.try_recv() else {
+            panic!("no event")
+        };
+        let v: serde_json::Value = serde_json::from_str(&e.json).unwrap();
+        assert_eq!(v["id"], id);
+        assert!(v["at_ms"].as_u64().unwrap() > 0);
+        assert_eq!(v["type"], "rejected");
+        assert_eq!(v["lock"], "orders");
+        assert_eq!(v["code"], "stale_token");
+        assert_eq!(
+            (v["epoch"].as_u64(), v["high_water"].as_u64()),
+            (Some(1), Some(2))
+        );
+        assert_eq!(v.as_object().unwrap().len(), 7);
+    }
+}
