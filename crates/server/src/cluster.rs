@@ -19,11 +19,13 @@ use std::sync::Arc;
 use crate::config::{BackendConfig, EtcdAccess, ServerConfig};
 use crate::keys::{self, KeyRegistry, KeyStore};
 use crate::run::{listen_and_serve, Front, RunningServer, ServerError};
+use crate::transport::Listener;
 
 /// Connects to etcd and starts serving.
 pub(crate) async fn serve(
     config: ServerConfig,
     front: Front,
+    listener: Listener,
 ) -> Result<RunningServer, ServerError> {
     let BackendConfig::Etcd {
         endpoints,
@@ -98,7 +100,7 @@ pub(crate) async fn serve(
         backend,
         keys,
     );
-    listen_and_serve(config.listen, config.transport.clone(), state, async {}).await
+    listen_and_serve(listener, state, async {}).await
 }
 
 fn etcd_tls(access: &EtcdAccess) -> Result<Option<EtcdTls>, ServerError> {
