@@ -117,3 +117,30 @@ fn typed(text: &str) -> toml::Value {
         Err(_) => toml::Value::String(text.to_owned()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every setting of `serve` appears in the sample, set or commented out, and nothing
+    /// else does.
+    #[test]
+    fn the_sample_shows_every_setting() {
+        let sample = include_str!("../../../contrib/palisade.toml");
+        let mut shown: Vec<&str> = sample
+            .lines()
+            .map(|l| l.strip_prefix("# ").unwrap_or(l))
+            .filter_map(|l| l.split_once(" = ").map(|(k, _)| k))
+            .filter(|k| k.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+            .collect();
+        shown.sort_unstable();
+        shown.dedup();
+        let command = crate::command();
+        let serve = command.find_subcommand("serve").unwrap();
+        let mut flags: Vec<&str> = serve
+            .get_arguments()
+            .filter_map(|a| a.get_long())
+            .filter(|l| !super::FILE_ONLY_FLAGS.contains(l))
+            .collect();
+        flags.sort_unstable();
+        assert_eq!(shown, flags);
+    }
+}

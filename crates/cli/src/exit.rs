@@ -270,6 +270,22 @@ mod tests {
         assert_eq!(Exit::for_api("a_newer_code", 409), Exit::Failure);
     }
 
+    /// docs/cli.md's table lists exactly these codes with these names.
+    #[test]
+    fn the_docs_table_matches() {
+        let docs = include_str!("../../../docs/cli.md");
+        let rows: Vec<(u8, &str)> = docs
+            .lines()
+            .filter_map(|l| {
+                let mut cells = l.strip_prefix("| ")?.split(" | ");
+                let code = cells.next()?.parse().ok()?;
+                Some((code, cells.next()?))
+            })
+            .collect();
+        let ours: Vec<(u8, &str)> = Exit::ALL.iter().map(|(e, n)| (e.code(), *n)).collect();
+        assert_eq!(rows, ours);
+    }
+
     #[test]
     fn codes_are_distinct_and_in_order() {
         for (i, (exit, _)) in Exit::ALL.iter().enumerate() {
