@@ -22,7 +22,10 @@ async fn main() -> Result<(), Error> {
     // Acquiring notifies no resource: the barrier makes the namespace refuse every older
     // holder before we write anything (S10).
     let high_water = guard.fence().await?;
-    println!("{lock}: epoch {} fenced in (high-water {high_water})", guard.epoch());
+    println!(
+        "{lock}: epoch {} fenced in (high-water {high_water})",
+        guard.epoch()
+    );
 
     let kv = guard.kv();
     let first = kv.put("invoice-17", "issued").await?;

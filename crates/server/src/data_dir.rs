@@ -148,7 +148,7 @@ pub fn inspect(path: &Path) -> Result<Found, DataDirError> {
             }),
         };
     }
-    if names.iter().any(|n| is_state_name(n)) {
+    if names.iter().any(is_state_name) {
         return Ok(Found::Legacy);
     }
     names.sort();
@@ -245,6 +245,15 @@ impl DataDir {
     }
 }
 
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        // Still locked here (the lock field is dropped after this runs), so the pid file
+        // is ours to remove. After a crash it stays, naming a dead process; it is read
+        // only when the lock is held by someone.
+        let _ = fs::remove_file(self.path.join(PID_FILE));
+    }
+}
+
 fn create_private(path: &Path) -> Result<(), DataDirError> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);
@@ -324,6 +333,11 @@ mod tests {
             assert_eq!(mode, 0o700);
         }
         drop(held);
+        assert_eq!(
+            listing(&dir),
+            [MARKER_FILE],
+            "the pid file goes with the lock"
+        );
         assert_eq!(inspect(&dir).unwrap(), Found::Palisade);
     }
 

@@ -306,6 +306,12 @@ pub struct WorkerArgs {
     pub stop_at_us: u64,
 }
 
+/// `--out`'s default: `palisade-verify-out` in the system's temporary directory (`$TMPDIR`,
+/// else `/tmp`). Each run replaces the previous run's files there.
+pub fn default_out() -> PathBuf {
+    std::env::temp_dir().join("palisade-verify-out")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,10 +360,4 @@ mod tests {
             assert_eq!(json, kind.as_str());
         }
     }
-}
-
-/// `--out`'s default: `palisade-verify-out` in the system's temporary directory (`$TMPDIR`,
-/// else `/tmp`). Each run replaces the previous run's files there.
-pub fn default_out() -> PathBuf {
-    std::env::temp_dir().join("palisade-verify-out")
 }
