@@ -172,19 +172,18 @@ async fn the_line_is_first_come_first_served_and_cleans_up_after_a_timeout() {
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
     for (queued, name) in ["first", "second", "third"].into_iter().enumerate() {
-        let (issuer, order) = (issuer.clone(), order.clone());
+        let (waiter, order) = (issuer.clone(), order.clone());
         tasks.push(tokio::spawn(async move {
-            let lease = issuer
+            let lease = waiter
                 .acquire(request("q", name, 10_000, 20_000))
                 .await
                 .unwrap();
             order.lock().unwrap().push((name, lease.grant.epoch));
             tokio::time::sleep(Duration::from_millis(20)).await;
-            issuer.release(&lease.grant.lease_id).await.unwrap();
+            waiter.release(&lease.grant.lease_id).await.unwrap();
         }));
         // The next waiter starts only once this one is in line: arrival order is then
         // the order of the line, whatever the machine's load.
-        let issuer = issuer.clone();
         palisade_test_support::poll_async(Duration::from_secs(20), name, || {
             let issuer = issuer.clone();
             async move {
