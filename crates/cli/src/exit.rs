@@ -202,7 +202,18 @@ fn transport_failure(err: &reqwest::Error, server: &str) -> Failure {
              unknown: it may have been applied)"
         )
     } else {
-        format!("cannot reach the server at {server}: {}", chain_text(err))
+        let why = chain_text(err);
+        let hint = if why.contains("UnknownIssuer") || why.contains("invalid peer certificate") {
+            "; if its certificate comes from a private CA, give that CA with --ca-file"
+        } else if why.contains("UnknownCA") || why.contains("CertificateRequired") {
+            "; the server wants a client certificate signed by its CA (--client-cert, \
+             --client-key)"
+        } else if why.contains("dns error") {
+            "; check the host name in --server (PALISADE_SERVER)"
+        } else {
+            ""
+        };
+        format!("cannot reach the server at {server}: {why}{hint}")
     };
     Failure::new(Exit::Unreachable, message)
 }
