@@ -417,3 +417,32 @@ pub(crate) async fn listen_and_serve(
         task,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(listen: &str, resolved: &[&str]) -> ServerConfig {
+        let mut config = ServerConfig::new(listen.parse().unwrap(), "unused".into());
+        config.listen_resolved = resolved.iter().map(|a| a.parse().unwrap()).collect();
+        config
+    }
+
+    /// A host name is loopback only if every address it resolved to is: one public
+    /// address among them refuses a start without authentication, naming that address.
+    #[test]
+    fn every_resolved_address_must_be_loopback_without_auth() {
+        let name = config("127.0.0.1:7700", &["127.0.0.1:7700", "[::1]:7700"]);
+        assert!(Front::prepare(&name).is_ok());
+        let mixed = config("127.0.0.1:7700", &["127.0.0.1:7700", "192.0.2.7:7700"]);
+        match Front::prepare(&mixed) {
+            Err(ServerError::Config(message)) => {
+                assert!(message.contains("192.0.2.7:7700"), "{message}")
+            }
+            other => panic!("expected a refusal, got {:?}", other.err()),
+        }
+        let mut allowed = mixed;
+        allowed.insecure_no_auth = true;
+        assert!(Front::prepare(&allowed).is_ok());
+    }
+}
