@@ -34,7 +34,8 @@ pub async fn run_all(args: &BenchArgs) -> Result<Results, BenchError> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         ..Results::default()
     };
-    eprint!("{}", crate::report::header());
+    // The table goes to stdout once, at the end; stderr only says what is running (and,
+    // on a terminal, shows a progress bar).
     for &job in &args.job {
         if job == Job::Scale {
             results.scale = Some(scale::run(args).await?);
@@ -53,8 +54,22 @@ pub async fn run_all(args: &BenchArgs) -> Result<Results, BenchError> {
                 prefix: run_prefix(job, clients),
                 key: args.key.clone(),
             };
+            if !args.quiet {
+                eprintln!(
+                    "bench: {} {} with {clients} clients ...",
+                    args.target.name(),
+                    job.name()
+                );
+            }
             let summary = measure(plan, args).await?;
-            eprint!("{}", crate::report::row(&summary));
+            if !args.quiet {
+                eprintln!(
+                    "bench: {} {} with {clients} clients: {} ops/s",
+                    args.target.name(),
+                    job.name(),
+                    crate::report::count(summary.ops_per_s)
+                );
+            }
             results.runs.push(summary);
         }
     }

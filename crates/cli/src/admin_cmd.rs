@@ -61,7 +61,7 @@ pub struct BackupArgs {
     #[arg(long, value_name = "URL")]
     server: Option<String>,
     #[command(flatten)]
-    connection: crate::Connection,
+    connection: crate::target::Connection,
     /// Backup file to create (must not exist).
     #[arg(long)]
     out: PathBuf,
@@ -93,11 +93,12 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             out,
             ..
         }) => {
-            let client = connection.client(&server)?;
-            let file = client
+            let connected = connection.connect(&server)?;
+            let file = connected
+                .client
                 .backup_to(&out)
                 .await
-                .map_err(crate::lock_cmd::api_error)?;
+                .map_err(|e| connected.fail(e))?;
             // Read back what was written: a file that does not open as a backup is an
             // error here, not at restore time.
             let info = palisade_storage::redb_backend::offline::read_backup_info(&out)?;

@@ -27,6 +27,7 @@ use clap::Args;
 use palisade_client::Client;
 
 use event::{Event, Timeline};
+use nix::sys::signal::Signal;
 use procs::{signal, spawn_worker, start_server, stop_server, tail};
 pub use worker::{run_worker, WorkerArgs};
 
@@ -150,7 +151,7 @@ async fn story(
     expect_ok(&ev, Some(1))?;
 
     // Freeze A inside its critical section.
-    signal(&a.child, libc::SIGSTOP).context("step \"freeze A\"")?;
+    signal(&a.child, Signal::SIGSTOP).context("step \"freeze A\"")?;
     timeline.note(
         "freeze A",
         "ok",
@@ -176,7 +177,7 @@ async fn story(
     b.finish(STEP_TIMEOUT, |e| timeline.push(e)).await?;
 
     // Thaw A: its late write must be fenced off.
-    signal(&a.child, libc::SIGCONT).context("step \"thaw A\"")?;
+    signal(&a.child, Signal::SIGCONT).context("step \"thaw A\"")?;
     timeline.note(
         "thaw A",
         "ok",

@@ -11,7 +11,9 @@ use palisade_client::{Client, FencedKv, WriteOptions};
 use serde::Serialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::lock_cmd::{api_error, print_json};
+use crate::exit::{Exit, Failure};
+use crate::output::print_json;
+use crate::target::Connected;
 
 /// Key-value store commands. A namespace is named after the lock that guards it.
 #[derive(Debug, Subcommand)]
@@ -30,7 +32,7 @@ pub enum KvCommand {
         #[arg(long, conflicts_with = "if_match")]
         if_absent: bool,
     },
-    /// Print a key's raw value to stdout (exit 1 with not_found if absent).
+    /// Print a key's raw value to stdout (exit code 5, not_found, if absent).
     Get {
         /// Namespace (lock name).
         lock: String,
@@ -61,7 +63,7 @@ pub enum KvCommand {
 pub struct FenceArgs {
     /// Fencing token from `palisade lock acquire` (required for every write).
     #[arg(long, env = "PALISADE_TOKEN", hide_env_values = true)]
-    token: String,
+    pub token: String,
     /// Only apply if the key's current revision equals this (If-Match).
     #[arg(long)]
     if_match: Option<u64>,
@@ -92,8 +94,10 @@ struct KeyList<'a> {
     keys: Vec<String>,
 }
 
-/// Runs one store command with `client`.
-pub async fn run(client: Client, cmd: KvCommand) -> anyhow::Result<()> {
+/// Runs one store command.
+pub async fn run(target: Connected, cmd: KvCommand) -> anyhow::Result<()> {
+    let client = &target.client;
+    let fail = |e| target.fail(e);
     match cmd {
         KvCommand::Put {
             lock,
@@ -106,13 +110,17 @@ pub async fn run(client: Client, cmd: KvCommand) -> anyhow::Result<()> {
                 Some(v) => v.into_bytes(),
                 None => read_stdin().await?,
             };
-            let (kv, opts) = fence.split(&client, &lock, if_absent);
-            print_json(&kv.put_with(&key, value, &opts).await.map_err(api_error)?)
+            let (kv, opts) = fence.split(client, &lock, if_absent);
+            print_json(&kv.put_with(&key, value, &opts).await.map_err(fail)?)
         }
         KvCommand::Get { lock, key } => {
-            let entry = client.kv(&lock).get(&key).await.map_err(api_error)?;
-            let entry =
-                entry.ok_or_else(|| anyhow::anyhow!("not_found: no key {key:?} in {lock:?}"))?;
+            let entry = client.kv(&lock).get(&key).await.map_err(fail)?;
+            let entry = entry.ok_or_else(|| {
+                Failure::new(
+                    Exit::NotFound,
+                    format!("not_found: no key {key:?} in {lock:?}"),
+                )
+            })?;
             let mut out = tokio::io::stdout();
             out.write_all(&entry.value)
                 .await
@@ -120,11 +128,11 @@ pub async fn run(client: Client, cmd: KvCommand) -> anyhow::Result<()> {
             out.flush().await.context("cannot write to stdout")
         }
         KvCommand::Del { lock, key, fence } => {
-            let (kv, opts) = fence.split(&client, &lock, false);
-            print_json(&kv.delete_with(&key, &opts).await.map_err(api_error)?)
+            let (kv, opts) = fence.split(client, &lock, false);
+            print_json(&kv.delete_with(&key, &opts).await.map_err(fail)?)
         }
         KvCommand::Ls { lock, prefix } => {
-            let keys = client.kv(&lock).list(&prefix).await.map_err(api_error)?;
+            let keys = client.kv(&lock).list(&prefix).await.map_err(fail)?;
             print_json(&KeyList { lock: &lock, keys })
         }
     }

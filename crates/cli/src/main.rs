@@ -1,19 +1,33 @@
 //! `palisade`: one binary for the server, the lock and store commands, and the demo.
 //!
-//! Thin by design: parse flags (each also settable by an environment variable), build
-//! the pieces from the library crates, run. Logic lives in the libraries.
+//! Thin by design: parse flags (each also settable by an environment variable; `serve`'s
+//! also by a config file), build the pieces from the library crates, run. Logic lives in
+//! the libraries. One module per command group; `exit.rs` holds the exit codes and the
+//! one-line error messages every command shares (docs/cli.md).
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::process::ExitCode;
 
-use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod admin_cmd;
+mod auth_cmd;
+mod config_file;
 mod demo;
+mod docs_cmd;
+mod exit;
+mod fence_cmd;
 mod kv_cmd;
 mod lock_cmd;
+mod lock_run;
+mod output;
+mod serve_cmd;
+mod target;
+mod token_cmd;
 mod verify_cmd;
+
+use exit::Exit;
+use target::Target;
 
 #[derive(Parser)]
 #[command(
@@ -21,7 +35,7 @@ mod verify_cmd;
     version,
     about = "A lock service whose fencing tokens are enforced where the writes land"
 )]
-struct Cli {
+pub struct Cli {
     #[command(subcommand)]
     command: Command,
     /// Log format on stderr: `text` (one line per event, colours only on a terminal) or
@@ -35,8 +49,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a server node (issuer + fenced store).
-    Serve(Box<ServeArgs>),
-    /// Acquire, renew, release and inspect locks.
+    Serve(Box<serve_cmd::ServeArgs>),
+    /// Acquire, renew, release and inspect locks; run a command under a lock.
     Lock {
         #[command(flatten)]
         target: Target,
@@ -50,12 +64,33 @@ enum Command {
         #[command(subcommand)]
         command: kv_cmd::KvCommand,
     },
+    /// The barrier: make a namespace admit the holder's epoch now, fencing off every older
+    /// holder before any data is written (`fence LOCK`); or show its high-water mark
+    /// (`fence status LOCK`).
+    Fence {
+        #[command(flatten)]
+        target: Target,
+        #[command(flatten)]
+        args: fence_cmd::FenceArgs,
+    },
+    /// Ask the issuer about a token (is it genuine, current, its lease alive).
+    Token {
+        #[command(flatten)]
+        target: Target,
+        #[command(subcommand)]
+        command: token_cmd::TokenCommand,
+    },
+    /// Print the issuer's public keys (GET /v1/keys), for verifying tokens offline.
+    Keys {
+        #[command(flatten)]
+        target: Target,
+    },
     /// Run the stale-leader story with real processes and show the timeline.
     Demo(demo::DemoArgs),
     /// Bearer keys for an auth file: make one, or hash one you have.
     Auth {
         #[command(subcommand)]
-        command: AuthCommand,
+        command: auth_cmd::AuthCommand,
     },
     /// Offline maintenance of a data directory: backup, restore and signing keys (server
     /// stopped).
@@ -79,294 +114,13 @@ enum Command {
     /// One worker process of `palisade verify` (started by it).
     #[command(hide = true)]
     VerifyWorker(palisade_verify::WorkerArgs),
-}
-
-#[derive(Subcommand)]
-enum AuthCommand {
-    /// Print a fresh random key (256 bits) and the `key_sha256` line for the auth file.
-    /// Give the key to the client (PALISADE_KEY or --key-file); only the digest goes into
-    /// the server's auth file.
-    NewKey,
-    /// Read a key from standard input and print its `key_sha256` line.
-    HashKey,
-}
-
-/// Which server a client command talks to, and how it connects.
-#[derive(Args)]
-struct Target {
-    /// Base URL of the Palisade server (http:// or https://).
-    #[arg(
-        long,
-        env = "PALISADE_SERVER",
-        default_value = "http://127.0.0.1:7700",
-        global = true
-    )]
-    server: String,
-    #[command(flatten)]
-    connection: Connection,
-}
-
-/// How a client command connects: bearer key and TLS files.
-#[derive(Args)]
-pub(crate) struct Connection {
-    /// File holding the bearer key sent as `Authorization: Bearer <key>` (mode 0600: a
-    /// file group or others may read is refused). Instead of a file, the key itself can be
-    /// given in the environment variable PALISADE_KEY; this flag wins if both are set.
-    #[arg(long, env = "PALISADE_KEY_FILE", global = true, value_name = "FILE")]
-    key_file: Option<PathBuf>,
-    /// Trust only the CA certificates in this PEM file for an https:// server (default:
-    /// the system's roots).
-    #[arg(long, env = "PALISADE_CA_FILE", global = true, value_name = "FILE")]
-    ca_file: Option<PathBuf>,
-    /// Client certificate (PEM) for a server that requires mutual TLS; needs --client-key.
-    #[arg(
-        long,
-        env = "PALISADE_CLIENT_CERT",
-        global = true,
-        value_name = "FILE",
-        requires = "client_key"
-    )]
-    client_cert: Option<PathBuf>,
-    /// Private key (PEM) of --client-cert.
-    #[arg(
-        long,
-        env = "PALISADE_CLIENT_KEY",
-        global = true,
-        value_name = "FILE",
-        requires = "client_cert"
-    )]
-    client_key: Option<PathBuf>,
-}
-
-impl Target {
-    /// A client with these settings (files are read here, before any request).
-    fn client(self) -> anyhow::Result<palisade_client::Client> {
-        self.connection.client(&self.server)
-    }
-}
-
-impl Connection {
-    /// A client of `server` with these settings (files are read here, before any
-    /// request).
-    pub(crate) fn client(self, server: &str) -> anyhow::Result<palisade_client::Client> {
-        let mut builder = palisade_client::Client::builder(server);
-        if let Some(ca) = self.ca_file {
-            builder = builder.ca_file(ca);
-        }
-        if let (Some(cert), Some(key)) = (self.client_cert, self.client_key) {
-            builder = builder.client_cert(cert, key);
-        }
-        builder = match (self.key_file, std::env::var("PALISADE_KEY")) {
-            (Some(file), _) => builder.bearer_key_file(file),
-            (None, Ok(key)) => builder.bearer_key(key),
-            (None, Err(_)) => builder,
-        };
-        builder.build().map_err(lock_cmd::api_error)
-    }
-}
-
-#[derive(Args)]
-struct ServeArgs {
-    /// Address to listen on (port 0 picks a free port).
-    #[arg(long, env = "PALISADE_LISTEN", default_value = "127.0.0.1:7700")]
-    listen: SocketAddr,
-    /// Directory holding the database file and the key set (signing-keys.json).
-    #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
-    data_dir: PathBuf,
-    /// After a lease expires without release, keep its lock ungrantable this long (ms).
-    #[arg(long, env = "PALISADE_LOCK_DELAY_MS", default_value_t = 0)]
-    lock_delay_ms: u64,
-    /// A released lock taken again within this many ms is granted without waiting for a
-    /// disk write (its durable reservation still covers it). After a crash, the locks
-    /// released within this window before it wait one TTL, like the locks that were held.
-    /// Embedded backend only.
-    #[arg(long, env = "PALISADE_IDLE_GRACE_MS", default_value_t = palisade_server::DEFAULT_IDLE_GRACE_MS)]
-    idle_grace_ms: u64,
-    /// Largest value accepted by the store, in bytes.
-    #[arg(long, env = "PALISADE_MAX_VALUE_BYTES", default_value_t = 1024 * 1024)]
-    max_value_bytes: usize,
-    /// Gate policy per namespace: NAME=epoch|sequence or PREFIX*=epoch|sequence.
-    /// Repeat the flag, or give a comma-separated list in the environment variable.
-    #[arg(long = "policy", env = "PALISADE_POLICIES", value_delimiter = ',')]
-    policies: Vec<String>,
-    /// How many verified tokens to cache.
-    #[arg(long, env = "PALISADE_TOKEN_CACHE", default_value_t = 65_536)]
-    token_cache: usize,
-    /// Page cache of the embedded database, in MiB (the embedded backend only).
-    #[arg(long, env = "PALISADE_DB_CACHE_MB", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
-    db_cache_mb: u64,
-    /// Where state lives: `embedded` (one redb file in --data-dir, one node) or `etcd`
-    /// (several stateless nodes sharing an etcd cluster; needs a build with `--features
-    /// etcd`, --etcd-endpoints and --signing-key-file). See docs/deployment.md.
-    #[arg(long, env = "PALISADE_BACKEND", default_value = "embedded", value_parser = ["embedded", "etcd"])]
-    backend: String,
-    /// etcd client URLs, comma-separated, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379.
-    #[arg(long, env = "PALISADE_ETCD_ENDPOINTS", value_delimiter = ',')]
-    etcd_endpoints: Vec<String>,
-    /// Prefix of every etcd key Palisade writes (must end with '/').
-    #[arg(long, env = "PALISADE_ETCD_PREFIX", default_value = "/palisade/")]
-    etcd_prefix: String,
-    /// Longest wait for one etcd call (ms); past it the request fails with 503
-    /// storage_failed. Calls etcd never received are resent until then.
-    #[arg(long, env = "PALISADE_ETCD_TIMEOUT_MS", default_value_t = 5000)]
-    etcd_timeout_ms: u64,
-    /// Talk TLS to etcd, trusting the CA certificates in this PEM file; every
-    /// --etcd-endpoints URL must then be https://.
-    #[arg(long, env = "PALISADE_ETCD_CA_FILE", value_name = "FILE")]
-    etcd_ca_file: Option<PathBuf>,
-    /// Client certificate (PEM) for etcd members started with --client-cert-auth; needs
-    /// --etcd-key and --etcd-ca-file.
-    #[arg(
-        long,
-        env = "PALISADE_ETCD_CERT",
-        value_name = "FILE",
-        requires = "etcd_key"
-    )]
-    etcd_cert: Option<PathBuf>,
-    /// Private key (PEM) of --etcd-cert.
-    #[arg(
-        long,
-        env = "PALISADE_ETCD_KEY",
-        value_name = "FILE",
-        requires = "etcd_cert"
-    )]
-    etcd_key: Option<PathBuf>,
-    /// Authenticate to etcd as this user (etcd with `auth enable`); needs
-    /// --etcd-password-file.
-    #[arg(long, env = "PALISADE_ETCD_USER", requires = "etcd_password_file")]
-    etcd_user: Option<String>,
-    /// File holding the etcd user's password (mode 0600: a file group or others may read
-    /// is refused).
-    #[arg(
-        long,
-        env = "PALISADE_ETCD_PASSWORD_FILE",
-        value_name = "FILE",
-        requires = "etcd_user"
-    )]
-    etcd_password_file: Option<PathBuf>,
-    /// Create the key set from this key file (64 hex characters, mode 0600) instead of a
-    /// new random key: read only when there is no key set yet (DATA_DIR/signing-keys.json,
-    /// or the one in etcd). With --backend etcd the first node needs it.
-    #[arg(long, env = "PALISADE_SIGNING_KEY_FILE")]
-    signing_key_file: Option<PathBuf>,
-    /// Also accept tokens signed by this key: a file holding a public key in base64url (as
-    /// GET /v1/keys shows it) or a secret key file. Repeat the flag for several keys.
-    #[arg(
-        long = "trust-key-file",
-        env = "PALISADE_TRUST_KEY_FILES",
-        value_delimiter = ','
-    )]
-    trust_key_files: Vec<PathBuf>,
-    /// Turn authentication on: principals, their bearer-key digests and grants (TOML; see
-    /// docs/security.md). Reloaded on SIGHUP. Without it every caller may do everything,
-    /// so the server then listens only on loopback addresses.
-    #[arg(long, env = "PALISADE_AUTH_FILE")]
-    auth_file: Option<PathBuf>,
-    /// Listen on a non-loopback address without --auth-file anyway (warns on every start).
-    #[arg(long, env = "PALISADE_INSECURE_NO_AUTH")]
-    insecure_no_auth: bool,
-    /// Append an audit log (JSON lines) of authentication failures, permission denials,
-    /// admin actions, leases released by others and stale-token rejections.
-    #[arg(long, env = "PALISADE_AUDIT_LOG")]
-    audit_log: Option<PathBuf>,
-    /// Size at which the audit log rotates to FILE.1 (MiB).
-    #[arg(long, env = "PALISADE_AUDIT_LOG_MAX_MB", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
-    audit_log_max_mb: u64,
-    /// Longest lease TTL a client may ask for (ms); a principal's max_ttl_ms may lower it.
-    #[arg(long, env = "PALISADE_MAX_TTL_MS", default_value_t = palisade_server::Limits::default().max_ttl_ms, value_parser = clap::value_parser!(u64).range(50..))]
-    max_ttl_ms: u64,
-    /// Live leases one principal may hold at once (with --auth-file).
-    #[arg(long, env = "PALISADE_MAX_LEASES_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_leases_per_principal)]
-    max_leases_per_principal: u32,
-    /// Acquisitions one principal may have waiting at once (with --auth-file).
-    #[arg(long, env = "PALISADE_MAX_WAITERS_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_waiters_per_principal)]
-    max_waiters_per_principal: u32,
-    /// Acquisitions that may wait in line for one lock.
-    #[arg(long, env = "PALISADE_MAX_WAITERS_PER_LOCK", default_value_t = palisade_server::Limits::default().max_waiters_per_lock)]
-    max_waiters_per_lock: u32,
-    /// Locks the server keeps in memory at once; idle locks whose state is on disk make
-    /// room, and a new lock that finds no room is refused with 429 quota_exceeded.
-    #[arg(long, env = "PALISADE_MAX_LOCKS", default_value_t = palisade_server::Limits::default().max_locks as u64, value_parser = clap::value_parser!(u64).range(1..))]
-    max_locks: u64,
-    /// Keys one namespace of the store may hold.
-    #[arg(long, env = "PALISADE_MAX_KEYS_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_KEYS_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
-    max_keys_per_namespace: u64,
-    /// Bytes of keys plus values one namespace of the store may hold.
-    #[arg(long, env = "PALISADE_MAX_BYTES_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_BYTES_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
-    max_bytes_per_namespace: u64,
-    /// How long an idempotency key is remembered (seconds); after it a request with the
-    /// same key is applied afresh, and the record is purged.
-    #[arg(long, env = "PALISADE_IDEMPOTENCY_RETENTION_S", default_value_t = palisade_storage::DEFAULT_IDEMPOTENCY_RETENTION.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
-    idempotency_retention_s: u64,
-    /// Events kept for clients that resume an events stream with Last-Event-ID (GET
-    /// /v1/events); a client that asks for an older one gets a `reset` event instead.
-    #[arg(long, env = "PALISADE_EVENTS_BUFFER", default_value_t = palisade_server::observe::DEFAULT_EVENTS_BUFFER as u64, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
-    events_buffer: u64,
-    /// Events streams open at once; more are refused with 429 quota_exceeded.
-    #[arg(long, env = "PALISADE_MAX_EVENT_SUBSCRIBERS", default_value_t = palisade_server::observe::DEFAULT_MAX_SUBSCRIBERS as u64, value_parser = clap::value_parser!(u64).range(0..=100_000))]
-    max_event_subscribers: u64,
-    #[command(flatten)]
-    transport: TransportArgs,
-}
-
-/// How connections are accepted and served (see docs/security.md, "Limits on connections").
-#[derive(Args)]
-struct TransportArgs {
-    /// Most connections open at once. At the cap, a new connection closes the one idle (or
-    /// slow to send its request head) for longest; connections with a request in progress
-    /// are never closed for it.
-    #[arg(long, env = "PALISADE_MAX_CONNECTIONS", default_value_t = palisade_server::transport::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
-    max_connections: u64,
-    /// A request head (request line and headers; for a new connection also the TLS
-    /// handshake) must arrive in full within this many ms, or the connection is closed.
-    #[arg(long, env = "PALISADE_HEADER_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_HEADER_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
-    header_timeout_ms: u64,
-    /// Close a keep-alive connection with no request in progress after this many ms.
-    #[arg(long, env = "PALISADE_IDLE_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_IDLE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
-    idle_timeout_ms: u64,
-    /// Largest request head (request line and headers) in bytes; larger ones get 431
-    /// headers_too_large. At least 8192.
-    #[arg(long, env = "PALISADE_MAX_HEADER_BYTES", default_value_t = palisade_server::transport::DEFAULT_MAX_HEADER_BYTES as u64, value_parser = clap::value_parser!(u64).range(8192..=1_048_576))]
-    max_header_bytes: u64,
-    /// On SIGTERM, requests in progress get this many ms to finish; then every connection
-    /// is closed. Queued acquisitions are answered 503 at once.
-    #[arg(long, env = "PALISADE_SHUTDOWN_GRACE_MS", default_value_t = palisade_server::transport::DEFAULT_SHUTDOWN_GRACE_MS)]
-    shutdown_grace_ms: u64,
-    /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
-    /// Reloaded, with the key, on SIGHUP.
-    #[arg(long, env = "PALISADE_TLS_CERT", requires = "tls_key")]
-    tls_cert: Option<PathBuf>,
-    /// Private key (PEM) of --tls-cert.
-    #[arg(long, env = "PALISADE_TLS_KEY", requires = "tls_cert")]
-    tls_key: Option<PathBuf>,
-    /// Mutual TLS: require every client to present a certificate signed by a CA in this
-    /// PEM file. Needs --tls-cert.
-    #[arg(long, env = "PALISADE_TLS_CLIENT_CA", requires = "tls_cert")]
-    tls_client_ca: Option<PathBuf>,
-}
-
-impl TransportArgs {
-    fn config(self) -> anyhow::Result<palisade_server::TransportConfig> {
-        use std::time::Duration;
-        let tls = match (self.tls_cert, self.tls_key) {
-            (Some(cert_file), Some(key_file)) => Some(palisade_server::TlsConfig {
-                cert_file,
-                key_file,
-                client_ca_file: self.tls_client_ca,
-            }),
-            _ => None,
-        };
-        Ok(palisade_server::TransportConfig {
-            max_connections: usize::try_from(self.max_connections)
-                .context("--max-connections is too large for this machine")?,
-            header_timeout: Duration::from_millis(self.header_timeout_ms),
-            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
-            max_header_bytes: usize::try_from(self.max_header_bytes)
-                .context("--max-header-bytes is too large for this machine")?,
-            shutdown_grace: Duration::from_millis(self.shutdown_grace_ms),
-            tls,
-        })
-    }
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page palisade.1 (or write every page with --dir).
+    Man(docs_cmd::ManArgs),
 }
 
 // mimalloc: the request path allocates and frees many small buffers (HTTP, JSON,
@@ -374,8 +128,8 @@ impl TransportArgs {
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+fn main() -> ExitCode {
+    let cli = parse(std::env::args_os().collect());
     let default_level = match cli.command {
         Command::Serve(_) => "info",
         _ => "warn",
@@ -385,14 +139,15 @@ fn main() -> std::process::ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return std::process::ExitCode::FAILURE;
+            return ExitCode::from(Exit::Failure.code());
         }
     };
     match runtime.block_on(run(cli)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
+            let (code, line) = exit::report(&e);
+            eprintln!("error: {line}");
+            ExitCode::from(code)
         }
     }
 }
@@ -431,102 +186,99 @@ fn init_logging(format: &str, default_level: &str) {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
-    match cli.command {
-        Command::Serve(args) => serve(*args).await,
-        Command::Lock { target, command } => lock_cmd::run(target.client()?, command).await,
-        Command::Kv { target, command } => kv_cmd::run(target.client()?, command).await,
+/// Parses the command line; for `serve --config FILE`, with the file's settings below the
+/// flags and environment. Usage errors exit 2 here, as clap does.
+fn parse(argv: Vec<OsString>) -> Cli {
+    let command = command();
+    let mut matches = command.clone().get_matches_from(argv.clone());
+    if let Some(("serve", given)) = matches.subcommand() {
+        let serve = command
+            .find_subcommand("serve")
+            .expect("the serve subcommand is defined above");
+        if let Some(path) = given.get_one::<std::path::PathBuf>("config") {
+            let extra = config_file::flags_from_file(path, serve, given).unwrap_or_else(|e| {
+                eprintln!("error: {e}");
+                std::process::exit(Exit::Usage.code().into())
+            });
+            let mut full = argv;
+            full.extend(extra);
+            matches = command
+                .clone()
+                .try_get_matches_from(full)
+                .unwrap_or_else(|e| {
+                    let text = e.render().to_string();
+                    let first = text.lines().next().unwrap_or_default();
+                    eprintln!("{first} (from the config file {})", path.display());
+                    std::process::exit(Exit::Usage.code().into())
+                });
+        }
+        if let Some(("serve", given)) = matches.subcommand() {
+            if given.get_flag("print_config") {
+                print!("{}", config_file::render(serve, given));
+                std::process::exit(0);
+            }
+        }
+    }
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
+
+/// The command line's definition, with the exit codes in `--help`.
+pub fn command() -> clap::Command {
+    Cli::command().after_help(exit::summary())
+}
+
+/// Runs the command; the exit code, or the error that ends it.
+async fn run(cli: Cli) -> anyhow::Result<u8> {
+    let done = match cli.command {
+        Command::Serve(args) => serve_cmd::run(*args).await,
+        Command::Lock { target, command } => {
+            return lock_cmd::run(target.connect()?, command).await
+        }
+        Command::Kv { target, command } => kv_cmd::run(target.connect()?, command).await,
+        Command::Fence { target, args } => fence_cmd::run(target.connect()?, args).await,
+        Command::Token { target, command } => token_cmd::run(target.connect()?, command).await,
+        Command::Keys { target } => token_cmd::keys(target.connect()?).await,
         Command::Demo(args) => demo::run(args).await,
         Command::Admin { command } => admin_cmd::run(command).await,
-        Command::Auth { command } => auth(command),
+        Command::Auth { command } => auth_cmd::run(command),
         Command::DemoWorker(args) => demo::run_worker(args).await,
         Command::Verify(args) => verify_cmd::run(args).await,
         Command::VerifyWorker(args) => verify_cmd::run_worker(args).await,
         Command::Bench(args) => palisade_bench::run(args)
             .await
             .map(drop)
-            .map_err(Into::into),
-    }
-}
-
-fn auth(command: AuthCommand) -> anyhow::Result<()> {
-    use palisade_server::auth::{key_digest, new_key};
-    match command {
-        AuthCommand::NewKey => {
-            let key = new_key();
-            println!("key: {key}");
-            println!("key_sha256 = \"{}\"", hex_digest(&key_digest(&key)));
+            .map_err(bench_failure),
+        Command::Completions { shell } => {
+            docs_cmd::completions(shell);
+            Ok(())
         }
-        AuthCommand::HashKey => {
-            let mut key = String::new();
-            std::io::stdin()
-                .read_line(&mut key)
-                .context("cannot read the key from standard input")?;
-            let key = key.trim();
-            anyhow::ensure!(!key.is_empty(), "no key on standard input");
-            println!("key_sha256 = \"{}\"", hex_digest(&key_digest(key)));
+        Command::Man(args) => docs_cmd::man(args),
+    };
+    done.map(|()| Exit::Ok.code())
+}
+
+/// Bench errors; a driver left out of this build names the feature of *this* crate
+/// that brings it in.
+fn bench_failure(err: palisade_bench::BenchError) -> anyhow::Error {
+    match err {
+        palisade_bench::BenchError::NotBuilt { target, feature } => {
+            let feature = match feature {
+                "peers" => "bench-peers",
+                "peer-etcd" => "bench-etcd",
+                other => other,
+            };
+            exit::Failure::new(
+                Exit::Usage,
+                format!(
+                    "the {target:?} driver is not built into this palisade: rebuild it with \
+                     `cargo install --locked --path crates/cli --features {feature}`"
+                ),
+            )
+            .into()
         }
+        palisade_bench::BenchError::Args(message) => {
+            exit::Failure::new(Exit::Usage, message).into()
+        }
+        other => other.into(),
     }
-    Ok(())
-}
-
-fn hex_digest(digest: &[u8; 32]) -> String {
-    digest.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let policies =
-        palisade_server::NamespacePolicies::parse(args.policies.iter().map(String::as_str))
-            .map_err(anyhow::Error::msg)
-            .context("bad --policy")?;
-    let mut config = palisade_server::ServerConfig::new(args.listen, args.data_dir);
-    config.lock_delay_ms = args.lock_delay_ms;
-    config.idle_grace_ms = args.idle_grace_ms;
-    config.max_value_bytes = args.max_value_bytes;
-    config.policies = policies;
-    config.token_cache = args.token_cache;
-    config.db_cache_bytes = usize::try_from(args.db_cache_mb * 1024 * 1024)
-        .context("--db-cache-mb is too large for this machine")?;
-    config.signing_key_file = args.signing_key_file;
-    config.trust_key_files = args.trust_key_files;
-    config.transport = args.transport.config()?;
-    config.auth_file = args.auth_file;
-    config.insecure_no_auth = args.insecure_no_auth;
-    config.audit_log = args.audit_log;
-    config.audit_log_max_bytes = args.audit_log_max_mb * 1024 * 1024;
-    config.limits = palisade_server::Limits {
-        max_ttl_ms: args.max_ttl_ms,
-        max_leases_per_principal: args.max_leases_per_principal,
-        max_waiters_per_principal: args.max_waiters_per_principal,
-        max_waiters_per_lock: args.max_waiters_per_lock,
-        max_locks: usize::try_from(args.max_locks).context("--max-locks is too large")?,
-    };
-    config.events_buffer =
-        usize::try_from(args.events_buffer).context("--events-buffer is too large")?;
-    config.max_event_subscribers = usize::try_from(args.max_event_subscribers)
-        .context("--max-event-subscribers is too large")?;
-    config.store_limits = palisade_storage::StoreLimits {
-        max_keys_per_namespace: args.max_keys_per_namespace,
-        max_bytes_per_namespace: args.max_bytes_per_namespace,
-        idempotency_retention: std::time::Duration::from_secs(args.idempotency_retention_s),
-    };
-    if args.backend == "etcd" {
-        config.backend = palisade_server::BackendConfig::Etcd {
-            endpoints: args.etcd_endpoints,
-            prefix: args.etcd_prefix,
-            request_timeout: std::time::Duration::from_millis(args.etcd_timeout_ms),
-            access: palisade_server::EtcdAccess {
-                ca_file: args.etcd_ca_file,
-                cert_file: args.etcd_cert,
-                key_file: args.etcd_key,
-                user: args.etcd_user,
-                password_file: args.etcd_password_file,
-            },
-        };
-    }
-    let server = palisade_server::serve(config).await?;
-    // Scripts and tests read this line to learn the URL (https:// with TLS) and port.
-    println!("{}", palisade_api::listening::line(&server.url()));
-    server.run_until_signal().await?;
-    Ok(())
 }

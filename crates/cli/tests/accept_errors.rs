@@ -31,14 +31,8 @@ fn out_of_descriptors_is_logged_backed_off_and_recovered_from() {
     // SAFETY: only setrlimit, which is async-signal-safe, runs between fork and exec.
     unsafe {
         command.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: 64,
-                rlim_max: 64,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
+            use nix::sys::resource::{setrlimit, Resource};
+            setrlimit(Resource::RLIMIT_NOFILE, 64, 64).map_err(std::io::Error::from)
         });
     }
     let mut child = command.spawn().expect("spawn palisade");

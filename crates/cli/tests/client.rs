@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::Server;
+use common::{Server, Signal};
 use palisade_client::{AcquireOptions, Client, Error, WriteOptions};
 
 #[tokio::test]
@@ -38,7 +38,13 @@ async fn guard_renews_in_background_and_errors_are_typed() {
         };
         tokio::spawn(async move { client.acquire("jobs", "b", opts).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Release only once `b` is in line, or it would find the lock free (epoch 2 either
+    // way, but the wait path would go untested).
+    palisade_test_support::poll_async(Duration::from_secs(20), "b queued", || async {
+        let status = client.lock_status("jobs").await.ok()?;
+        (status.waiters == 1).then_some(())
+    })
+    .await;
     let stale_kv = a.kv();
     a.release().await.unwrap();
     let b = waiter.await.unwrap().unwrap();
@@ -76,10 +82,9 @@ async fn lost_resolves_when_the_server_expires_the_lease() {
     };
     let guard = client.acquire("pause", "a", opts).await.unwrap();
     // Freeze the server: no renewal can succeed, so the guard must notice by its deadline.
-    let pid = server.pid() as i32;
-    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    server.signal(Signal::SIGSTOP);
     let lost = tokio::time::timeout(Duration::from_secs(3), guard.lost()).await;
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    server.signal(Signal::SIGCONT);
     assert!(lost.is_ok(), "guard did not report the lost lease");
     assert!(guard.is_lost());
 }

@@ -102,6 +102,32 @@ async fn worker(
     }
 }
 
+/// Acquisitions sent and answered within one stable generation, and acknowledged writes,
+/// that each generation must see before the next crash: enough for the checks below to
+/// compare generations, however loaded the machine (the wait is for work, not for time).
+const WORK_PER_GENERATION: usize = 6;
+
+/// Waits until generation `g` has seen [`WORK_PER_GENERATION`] acquisitions sent and
+/// answered in it, and as many more acknowledged writes; fails after a minute without.
+async fn work_in_generation(record: &Mutex<Record>, g: u64) {
+    let acked_before = record.lock().unwrap().acked.len();
+    palisade_test_support::poll_async(
+        Duration::from_secs(60),
+        &format!("work in generation {g}"),
+        || async {
+            let record = record.lock().unwrap();
+            let epochs = record
+                .epochs
+                .iter()
+                .filter(|(_, _, sent, answered)| *sent == g && *answered == g)
+                .count();
+            let acked = record.acked.len() - acked_before;
+            (epochs >= WORK_PER_GENERATION && acked >= WORK_PER_GENERATION).then_some(())
+        },
+    )
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_restarts_lose_no_epoch_and_no_acknowledged_write_embedded() {
     crash_suite(Topology::embedded(&[])).await;
@@ -131,14 +157,14 @@ async fn crash_suite(mut topology: Topology) {
         .collect();
 
     for round in 0..KILLS {
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        work_in_generation(&record, generation.load(Ordering::SeqCst)).await;
         // Odd generations are transitions: answers sent or received then are counted for
         // uniqueness but not for the before/after comparison.
         generation.fetch_add(1, Ordering::SeqCst);
         tokio::task::block_in_place(|| topology.crash_and_restart(round));
         generation.fetch_add(1, Ordering::SeqCst);
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    work_in_generation(&record, generation.load(Ordering::SeqCst)).await;
     stop.store(true, Ordering::SeqCst);
     for t in tasks {
         t.await.unwrap();
@@ -187,9 +213,10 @@ async fn crash_suite(mut topology: Topology) {
             max_before = *max;
         }
     }
-    assert!(
-        generations_seen.len() >= 3,
-        "work spanned too few restarts: {generations_seen:?}"
+    assert_eq!(
+        generations_seen.len(),
+        KILLS + 1,
+        "every stable generation did work: {generations_seen:?}"
     );
 
     // Every acknowledged write survived the crashes.

@@ -6,73 +6,27 @@
 
 mod common;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::pki::{Ca, CertFiles};
 use common::topology::{hex, write_private};
 use common::{Http, Server};
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
-}
+use palisade_test_support::etcd::{EtcdCluster, MemberTls, Options};
 
 /// One etcd member with a TLS client port that requires client certificates.
-struct TlsEtcd {
-    child: Child,
-    endpoint: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for TlsEtcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_etcd(ca: &Ca, server: &CertFiles) -> TlsEtcd {
-    let dir = tempfile::tempdir().unwrap();
-    let (client_port, peer_port) = (free_port(), free_port());
-    let endpoint = format!("https://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
-    let child = Command::new(std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".to_owned()))
-        .args(["--name", "solo", "--data-dir"])
-        .arg(dir.path().join("solo"))
-        .args([
-            "--listen-client-urls",
-            &endpoint,
-            "--advertise-client-urls",
-            &endpoint,
-        ])
-        .args([
-            "--listen-peer-urls",
-            &peer,
-            "--initial-advertise-peer-urls",
-            &peer,
-        ])
-        .args(["--initial-cluster", &format!("solo={peer}")])
-        .args([
-            "--cert-file",
-            &server.cert_arg(),
-            "--key-file",
-            &server.key_arg(),
-        ])
-        .args(["--trusted-ca-file", &ca.cert_arg(), "--client-cert-auth"])
-        .args(["--logger", "zap", "--log-level", "error"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start etcd (install etcd-server)");
-    TlsEtcd {
-        child,
-        endpoint,
-        _dir: dir,
-    }
+fn start_etcd(ca: &Ca, server: &CertFiles) -> EtcdCluster {
+    let tls = MemberTls {
+        cert_file: server.cert.clone(),
+        key_file: server.key.clone(),
+        client_ca_file: ca.cert_file.clone(),
+    };
+    EtcdCluster::start_with(
+        1,
+        Options {
+            tls: Some(tls),
+            extra: Vec::new(),
+        },
+    )
 }
 
 /// etcd's JSON gateway over TLS with a client certificate.
@@ -96,11 +50,12 @@ async fn etcd_nodes_connect_over_tls_as_an_etcd_user() {
     let etcd_server = ca.etcd_member_cert("etcd-server");
     let client = ca.client_cert("etcd-client", "palisade-node");
     let etcd = start_etcd(&ca, &etcd_server);
+    let endpoint = etcd.endpoint(0);
 
     // Wait for the member, then create root and turn authentication on.
     let api = gateway(&ca, &client);
     let call = |path: &str, body: serde_json::Value| {
-        api.post(format!("{}/v3/{path}", etcd.endpoint))
+        api.post(format!("{}/v3/{path}", endpoint))
             .json(&body)
             .send()
     };
@@ -144,7 +99,7 @@ async fn etcd_nodes_connect_over_tls_as_an_etcd_user() {
             "--backend",
             "etcd",
             "--etcd-endpoints",
-            &etcd.endpoint,
+            &endpoint,
             "--etcd-ca-file",
             &ca.cert_arg(),
             "--etcd-cert",

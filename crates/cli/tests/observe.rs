@@ -15,7 +15,7 @@ use palisade_client::LockEvent;
 use serde_json::Value;
 
 use common::principals::{auth_file, grant, Api};
-use common::{code, Http, Server};
+use common::{code, Http, Server, Signal};
 
 /// The samples of a `/metrics` text, by name with labels.
 fn samples(text: &str) -> BTreeMap<String, f64> {
@@ -395,7 +395,7 @@ async fn a_backup_taken_while_serving_restores_safely() {
     let newer_epoch = newer["epoch"].as_u64().unwrap();
     let newer_token = newer["token"].as_str().unwrap().to_owned();
     assert_eq!(http.put("W", "after", Some(&newer_token), "x").await.0, 200);
-    server.signal(libc::SIGTERM);
+    server.signal(Signal::SIGTERM);
     assert!(server.wait_exit(Duration::from_secs(30)).is_some());
 
     let restored = offline::restore(&data, &out, &[]);

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::time::Duration;
 
 use common::raw::{slow_client, RawConn};
-use common::{code, Http, Server};
+use common::{code, Http, Server, Signal};
 
 /// Generous bound on "exits within a few seconds".
 const EXIT_BOUND: Duration = Duration::from_secs(15);
@@ -37,7 +37,7 @@ async fn sigterm_answers_a_queued_waiter_503_and_exits() {
     assert_eq!(idle.answer().status, 200);
     let _slow = slow_client(server.port, 100);
 
-    server.signal(libc::SIGTERM);
+    server.signal(Signal::SIGTERM);
     let (status, body) = waiter.await.unwrap();
     assert_eq!(status, 503, "{body}");
     assert_eq!(code(&body), "unavailable", "{body}");
@@ -55,7 +55,7 @@ fn sigterm_cuts_a_slow_request_off_after_the_grace() {
     conn.send(b"POST /v1/locks/slow/acquire HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n");
     conn.stream.write_all(b"{\"holder\": \"slow").unwrap();
     std::thread::sleep(Duration::from_millis(200));
-    server.signal(libc::SIGTERM);
+    server.signal(Signal::SIGTERM);
     let exit = server
         .wait_exit(EXIT_BOUND)
         .expect("the server exits after SIGTERM");

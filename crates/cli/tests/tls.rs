@@ -90,9 +90,12 @@ async fn https_with_a_ca_file_and_refused_without_one() {
         &["lock", "status", "tls-cli", "--server", &server.url],
         Duration::from_secs(30),
     );
-    assert!(!refused.success);
+    // Server unreachable (exit code 11), saying why and what to give.
+    assert_eq!(refused.code, Some(11), "{}", refused.stderr);
     assert!(
-        refused.stderr.contains("transport") && refused.stderr.contains("certificate"),
+        refused.stderr.contains("cannot reach the server")
+            && refused.stderr.contains("certificate")
+            && refused.stderr.contains("--ca-file"),
         "{}",
         refused.stderr
     );
@@ -159,8 +162,13 @@ async fn mutual_tls_refuses_clients_without_a_certificate_from_the_ca() {
     assert!(status.success, "{}", status.stderr);
     assert_eq!(status.json()["epoch"], 1);
     let refused = cli(&rogue);
-    assert!(!refused.success);
-    assert!(refused.stderr.contains("transport"), "{}", refused.stderr);
+    assert_eq!(refused.code, Some(11), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("cannot reach the server")
+            && refused.stderr.contains("--client-cert"),
+        "{}",
+        refused.stderr
+    );
 }
 
 #[test]

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::pki::Ca;
-use common::Server;
+use common::{Server, Signal};
 
 /// The DER of the certificate the server presented on the connection of `response`.
 fn presented(response: &reqwest::Response) -> Vec<u8> {
@@ -58,7 +58,7 @@ async fn sighup_reloads_the_certificate_without_dropping_connections() {
     let second = ca.server_cert("second");
     std::fs::copy(&second.cert, &live_cert).unwrap();
     std::fs::copy(&second.key, &live_key).unwrap();
-    server.signal(libc::SIGHUP);
+    server.signal(Signal::SIGHUP);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let response = client(&ca).get(&health).send().await.unwrap();
@@ -80,7 +80,7 @@ async fn sighup_reloads_the_certificate_without_dropping_connections() {
 
     // A broken certificate: refused, logged, and the second one stays in use.
     std::fs::write(&live_cert, "-----BEGIN CERTIFICATE-----\nbroken\n").unwrap();
-    server.signal(libc::SIGHUP);
+    server.signal(Signal::SIGHUP);
     let deadline = Instant::now() + Duration::from_secs(20);
     while !log.lock().unwrap().contains("TLS reload failed") {
         assert!(

@@ -23,6 +23,11 @@
 //! # }
 //! ```
 //!
+//! Runnable examples, against a server started with `palisade serve`:
+//! `cargo run -p palisade-client --example lease_guard` (work while the lease is held,
+//! stop when it is lost), `--example fenced_write` (barrier, fenced and idempotent
+//! writes), `--example lost_lease` (a paused holder's late write is refused).
+//!
 //! ## Pieces
 //! - [`Client`]: one pooled HTTP/1.1 connection set to one server; lock, lease, key and
 //!   token calls. [`ClientBuilder`] sets how it connects: `https`, the CA to trust, a

@@ -171,18 +171,27 @@ async fn the_line_is_first_come_first_served_and_cleans_up_after_a_timeout() {
     // Three waiters queue in order; each gets the lock in turn, in arrival order.
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();
-    for name in ["first", "second", "third"] {
-        let (issuer, order) = (issuer.clone(), order.clone());
+    for (queued, name) in ["first", "second", "third"].into_iter().enumerate() {
+        let (waiter, order) = (issuer.clone(), order.clone());
         tasks.push(tokio::spawn(async move {
-            let lease = issuer
+            let lease = waiter
                 .acquire(request("q", name, 10_000, 20_000))
                 .await
                 .unwrap();
             order.lock().unwrap().push((name, lease.grant.epoch));
             tokio::time::sleep(Duration::from_millis(20)).await;
-            issuer.release(&lease.grant.lease_id).await.unwrap();
+            waiter.release(&lease.grant.lease_id).await.unwrap();
         }));
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        // The next waiter starts only once this one is in line: arrival order is then
+        // the order of the line, whatever the machine's load.
+        palisade_test_support::poll_async(Duration::from_secs(20), name, || {
+            let issuer = issuer.clone();
+            async move {
+                let waiters = issuer.status("q").await.ok()?.waiters;
+                (waiters == queued + 1).then_some(())
+            }
+        })
+        .await;
     }
     assert_eq!(issuer.status("q").await.unwrap().waiters, 3);
     // Someone arriving now without waiting may not jump the line.

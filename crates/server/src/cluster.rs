@@ -19,11 +19,13 @@ use std::sync::Arc;
 use crate::config::{BackendConfig, EtcdAccess, ServerConfig};
 use crate::keys::{self, KeyRegistry, KeyStore};
 use crate::run::{listen_and_serve, Front, RunningServer, ServerError};
+use crate::transport::Listener;
 
 /// Connects to etcd and starts serving.
 pub(crate) async fn serve(
     config: ServerConfig,
     front: Front,
+    listener: Listener,
 ) -> Result<RunningServer, ServerError> {
     let BackendConfig::Etcd {
         endpoints,
@@ -99,14 +101,7 @@ pub(crate) async fn serve(
         keys,
     );
     let what = format!("etcd, endpoints {}, prefix {prefix}", endpoints.join(","));
-    listen_and_serve(
-        config.listen,
-        config.transport.clone(),
-        state,
-        what,
-        async {},
-    )
-    .await
+    listen_and_serve(listener, state, what, async {}).await
 }
 
 fn etcd_tls(access: &EtcdAccess) -> Result<Option<EtcdTls>, ServerError> {

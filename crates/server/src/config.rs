@@ -73,7 +73,12 @@ impl Default for Limits {
 pub struct ServerConfig {
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// Directory for the database file and the issuer key (created 0700 if missing).
+    /// Every address the `--listen` host name resolved to (see [`crate::listen`]), each
+    /// checked like `listen` before the server may run without authentication. Empty
+    /// when `listen` was given as an address.
+    pub listen_resolved: Vec<SocketAddr>,
+    /// Directory for the database file and the key set (see [`crate::data_dir`] for what
+    /// is accepted).
     pub data_dir: PathBuf,
     /// Lock-delay after a lease expires without release.
     pub lock_delay_ms: u64,
@@ -158,6 +163,7 @@ impl ServerConfig {
     pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Self {
         ServerConfig {
             listen,
+            listen_resolved: Vec::new(),
             data_dir,
             lock_delay_ms: 0,
             idle_grace_ms: DEFAULT_IDLE_GRACE_MS,

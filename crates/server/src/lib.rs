@@ -29,7 +29,9 @@ pub mod auth;
 #[cfg(feature = "etcd")]
 mod cluster;
 pub mod config;
+pub mod data_dir;
 pub mod keys;
+pub mod listen;
 pub mod observe;
 pub mod openapi;
 pub mod recovery;

@@ -24,11 +24,9 @@ pub const DB_FILE: &str = "palisade.redb";
 /// Why a server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot prepare data directory {path}: {source}")]
-    DataDir {
-        path: String,
-        source: std::io::Error,
-    },
+    /// The data directory is refused, in use by another server, or cannot be created.
+    #[error(transparent)]
+    DataDir(#[from] crate::data_dir::DataDirError),
     #[error("{0}")]
     Key(String),
     /// A combination of settings this build or backend cannot run.
@@ -39,7 +37,7 @@ pub enum ServerError {
     Recovery(String),
     #[error(transparent)]
     Storage(#[from] palisade_storage::StorageError),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}: {}", listen_reason(source))]
     Listen {
         addr: SocketAddr,
         source: std::io::Error,
@@ -105,25 +103,28 @@ pub(crate) struct Front {
 }
 
 impl Front {
-    /// Checks the listen address against the auth settings and loads the auth file.
+    /// Checks the listen addresses against the auth settings and loads the auth file.
     /// Runs before anything is written: a refused start leaves no trace.
     fn prepare(config: &ServerConfig) -> Result<Front, ServerError> {
         let auth = match &config.auth_file {
             Some(path) => Some(Arc::new(Auth::load(path).map_err(ServerError::Config)?)),
             None => None,
         };
-        if auth.is_none() && !config.listen.ip().is_loopback() {
+        // A host name counts as loopback only if every address it resolved to is one.
+        let exposed = std::iter::once(&config.listen)
+            .chain(&config.listen_resolved)
+            .find(|addr| !addr.ip().is_loopback());
+        if let (None, Some(exposed)) = (&auth, exposed) {
             if !config.insecure_no_auth {
                 return Err(ServerError::Config(format!(
-                    "refusing to listen on {} without authentication: anyone who can reach \
-                     it could release any lease and read every value. Give --auth-file FILE \
-                     (docs/security.md), listen on a loopback address, or accept the risk \
-                     with --insecure-no-auth",
-                    config.listen
+                    "refusing to listen on {exposed} without authentication: anyone who can \
+                     reach it could release any lease and read every value. Give --auth-file \
+                     FILE (docs/security.md), listen on a loopback address, or accept the \
+                     risk with --insecure-no-auth"
                 )));
             }
             tracing::warn!(
-                listen = %config.listen,
+                listen = %exposed,
                 "serving WITHOUT authentication on a non-loopback address (--insecure-no-auth): \
                  anyone who can reach this port can acquire and release any lock and read \
                  every value"
@@ -139,8 +140,8 @@ impl Front {
         })
     }
 
-    /// Opens the audit log (needs the runtime, so after [`Front::prepare`]) and starts
-    /// reloading the auth file on SIGHUP.
+    /// Opens the audit log (a write, so after the port is bound and the data directory
+    /// claimed) and starts reloading the auth file on SIGHUP.
     fn start(mut self, config: &ServerConfig) -> Result<Front, ServerError> {
         if let Some(path) = &config.audit_log {
             self.audit =
@@ -198,12 +199,20 @@ fn reload_on_sighup(auth: std::sync::Weak<Auth>) {
     let _ = auth;
 }
 
-/// Opens the data directory, loads state and starts serving.
+/// Binds the port, claims the data directory ([`crate::data_dir`]), loads state and
+/// starts serving.
+///
+/// Nothing is written anywhere before the port is bound and the directory is locked: a
+/// start refused for its settings, its directory or a port in use leaves no trace.
 pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
-    let front = Front::prepare(&config)?.start(&config)?;
+    let front = Front::prepare(&config)?;
     if let BackendConfig::Etcd { .. } = config.backend {
         #[cfg(feature = "etcd")]
-        return crate::cluster::serve(config, front).await;
+        {
+            let listener = bind(config.listen, config.transport.clone()).await?;
+            let front = front.start(&config)?;
+            return crate::cluster::serve(config, front, listener).await;
+        }
         #[cfg(not(feature = "etcd"))]
         return Err(ServerError::Config(
             "this palisade was built without the etcd backend; rebuild with `--features etcd`"
@@ -211,16 +220,10 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         ));
     }
     let dir = &config.data_dir;
-    let dir_err = |source| ServerError::DataDir {
-        path: dir.display().to_string(),
-        source,
-    };
-    std::fs::create_dir_all(dir).map_err(dir_err)?;
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(dir_err)?;
-    }
+    let found = crate::data_dir::inspect(dir)?;
+    let listener = bind(config.listen, config.transport.clone()).await?;
+    let claimed = crate::data_dir::DataDir::claim(dir, found)?;
+    let front = front.start(&config)?;
     let trusted = keys::trusted_keys(&config.trust_key_files).map_err(ServerError::Key)?;
     // Before the database is opened (which creates it): only a directory without state
     // may get a new key.
@@ -302,17 +305,13 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         ledger_refresh.abort();
         recovery::refresh(&data_dir, &redb).await;
         backend.close().await;
+        // The directory stays locked until the database is closed.
+        drop(claimed);
     };
     let what = format!("embedded, data dir {}", dir.display());
-    listen_and_serve(
-        config.listen,
-        config.transport.clone(),
-        state,
-        what,
-        on_stop,
-    )
-    .await
-    .inspect_err(|_| stop_refresh.abort())
+    listen_and_serve(listener, state, what, on_stop)
+        .await
+        .inspect_err(|_| stop_refresh.abort())
 }
 
 /// The start-up summary of what the records made the issuer honour.
@@ -397,23 +396,48 @@ async fn shutdown_signal() {
     }
 }
 
-/// Binds `listen` and serves `state` until shut down, then runs `on_stop` (for backends
-/// with something to flush or release). At shutdown the issuer is closed first, so that
-/// queued acquisitions are answered rather than waited for.
-pub(crate) async fn listen_and_serve(
+/// Binds the listening socket (and loads TLS), the first thing a start does that the
+/// outside world can see.
+pub(crate) async fn bind(
     listen: SocketAddr,
     transport: TransportConfig,
-    state: AppState,
-    what: String,
-    on_stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<RunningServer, ServerError> {
-    let listener = Listener::bind(listen, transport)
+) -> Result<Listener, ServerError> {
+    Listener::bind(listen, transport)
         .await
         .map_err(|e| match e {
             BindError::Config(message) => ServerError::Config(message),
             BindError::Tls(e) => ServerError::Tls(e),
             BindError::Listen { addr, source } => ServerError::Listen { addr, source },
-        })?;
+        })
+}
+
+/// Why a bind failed, in words that say what to do for the common cases.
+fn listen_reason(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "the port is already in use (another palisade, or another program): stop it or \
+             pick another port"
+                .to_owned()
+        }
+        std::io::ErrorKind::AddrNotAvailable => {
+            "no network interface of this machine has that address".to_owned()
+        }
+        std::io::ErrorKind::PermissionDenied => {
+            "permission denied (ports below 1024 need privileges)".to_owned()
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// Serves `state` on `listener` until shut down, then runs `on_stop` (for backends with
+/// something to flush or release). At shutdown the issuer is closed first, so that queued
+/// acquisitions are answered rather than waited for.
+pub(crate) async fn listen_and_serve(
+    listener: Listener,
+    state: AppState,
+    what: String,
+    on_stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<RunningServer, ServerError> {
     let addr = listener.local_addr();
     let scheme = listener.scheme();
     let (tx, rx) = oneshot::channel::<()>();
@@ -452,4 +476,33 @@ pub(crate) async fn listen_and_serve(
         shutdown: Some(tx),
         task,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(listen: &str, resolved: &[&str]) -> ServerConfig {
+        let mut config = ServerConfig::new(listen.parse().unwrap(), "unused".into());
+        config.listen_resolved = resolved.iter().map(|a| a.parse().unwrap()).collect();
+        config
+    }
+
+    /// A host name is loopback only if every address it resolved to is: one public
+    /// address among them refuses a start without authentication, naming that address.
+    #[test]
+    fn every_resolved_address_must_be_loopback_without_auth() {
+        let name = config("127.0.0.1:7700", &["127.0.0.1:7700", "[::1]:7700"]);
+        assert!(Front::prepare(&name).is_ok());
+        let mixed = config("127.0.0.1:7700", &["127.0.0.1:7700", "192.0.2.7:7700"]);
+        match Front::prepare(&mixed) {
+            Err(ServerError::Config(message)) => {
+                assert!(message.contains("192.0.2.7:7700"), "{message}")
+            }
+            other => panic!("expected a refusal, got {:?}", other.err()),
+        }
+        let mut allowed = mixed;
+        allowed.insecure_no_auth = true;
+        assert!(Front::prepare(&allowed).is_ok());
+    }
 }

@@ -9,6 +9,8 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
@@ -69,7 +71,7 @@ pub async fn start_server(
 
 /// Asks the server to stop (SIGTERM), then kills it if it does not within the timeout.
 pub async fn stop_server(mut child: Child) {
-    if signal(&child, libc::SIGTERM).is_ok()
+    if signal(&child, Signal::SIGTERM).is_ok()
         && timeout(SHUTDOWN_TIMEOUT, child.wait()).await.is_ok()
     {
         return;
@@ -172,19 +174,12 @@ impl Worker {
     }
 }
 
-/// Sends `sig` to `child` by pid.
-pub fn signal(child: &Child, sig: libc::c_int) -> anyhow::Result<()> {
+/// Sends `sig` to `child` by pid. The pid is our own child's, not yet reaped (tokio reaps
+/// only after `wait`), so it cannot have been reused.
+pub fn signal(child: &Child, sig: Signal) -> anyhow::Result<()> {
     let pid = child.id().context("the process has already exited")?;
-    let pid = libc::pid_t::try_from(pid).context("pid out of range")?;
-    // SAFETY: kill(2) has no memory-safety preconditions; the pid is our own child,
-    // which has not been reaped (tokio reaps only after `wait`), so it cannot be reused.
-    if unsafe { libc::kill(pid, sig) } != 0 {
-        bail!(
-            "kill({pid}, {sig}) failed: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(())
+    let pid = Pid::from_raw(i32::try_from(pid).context("pid out of range")?);
+    nix::sys::signal::kill(pid, sig).with_context(|| format!("kill({pid}, {sig}) failed"))
 }
 
 /// The last lines of a log file, for error reports.

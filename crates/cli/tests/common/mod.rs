@@ -11,16 +11,22 @@ pub mod raw;
 pub mod topology;
 pub mod verify;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use palisade_test_support::ServerProcess;
+#[allow(unused_imports)]
+pub use palisade_test_support::{alive, free_port, poll, Signal};
+
+/// The `palisade` binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_palisade");
+
 /// A server process.
 pub struct Server {
-    child: Child,
+    process: ServerProcess,
     pub url: String,
     pub port: u16,
     pub data_dir: PathBuf,
@@ -41,42 +47,19 @@ impl Server {
 
     /// Starts a server on `data_dir` and `port` (0 = any free port).
     pub fn start_in(data_dir: &Path, port: u16, extra: &[&str]) -> Result<Server, String> {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_palisade"))
+        let mut command = Command::new(BIN);
+        command
             .arg("serve")
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--data-dir")
             .arg(data_dir)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("spawn: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let mut line = String::new();
-        BufReader::new(stdout)
-            .read_line(&mut line)
-            .map_err(|e| format!("read: {e}"))?;
-        let Some(url) = palisade_api::listening::parse(&line) else {
-            let mut err = String::new();
-            if let Some(mut stderr) = child.stderr.take() {
-                use std::io::Read;
-                let _ = stderr.read_to_string(&mut err);
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("server did not start: {line:?} {err}"));
-        };
-        let url = url.to_owned();
-        let port = url
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.parse().ok())
-            .ok_or("no port")?;
+            .args(extra);
+        let process = ServerProcess::spawn(command)?;
         Ok(Server {
-            child,
-            url,
-            port,
+            url: process.url.clone(),
+            port: process.port,
+            process,
             data_dir: data_dir.to_owned(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             _dir: None,
@@ -85,8 +68,7 @@ impl Server {
 
     /// Kills the process with SIGKILL (a crash: nothing gets flushed) and reaps it.
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
     }
 
     /// Kills the server and starts a new one on the same port and data directory.
@@ -97,8 +79,8 @@ impl Server {
             let extra: Vec<&str> = self.extra.iter().map(String::as_str).collect();
             match Server::start_in(&self.data_dir, self.port, &extra) {
                 Ok(mut next) => {
-                    std::mem::swap(&mut self.child, &mut next.child);
-                    // `next` now owns the dead child; dropping it is harmless.
+                    std::mem::swap(&mut self.process, &mut next.process);
+                    // `next` now owns the dead process; dropping it is harmless.
                     return;
                 }
                 Err(e) if Instant::now() < deadline => {
@@ -111,52 +93,23 @@ impl Server {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
-    /// Sends `signal` (e.g. `libc::SIGTERM`) to the server process.
-    pub fn signal(&self, signal: i32) {
-        let pid = i32::try_from(self.child.id()).expect("pid");
-        // SAFETY: kill(2) with our own child's pid; no memory is involved.
-        let rc = unsafe { libc::kill(pid, signal) };
-        assert_eq!(rc, 0, "kill({pid}, {signal})");
+    /// Sends `signal` (e.g. `Signal::SIGTERM`) to the server process.
+    pub fn signal(&self, signal: Signal) {
+        palisade_test_support::signal(self.pid(), signal);
     }
 
     /// Waits up to `limit` for the process to exit; its status, or None if it still runs.
     pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return Some(status);
-            }
-            if Instant::now() > deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.process.wait_exit(limit)
     }
 
     /// The server's stderr, read line by line on a thread into the returned buffer (so the
     /// process never blocks on a full pipe). Call at most once.
     pub fn capture_stderr(&mut self) -> std::sync::Arc<std::sync::Mutex<String>> {
-        let captured = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        if let Some(stderr) = self.child.stderr.take() {
-            let sink = captured.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                    let mut text = sink.lock().unwrap_or_else(|e| e.into_inner());
-                    text.push_str(&line);
-                    text.push('\n');
-                }
-            });
-        }
-        captured
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
+        self.process.capture_stderr()
     }
 }
 
@@ -272,19 +225,4 @@ impl Http {
 /// The `error.code` of an error body.
 pub fn code(body: &Value) -> &str {
     body["error"]["code"].as_str().unwrap_or("<no code>")
-}
-
-/// Calls `check` until it returns Some or `within` has passed (then None). For state that
-/// another process or task produces: poll for it instead of sleeping and hoping.
-pub fn poll<T>(within: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(found) = check() {
-            return Some(found);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }

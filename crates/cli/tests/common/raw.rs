@@ -164,15 +164,5 @@ pub fn rss_kib(pid: u32) -> u64 {
 /// Raises this process's open-files limit to its hard limit (the slow-client tests hold
 /// a thousand sockets; the server it starts inherits the limit).
 pub fn raise_open_files() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: the calls only read and write the struct passed by pointer.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
+    palisade_test_support::process::raise_open_files();
 }

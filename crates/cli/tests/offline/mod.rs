@@ -15,6 +15,8 @@ use crate::common::Http;
 /// A finished `palisade` process.
 pub struct Finished {
     pub success: bool,
+    /// The exit code (None if a signal ended it).
+    pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
@@ -57,6 +59,7 @@ pub fn palisade(args: &[&str], limit: Duration) -> Finished {
     }
     Finished {
         success: status.success(),
+        code: status.code(),
         stdout,
         stderr,
     }

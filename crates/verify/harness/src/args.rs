@@ -258,8 +258,10 @@ pub struct VerifyArgs {
     /// run the lock-set workload only; the unfenced ones must show violations.
     #[arg(long, value_enum, default_value_t = Target::Palisade)]
     pub target: Target,
-    /// Directory for the history, final state, summary, server log and HTML report.
-    #[arg(long, default_value = "palisade-verify-out")]
+    /// Directory for the history, final state, summary, server log and HTML report
+    /// (printed at the start of the run). The default is under the system's temporary
+    /// directory, so a run never leaves files in the directory it was started from.
+    #[arg(long, default_value_os_t = default_out())]
     pub out: PathBuf,
     /// Lease TTL of the workers (ms). Pauses, delays and partitions outlast it.
     #[arg(long, default_value_t = 1000)]
@@ -307,6 +309,12 @@ pub struct WorkerArgs {
     /// Start no new iteration after this time (µs since the origin).
     #[arg(long)]
     pub stop_at_us: u64,
+}
+
+/// `--out`'s default: `palisade-verify-out` in the system's temporary directory (`$TMPDIR`,
+/// else `/tmp`). Each run replaces the previous run's files there.
+pub fn default_out() -> PathBuf {
+    std::env::temp_dir().join("palisade-verify-out")
 }
 
 #[cfg(test)]

@@ -109,6 +109,7 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, VerifyError> {
             .join(","),
         plan.seed
     );
+    println!("palisade verify: artefacts in {}", args.out.display());
     tokio::select! {
         outcome = run_seeded(&args, plan) => outcome,
         _ = tokio::signal::ctrl_c() => Err(VerifyError::Interrupted),

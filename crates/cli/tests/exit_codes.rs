@@ -1,0 +1,268 @@
+//! Every exit code of the client commands (docs/cli.md), each from a real failure, with
+//! its one-line message on stderr.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output};
+
+use common::principals::{auth_file, grant};
+use common::{Server, BIN};
+
+/// Runs `palisade ARGS` against `server` with no key or token from the environment.
+fn palisade(server: &str, args: &[&str]) -> Output {
+    palisade_env(server, args, &[])
+}
+
+fn palisade_env(server: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .args(args)
+        .env("PALISADE_SERVER", server)
+        .env_remove("PALISADE_KEY")
+        .env_remove("PALISADE_KEY_FILE")
+        .env_remove("PALISADE_TOKEN");
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.output().expect("run palisade")
+}
+
+/// Asserts the exit code, and that stderr is one `error: ` line containing `says`.
+fn fails(out: &Output, code: i32, says: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(code), "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{stderr}");
+    assert!(lines[0].contains(says), "expected {says:?} in {stderr}");
+}
+
+fn stdout(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn each_failure_has_its_exit_code() {
+    let server = Server::start(&["--max-ttl-ms", "60000"]);
+    let url = server.url.as_str();
+
+    // 0, and --format token for scripts.
+    let token_a = stdout(&palisade(
+        url,
+        &["lock", "acquire", "orders", "--format", "token"],
+    ));
+    assert!(token_a.starts_with("pal1."), "{token_a}");
+
+    // 2: usage, from clap and from the server's bad_request.
+    let out = palisade(url, &["lock", "acquire"]);
+    assert_eq!(out.status.code(), Some(2));
+    fails(
+        &palisade(url, &["lock", "acquire", "no/slashes"]),
+        2,
+        "bad_request",
+    );
+
+    // 3: lock held, with the hint to wait.
+    fails(
+        &palisade(url, &["lock", "acquire", "orders"]),
+        3,
+        "lock_held: lock held by",
+    );
+
+    // 5: not found.
+    fails(
+        &palisade(url, &["kv", "get", "orders", "missing"]),
+        5,
+        "not_found",
+    );
+
+    // 6: the lease is gone.
+    let lease: serde_json::Value =
+        serde_json::from_str(&stdout(&palisade(url, &["lock", "acquire", "jobs"]))).unwrap();
+    let lease_id = lease["lease_id"].as_str().unwrap();
+    stdout(&palisade(url, &["lock", "release", lease_id]));
+    fails(
+        &palisade(url, &["lock", "keepalive", lease_id]),
+        6,
+        "lease_expired",
+    );
+
+    // 7: a failed precondition.
+    stdout(&palisade(
+        url,
+        &["kv", "put", "orders", "k", "v1", "--token", &token_a],
+    ));
+    fails(
+        &palisade(
+            url,
+            &[
+                "kv",
+                "put",
+                "orders",
+                "k",
+                "v2",
+                "--if-absent",
+                "--token",
+                &token_a,
+            ],
+        ),
+        7,
+        "revision_mismatch",
+    );
+
+    // 4: a stale token (after a newer holder wrote), a forged one, and `token check`.
+    let check_output = |token: &str| {
+        let out = palisade_env(url, &["token", "check"], &[("PALISADE_TOKEN", token)]);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let status: serde_json::Value =
+        serde_json::from_str(&stdout(&palisade(url, &["lock", "status", "orders"]))).unwrap();
+    stdout(&palisade(
+        url,
+        &["lock", "release", status["lease_id"].as_str().unwrap()],
+    ));
+    let token_b = stdout(&palisade(
+        url,
+        &["lock", "acquire", "orders", "--format", "token"],
+    ));
+    stdout(&palisade_env(
+        url,
+        &["kv", "put", "orders", "k", "v3"],
+        &[("PALISADE_TOKEN", &token_b)],
+    ));
+    fails(
+        &palisade(
+            url,
+            &["kv", "put", "orders", "k", "late", "--token", &token_a],
+        ),
+        4,
+        "stale_token",
+    );
+    fails(
+        &palisade(
+            url,
+            &["kv", "put", "orders", "k", "x", "--token", "pal1.forged"],
+        ),
+        4,
+        "invalid_token",
+    );
+    let out = palisade_env(url, &["token", "check"], &[("PALISADE_TOKEN", &token_a)]);
+    fails(&out, 4, "not the current epoch");
+    assert!(check_output(&token_a).contains("\"genuine\": true"));
+    let out = palisade_env(url, &["token", "check"], &[("PALISADE_TOKEN", &token_b)]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+
+    // 10: a quota.
+    fails(
+        &palisade(url, &["lock", "acquire", "long", "--ttl-ms", "120000"]),
+        10,
+        "quota_exceeded",
+    );
+
+    // 11: nobody listens there, with the hint to start a server.
+    let nobody = format!("http://127.0.0.1:{}", common::free_port());
+    fails(
+        &palisade(&nobody, &["lock", "status"]),
+        11,
+        &format!("no server at {nobody}: start one with `palisade serve`"),
+    );
+
+    // 12: something answers, but not as a Palisade server would.
+    fails(
+        &palisade(&not_palisade(), &["keys"]),
+        12,
+        "is --server right?",
+    );
+}
+
+/// A server that answers every request with a 500 and an HTML page.
+fn not_palisade() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().map_while(Result::ok) {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let body = "<html>oops</html>";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 500 Internal Server Error\r\ncontent-type: text/html\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    url
+}
+
+#[test]
+fn authentication_and_permission_have_their_own_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, people) = auth_file(dir.path(), &[("reader", &grant("orders", &["read"]))]);
+    let server = Server::start(&["--auth-file", file.to_str().unwrap()]);
+    let url = server.url.as_str();
+    fails(
+        &palisade(url, &["lock", "acquire", "orders"]),
+        8,
+        "--key-file FILE or the PALISADE_KEY variable",
+    );
+    fails(
+        &palisade_env(
+            url,
+            &["lock", "acquire", "orders"],
+            &[("PALISADE_KEY", &people[0].key)],
+        ),
+        9,
+        "permission_denied",
+    );
+    // The same key may read: 0.
+    let out = palisade_env(
+        url,
+        &["lock", "status", "orders"],
+        &[("PALISADE_KEY", &people[0].key)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
+#[test]
+fn a_failure_of_this_side_is_1_and_says_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    fails(&out, 1, "is not a Palisade data directory");
+    // An OS error appears once, though the error and its source both carry it.
+    let out = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            "/proc/no/such/dir",
+        ])
+        .output()
+        .unwrap();
+    fails(&out, 1, "cannot use data directory /proc/no/such/dir");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.matches("(os error").count(), 1, "{stderr}");
+}
+
+#[test]
+fn bench_names_the_feature_that_builds_a_peer_driver() {
+    let out = Command::new(BIN)
+        .args(["bench", "--target", "redis", "--duration", "1s", "--quiet"])
+        .output()
+        .unwrap();
+    fails(&out, 2, "--features bench-peers");
+    let manifest = include_str!("../Cargo.toml");
+    assert!(manifest.contains("\nbench-peers = "), "the feature exists");
+}

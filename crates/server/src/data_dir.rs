@@ -1,0 +1,428 @@
+//! The data directory: recognising it, claiming it, and refusing anything else.
+//!
+//! `--data-dir` is a path a person types, so it may well name `.`, `$HOME` or a project
+//! folder. A server must never scatter its database and keys among foreign files, nor
+//! change such a directory's mode. So a start first looks without touching
+//! ([`inspect`]), and only then, after the port is bound, claims the directory
+//! ([`DataDir::claim`]): creates it if missing, locks it, writes the marker.
+//!
+//! ## What is accepted
+//! - A missing directory: created with mode 0700.
+//! - An empty directory (a `lost+found` alone counts as empty: a fresh volume): adopted,
+//!   and given mode 0700.
+//! - A Palisade data directory: it holds the marker file [`MARKER_FILE`], whose `format`
+//!   is one this version reads ([`FORMAT`]).
+//! - A data directory of a version before the marker: no marker, but at least one file
+//!   named in [`STATE_NAMES`] or starting with one of [`STATE_PREFIXES`]. It is adopted
+//!   and the marker written; its mode is left as it is.
+//!
+//! Anything else that is not empty is refused with the names of a few of its entries,
+//! and left exactly as it was: nothing is created, written or chmod'ed in it.
+//!
+//! ## Invariants
+//! - [`inspect`] only reads. [`DataDir::claim`] writes only after it holds the lock.
+//! - One server per directory: the lock is `flock(2)` on the directory itself, held for
+//!   the server's lifetime and released by the kernel when the process dies (so a crash
+//!   leaves no stale lock). The holder's pid is in [`PID_FILE`], for the refusal message.
+//!
+//! ## What it does not do
+//! - It knows the storage engine's files only through the two short lists below; it does
+//!   not open or check them (the engine and `crate::recovery` do).
+//! - `flock` is advisory and, on some network file systems, local to one machine: two
+//!   servers on two machines sharing one network directory are not caught here.
+//! - No migration between marker formats: there is one format so far.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The marker file that makes a directory a Palisade data directory.
+pub const MARKER_FILE: &str = "palisade-data-dir.toml";
+
+/// The marker format this version writes and reads.
+pub const FORMAT: u32 = 1;
+
+/// Holds the pid of the server that has the directory locked.
+pub const PID_FILE: &str = "palisade.pid";
+
+/// Files that only a Palisade server writes into its data directory (the database, the
+/// key set, the key of versions before key sets). One of them, with no marker, is a data
+/// directory of an earlier version.
+pub const STATE_NAMES: &[&str] = &["palisade.redb", "signing-keys.json", "issuer.key"];
+
+/// Name prefixes of the other files a Palisade server keeps there (the database's side
+/// files, the epoch ledger and its floor).
+pub const STATE_PREFIXES: &[&str] = &["palisade.redb.", "epoch-ledger"];
+
+/// Entries a fresh volume comes with, which do not make a directory "in use".
+const IGNORED: &[&str] = &["lost+found"];
+
+/// What [`inspect`] found at the path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Nothing there yet.
+    Missing,
+    /// An empty directory.
+    Empty,
+    /// A Palisade data directory with a marker of a format this version reads.
+    Palisade,
+    /// A data directory of an earlier version: Palisade's files, no marker.
+    Legacy,
+}
+
+/// Why a path cannot be used as a data directory. Each message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum DataDirError {
+    #[error(
+        "refusing to use {path} as the data directory: it is not empty and is not a Palisade \
+         data directory (it holds {examples}). Nothing was changed in it. Give --data-dir a \
+         new or empty directory, e.g. --data-dir ./palisade-data"
+    )]
+    Foreign { path: PathBuf, examples: String },
+    #[error("refusing to use {path} as the data directory: it is not a directory")]
+    NotADirectory { path: PathBuf },
+    #[error(
+        "{path} was written by a newer palisade (data directory format {found}; this one \
+         reads format {FORMAT}): run the newer version, or restore a backup made for this one"
+    )]
+    NewerFormat { path: PathBuf, found: u32 },
+    #[error("{path}: the marker file is damaged ({reason}); it must read `format = {FORMAT}`")]
+    BadMarker { path: PathBuf, reason: String },
+    #[error("data directory {path} is already in use by {holder}: stop that server first, or give another --data-dir")]
+    InUse { path: PathBuf, holder: String },
+    #[error("cannot use data directory {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> DataDirError + '_ {
+    move |source| DataDirError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Marker {
+    format: u32,
+}
+
+/// Looks at `path` without changing anything, and says whether a server may use it.
+pub fn inspect(path: &Path) -> Result<Found, DataDirError> {
+    let meta = match fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Missing),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    if !meta.is_dir() {
+        return Err(DataDirError::NotADirectory {
+            path: path.to_owned(),
+        });
+    }
+    let mut names: Vec<OsString> = Vec::new();
+    for entry in fs::read_dir(path).map_err(io_err(path))? {
+        names.push(entry.map_err(io_err(path))?.file_name());
+    }
+    names.retain(|n| !IGNORED.iter().any(|i| n == *i));
+    if names.is_empty() {
+        return Ok(Found::Empty);
+    }
+    if names.iter().any(|n| n == MARKER_FILE) {
+        let marker = path.join(MARKER_FILE);
+        let text = fs::read_to_string(&marker).map_err(io_err(&marker))?;
+        let bad = |reason: String| DataDirError::BadMarker {
+            path: marker.clone(),
+            reason,
+        };
+        let parsed: Marker = toml::from_str(&text).map_err(|e| bad(e.message().to_owned()))?;
+        return match parsed.format {
+            FORMAT => Ok(Found::Palisade),
+            0 => Err(bad("format 0 does not exist".to_owned())),
+            found => Err(DataDirError::NewerFormat {
+                path: path.to_owned(),
+                found,
+            }),
+        };
+    }
+    if names.iter().any(is_state_name) {
+        return Ok(Found::Legacy);
+    }
+    names.sort();
+    let mut examples: Vec<String> = names
+        .iter()
+        .take(3)
+        .map(|n| format!("{:?}", n.to_string_lossy()))
+        .collect();
+    if names.len() > 3 {
+        examples.push(format!("{} more", names.len() - 3));
+    }
+    Err(DataDirError::Foreign {
+        path: path.to_owned(),
+        examples: examples.join(", "),
+    })
+}
+
+fn is_state_name(name: &OsString) -> bool {
+    let Some(name) = name.to_str() else {
+        return false;
+    };
+    STATE_NAMES.contains(&name) || STATE_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// A data directory this process holds. Dropping it releases the lock (so does the
+/// process's death).
+#[derive(Debug)]
+pub struct DataDir {
+    path: PathBuf,
+    _lock: nix::fcntl::Flock<fs::File>,
+}
+
+impl DataDir {
+    /// Creates (if missing), locks and marks the directory [`inspect`] found. Fails with
+    /// [`DataDirError::InUse`] if another process holds it. Call it after the port is
+    /// bound, so a start that cannot listen writes nothing.
+    pub fn claim(path: &Path, found: Found) -> Result<DataDir, DataDirError> {
+        if found == Found::Missing {
+            create_private(path)?;
+        }
+        let dir = fs::File::open(path).map_err(io_err(path))?;
+        let lock = match nix::fcntl::Flock::lock(dir, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                let holder = fs::read_to_string(path.join(PID_FILE))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<u32>().ok())
+                    .map_or_else(|| "another process".to_owned(), |pid| format!("pid {pid}"));
+                return Err(DataDirError::InUse {
+                    path: path.to_owned(),
+                    holder,
+                });
+            }
+            Err((_, errno)) => return Err(io_err(path)(errno.into())),
+        };
+        // Checked again under the lock: another server may have claimed the directory
+        // between the look and the lock (it then holds our files, which is fine), or
+        // something foreign may have appeared (then we refuse, still writing nothing).
+        let found = match inspect(path)? {
+            Found::Missing => {
+                return Err(io_err(path)(std::io::Error::other(
+                    "the directory disappeared while starting",
+                )))
+            }
+            now => now,
+        };
+        if found == Found::Empty {
+            set_private(path)?;
+        }
+        if found != Found::Palisade {
+            write_atomic(
+                path,
+                MARKER_FILE,
+                &format!(
+                    "# This directory holds a Palisade server's state (database, signing keys, \
+                     epoch ledger).\n# Keep other files out of it. Back it up with \
+                     `palisade admin backup`.\nformat = {FORMAT}\n"
+                ),
+            )?;
+            if found == Found::Legacy {
+                tracing::info!(dir = %path.display(), "adopted a data directory of an earlier version (marker written)");
+            }
+        }
+        warn_if_open(path);
+        write_atomic(path, PID_FILE, &format!("{}\n", std::process::id()))?;
+        Ok(DataDir {
+            path: path.to_owned(),
+            _lock: lock,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for DataDir {
+    fn drop(&mut self) {
+        // Still locked here (the lock field is dropped after this runs), so the pid file
+        // is ours to remove. After a crash it stays, naming a dead process; it is read
+        // only when the lock is held by someone.
+        let _ = fs::remove_file(self.path.join(PID_FILE));
+    }
+}
+
+fn create_private(path: &Path) -> Result<(), DataDirError> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(path).map_err(io_err(path))
+}
+
+fn set_private(path: &Path) -> Result<(), DataDirError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(io_err(path))?;
+    }
+    let _ = path;
+    Ok(())
+}
+
+/// Warns when group or others may read an existing data directory (its mode is the
+/// owner's choice; it is not changed).
+fn warn_if_open(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = fs::metadata(path) {
+            if meta.permissions().mode() & 0o077 != 0 {
+                tracing::warn!(
+                    dir = %path.display(),
+                    mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                    "the data directory holds the signing keys and may be read by others: chmod 700 it"
+                );
+            }
+        }
+    }
+    let _ = path;
+}
+
+/// Writes `name` in `dir` through a temp file, fsync and rename, then fsyncs the
+/// directory: a crash leaves the old file or the new one, never a torn one.
+fn write_atomic(dir: &Path, name: &str, text: &str) -> Result<(), DataDirError> {
+    let target = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let write = || -> std::io::Result<()> {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(text.as_bytes())?;
+        file.sync_all()?;
+        fs::rename(&tmp, &target)?;
+        fs::File::open(dir)?.sync_all()
+    };
+    write().map_err(io_err(&target))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn missing_dir_is_created_private_and_marked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b");
+        assert_eq!(inspect(&dir).unwrap(), Found::Missing);
+        let held = DataDir::claim(&dir, Found::Missing).unwrap();
+        assert_eq!(listing(&dir), [MARKER_FILE, PID_FILE]);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700);
+        }
+        drop(held);
+        assert_eq!(
+            listing(&dir),
+            [MARKER_FILE],
+            "the pid file goes with the lock"
+        );
+        assert_eq!(inspect(&dir).unwrap(), Found::Palisade);
+    }
+
+    #[test]
+    fn empty_dir_and_fresh_volume_are_adopted() {
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(inspect(tmp.path()).unwrap(), Found::Empty);
+        fs::create_dir(tmp.path().join("lost+found")).unwrap();
+        assert_eq!(inspect(tmp.path()).unwrap(), Found::Empty);
+        let _held = DataDir::claim(tmp.path(), Found::Empty).unwrap();
+        assert_eq!(inspect(tmp.path()).unwrap(), Found::Palisade);
+    }
+
+    #[test]
+    fn foreign_dir_is_refused_and_untouched() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["notes.txt", "Cargo.toml", "src", "z"] {
+            fs::write(tmp.path().join(name), "x").unwrap();
+        }
+        let before = listing(tmp.path());
+        let err = inspect(tmp.path()).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, DataDirError::Foreign { .. }), "{text}");
+        assert!(
+            text.contains("\"Cargo.toml\"") && text.contains("1 more"),
+            "{text}"
+        );
+        assert_eq!(listing(tmp.path()), before);
+    }
+
+    #[test]
+    fn files_of_earlier_versions_make_a_legacy_dir() {
+        for name in [
+            "palisade.redb",
+            "signing-keys.json",
+            "issuer.key",
+            "epoch-ledger.json",
+            "epoch-ledger.floor.json",
+            "palisade.redb.wal.00000000000000000001",
+        ] {
+            let tmp = tempfile::tempdir().unwrap();
+            fs::write(tmp.path().join(name), "x").unwrap();
+            fs::write(tmp.path().join("stray.txt"), "x").unwrap();
+            assert_eq!(inspect(tmp.path()).unwrap(), Found::Legacy, "{name}");
+            let _held = DataDir::claim(tmp.path(), Found::Legacy).unwrap();
+            assert_eq!(inspect(tmp.path()).unwrap(), Found::Palisade, "{name}");
+            assert!(tmp.path().join(name).exists());
+        }
+    }
+
+    #[test]
+    fn markers_of_other_formats_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join(MARKER_FILE), "format = 2\n").unwrap();
+        assert!(matches!(
+            inspect(tmp.path()),
+            Err(DataDirError::NewerFormat { found: 2, .. })
+        ));
+        fs::write(tmp.path().join(MARKER_FILE), "format = \"one\"\n").unwrap();
+        assert!(matches!(
+            inspect(tmp.path()),
+            Err(DataDirError::BadMarker { .. })
+        ));
+    }
+
+    #[test]
+    fn a_file_is_not_a_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("f");
+        fs::write(&file, "x").unwrap();
+        assert!(matches!(
+            inspect(&file),
+            Err(DataDirError::NotADirectory { .. })
+        ));
+    }
+
+    #[test]
+    fn a_held_directory_names_its_holder() {
+        let tmp = tempfile::tempdir().unwrap();
+        let _held = DataDir::claim(tmp.path(), Found::Empty).unwrap();
+        let err = DataDir::claim(tmp.path(), Found::Palisade).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains(&format!("in use by pid {}", std::process::id())),
+            "{text}"
+        );
+    }
+}
