@@ -120,7 +120,10 @@ pub(super) fn summarize(txn: &ReadTransaction) -> Result<EpochSummary, Fault> {
     for item in txn.open_table(LEASES)?.iter()? {
         let (_, record) = item?;
         let lease: LeaseRecord = serde_json::from_str(record.value())?;
-        summary.raise(&lease.lock, lease.epoch);
+        // A session's record names no lock.
+        if !lease.is_session() {
+            summary.raise(&lease.lock, lease.epoch);
+        }
     }
     for item in txn.open_table(FENCES)?.iter()? {
         let (namespace, mark) = item?;
