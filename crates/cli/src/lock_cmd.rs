@@ -59,6 +59,7 @@ pub async fn run(client: Client, cmd: LockCommand) -> anyhow::Result<()> {
             let opts = AcquireOptions {
                 ttl: Duration::from_millis(ttl_ms),
                 wait: (wait_ms > 0).then(|| Duration::from_millis(wait_ms)),
+                ..AcquireOptions::default()
             };
             let lease = client
                 .acquire_raw(&lock, &holder, opts)
