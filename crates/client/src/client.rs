@@ -131,8 +131,17 @@ impl Client {
         // The local deadline counts from *before* the request: the server's lease started
         // somewhere between send and receipt, so this errs towards "lost" too early,
         // never too late.
-        let sent_at = Instant::now();
+        let mut sent_at = Instant::now();
         let lease = self.acquire_raw(lock, holder, opts).await?;
+        // After a wait in line the grant may have come long after the send, and a
+        // deadline counted from the send may be (nearly) over already: renew once now, so
+        // the guard's deadline counts from this renewal instead.
+        let ttl = Duration::from_millis(lease.ttl_ms);
+        if sent_at.elapsed() > ttl / 3 {
+            let renewed_at = Instant::now();
+            self.keepalive(&lease.lease_id).await?;
+            sent_at = renewed_at;
+        }
         Ok(LeaseGuard::start(self.clone(), lease, sent_at))
     }
 

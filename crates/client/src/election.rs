@@ -57,7 +57,7 @@ impl LeaderInfo {
     fn from_status(status: LockStatus) -> Option<LeaderInfo> {
         Some(LeaderInfo {
             holder: status.holder?,
-            epoch: status.epoch,
+            epoch: status.lease_epoch.unwrap_or(status.epoch),
             value: status.value,
         })
     }
@@ -121,8 +121,13 @@ impl Election {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.try_campaign(candidate, value, left.min(MAX_WAIT)).await {
-                Err(Error::LockHeld { .. }) if Instant::now() + Duration::from_millis(1) < deadline => {
+            match self
+                .try_campaign(candidate, value, left.min(MAX_WAIT))
+                .await
+            {
+                Err(Error::LockHeld { .. })
+                    if Instant::now() + Duration::from_millis(1) < deadline =>
+                {
                     continue
                 }
                 other => return other,
@@ -130,7 +135,12 @@ impl Election {
         }
     }
 
-    async fn try_campaign(&self, candidate: &str, value: &[u8], wait: Duration) -> Result<Leader, Error> {
+    async fn try_campaign(
+        &self,
+        candidate: &str,
+        value: &[u8],
+        wait: Duration,
+    ) -> Result<Leader, Error> {
         let opts = AcquireOptions {
             ttl: self.ttl,
             wait: (!wait.is_zero()).then_some(wait),

@@ -74,9 +74,11 @@ impl FencedKv {
         );
         let value = value.into();
         let path = self.reader.key_path(key)?;
-        let call = self.client().call(retry_of(&headers), Method::PUT, &path, |r| {
-            r.headers(headers.clone()).body(value.clone())
-        });
+        let call = self
+            .client()
+            .call(retry_of(&headers), Method::PUT, &path, |r| {
+                r.headers(headers.clone()).body(value.clone())
+            });
         write_result(call.await?).await
     }
 
@@ -217,7 +219,10 @@ mod tests {
             idempotency_key: Some("op-1".into()),
             seq: Some(9),
         };
-        assert_eq!(kv.reader.key_path("a/b c").unwrap(), "/v1/kv/orders/a/b%20c");
+        assert_eq!(
+            kv.reader.key_path("a/b c").unwrap(),
+            "/v1/kv/orders/a/b%20c"
+        );
         let h = kv.mutation(&opts).unwrap();
         assert_eq!(h["fencing-token"], "pal1.abc.def");
         assert_eq!(h["fencing-seq"], "9");

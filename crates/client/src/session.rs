@@ -37,7 +37,11 @@ struct SessionBody<'a> {
 impl Client {
     /// Replaces the value lease `lease_id` advertises (`None` clears it). Only its owner
     /// may ([`Error::PermissionDenied`] otherwise).
-    pub async fn proclaim(&self, lease_id: &str, value: Option<&[u8]>) -> Result<Proclaimed, Error> {
+    pub async fn proclaim(
+        &self,
+        lease_id: &str,
+        value: Option<&[u8]>,
+    ) -> Result<Proclaimed, Error> {
         let path = format!("/v1/leases/{}/proclaim", segment("lease id", lease_id)?);
         let body = ProclaimBody {
             value: value.map(encode_value),
@@ -69,14 +73,20 @@ impl Client {
 
     /// Renews a session and every lock in it for a full TTL from now.
     pub async fn keepalive_session(&self, session_id: &str) -> Result<SessionInfo, Error> {
-        let path = format!("/v1/sessions/{}/keepalive", segment("session id", session_id)?);
+        let path = format!(
+            "/v1/sessions/{}/keepalive",
+            segment("session id", session_id)?
+        );
         Self::json(self.post_safe::<()>(&path, None).await?).await
     }
 
     /// A live session and its locks.
     pub async fn session_info(&self, session_id: &str) -> Result<SessionInfo, Error> {
-        self.get_json(&format!("/v1/sessions/{}", segment("session id", session_id)?))
-            .await
+        self.get_json(&format!(
+            "/v1/sessions/{}",
+            segment("session id", session_id)?
+        ))
+        .await
     }
 
     /// Ends a session: every lock in it is released at once. Answers the released ones.

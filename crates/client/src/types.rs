@@ -115,6 +115,10 @@ pub struct LockStatus {
     pub remaining_ms: Option<u64>,
     /// How many acquirers are queued.
     pub waiters: u64,
+    /// The live lease's epoch (its token's); `epoch` is the last one issued, which can be
+    /// higher after a restart of the embedded issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_epoch: Option<u64>,
     /// What the holder advertises (`None` while free or when it advertises nothing).
     #[serde(default, with = "value_b64", skip_serializing_if = "Option::is_none")]
     pub value: Option<Vec<u8>>,

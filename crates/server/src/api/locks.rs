@@ -227,6 +227,9 @@ pub struct LockStatus {
     lease_id: Option<String>,
     remaining_ms: Option<u64>,
     waiters: usize,
+    /// The live lease's epoch (its token's). `epoch` is the last one issued, which a
+    /// restart of the embedded issuer raises to the lock's reservation ceiling.
+    lease_epoch: Option<u64>,
     /// The holder's value (standard base64), if it advertises one.
     value: Option<String>,
     /// The lock-delay that applies if the live lease expires.
@@ -248,6 +251,7 @@ impl LockStatus {
             lease_id: own.map(|l| l.lease_id.clone()),
             remaining_ms: lease.map(|l| l.remaining_ms),
             waiters: v.waiters,
+            lease_epoch: lease.map(|l| l.epoch),
             value: lease
                 .and_then(|l| l.value.as_deref())
                 .map(palisade_issuer::value::encode),
