@@ -423,12 +423,11 @@ async fn sessions(mut topology: Topology) {
     assert_eq!(held, ["A", "B"]);
 
     // No more renewals: both locks end together, with the session.
-    let both_free = until(Duration::from_secs(20), "the session expires", || async {
+    until(Duration::from_secs(20), "the session expires", || async {
         let a = nodes.status(1, "A").await;
         a["holder"].is_null().then_some(())
     })
     .await;
-    let _ = both_free;
     assert_eq!(
         nodes.status(2, "B").await["holder"],
         Value::Null,

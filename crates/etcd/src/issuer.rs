@@ -335,7 +335,9 @@ impl EtcdIssuer {
                 .await?
             {
                 granted.keep();
-                shadow.map(EtcdLease::keep);
+                if let Some(shadow) = shadow {
+                    shadow.keep();
+                }
                 return Ok(record);
             }
             leases = Some((granted, shadow));

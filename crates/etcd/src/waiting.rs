@@ -182,7 +182,9 @@ pub(crate) async fn acquire_in_line(
                 .await?
             {
                 granted.keep();
-                shadow.map(EtcdLease::keep);
+                if let Some(shadow) = shadow {
+                    shadow.keep();
+                }
                 return Ok(record);
             }
             leases = Some((granted, shadow));
