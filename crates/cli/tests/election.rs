@@ -170,7 +170,7 @@ async fn election(topology: &Topology) {
 /// never lost.
 #[cfg(feature = "etcd")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_fails_over_when_its_node_dies() {
+async fn a_client_fails_over_when_its_etcd_node_dies() {
     use palisade_client::AcquireOptions;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
