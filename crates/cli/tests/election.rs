@@ -18,6 +18,7 @@ use common::topology::Topology;
 use palisade_client::{Client, Election, Error, LeaderInfo};
 
 /// A client of every node of the topology (failing over between them).
+#[cfg(feature = "etcd")]
 fn client_of(topology: &Topology) -> Client {
     let urls = topology.urls();
     let mut builder = Client::builder(&urls[0]);
