@@ -6,8 +6,9 @@
   Every acquisition is sent with `wait_ms` 0; waiting is covered by the Rust tests.
 - A schema cannot generate a genuine signed token, so every fenced mutation would stop
   at `invalid_token`. Every other mutation gets a real token for the lock in its path
-  (acquired once per lock), so admitted writes, stale tokens, preconditions and
-  idempotency replays are checked against the document too.
+  (acquired once per lock, as the principal whose key the run sends, if any), so
+  admitted writes, stale tokens, preconditions and idempotency replays are checked
+  against the document too.
 """
 
 import itertools
@@ -20,12 +21,13 @@ _tokens = {}
 _turn = itertools.count()
 
 
-def _token_for(base, lock):
+def _token_for(base, lock, authorization):
     if lock not in _tokens:
         try:
             answer = requests.post(
                 f"{base}/v1/locks/{quote(lock, safe='')}/acquire",
                 json={"holder": "schemathesis", "ttl_ms": 3_600_000},
+                headers={"Authorization": authorization} if authorization else {},
                 timeout=5,
             )
             _tokens[lock] = answer.json().get("token") if answer.status_code == 200 else None
@@ -50,6 +52,10 @@ def before_call(ctx, case, kwargs):
     if not isinstance(lock, str) or headers is None or "Fencing-Token" not in headers:
         return
     if next(_turn) % 2 == 0:
-        token = _token_for(operation.base_url.rstrip("/"), lock)
+        # With an auth file the run sends a principal's key: acquire as that principal,
+        # so that its writes carry its own token.
+        sent = kwargs.get("headers") or {}
+        authorization = sent.get("Authorization") or headers.get("Authorization")
+        token = _token_for(operation.base_url.rstrip("/"), lock, authorization)
         if token:
             headers["Fencing-Token"] = token

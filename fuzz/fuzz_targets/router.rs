@@ -25,7 +25,7 @@ use palisade_server::api::{router, AppState};
 use palisade_server::auth::{key_digest, Auth};
 use palisade_server::NamespacePolicies;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
-use palisade_storage::Backend;
+use palisade_storage::{FencedStore, IssuerLog};
 use palisade_server::keys::{KeyRegistry, KeyStore};
 use palisade_token::{KeySet, Signer};
 
@@ -115,7 +115,8 @@ fn ctx() -> &'static Ctx {
             .collect();
         let app = runtime.block_on(async {
             let redb = RedbBackend::open(&path, RedbOptions::default()).expect("open");
-            let backend: Arc<dyn Backend> = Arc::new(redb);
+            let backend: Arc<dyn FencedStore> = Arc::new(redb.clone());
+            let issuer_log: Arc<dyn IssuerLog> = Arc::new(redb);
             let keys = KeyRegistry::new(
                 KeySet::new(Signer::from_secret([3; 32]), 0),
                 0,
@@ -127,7 +128,7 @@ fn ctx() -> &'static Ctx {
                 lock_delay_ms: 0,
                 ..Default::default()
             };
-            let issuer = Issuer::start(backend.clone(), keys.signer(), config)
+            let issuer = Issuer::start(issuer_log, keys.signer(), config)
                 .await
                 .expect("issuer");
             let policies = NamespacePolicies::parse(["seq=sequence"]).expect("policies");

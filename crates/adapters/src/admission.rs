@@ -27,25 +27,89 @@ impl Admitted {
     }
 }
 
-/// Checks that `token` is present, genuine and names `lock`. Touches no resource, so a
-/// refusal here has written nothing.
-pub(crate) fn verify_for_lock(
-    verifier: &Verifier,
-    token: &str,
-    lock: &str,
-) -> Result<Arc<Claims>, AdmitError> {
-    let token = token.trim();
-    if token.is_empty() {
-        return Err(AdmitError::MissingToken);
+/// Which tokens a resource admits: genuine ones (verified by a [`Verifier`] holding the
+/// issuer's public keys), and, if asked, only those held by one principal.
+///
+/// With the server's authentication on, a token's holder is the principal that acquired
+/// it (`<principal>` or `<principal>/<label>`). A resource written by one service can
+/// require that principal: a token leaked from it is then refused here even though it is
+/// genuine, so it cannot be replayed by another service. Every adapter function takes
+/// `impl Into<Trust>`, so passing a `&Verifier` trusts every genuine token, as before.
+#[derive(Clone, Copy)]
+pub struct Trust<'a> {
+    verifier: &'a Verifier,
+    principal: Option<&'a str>,
+}
+
+impl<'a> Trust<'a> {
+    /// Every genuine token.
+    pub fn new(verifier: &'a Verifier) -> Self {
+        Trust {
+            verifier,
+            principal: None,
+        }
     }
-    let claims = verifier.verify(token)?;
-    if claims.lock != lock {
-        return Err(AdmitError::WrongLock {
-            expected: lock.to_owned(),
-            token_lock: claims.lock.clone(),
-        });
+
+    /// Only tokens whose holder is `principal` or `principal/<label>`.
+    pub fn held_by(self, principal: &'a str) -> Self {
+        Trust {
+            principal: Some(principal),
+            ..self
+        }
     }
-    Ok(claims)
+
+    /// Checks that `token` is present, genuine, names `lock` and, if asked, is held by
+    /// the principal. Touches no resource, so a refusal here has written nothing.
+    pub(crate) fn verify_for_lock(
+        &self,
+        token: &str,
+        lock: &str,
+    ) -> Result<Arc<Claims>, AdmitError> {
+        let token = token.trim();
+        if token.is_empty() {
+            return Err(AdmitError::MissingToken);
+        }
+        let claims = self.verifier.verify(token)?;
+        if claims.lock != lock {
+            return Err(AdmitError::WrongLock {
+                expected: lock.to_owned(),
+                token_lock: claims.lock.clone(),
+            });
+        }
+        if let Some(principal) = self.principal {
+            let held = match claims.holder.strip_prefix(principal) {
+                Some(rest) => rest.is_empty() || rest.starts_with('/'),
+                None => false,
+            };
+            if !held {
+                return Err(AdmitError::NotHolder {
+                    principal: principal.to_owned(),
+                    token_holder: claims.holder.clone(),
+                });
+            }
+        }
+        Ok(claims)
+    }
+}
+
+impl std::fmt::Debug for Trust<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trust")
+            .field("principal", &self.principal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> From<&'a Verifier> for Trust<'a> {
+    fn from(verifier: &'a Verifier) -> Self {
+        Trust::new(verifier)
+    }
+}
+
+impl<'a> From<&'a Arc<Verifier>> for Trust<'a> {
+    fn from(verifier: &'a Arc<Verifier>) -> Self {
+        Trust::new(verifier)
+    }
 }
 
 /// The pure gate rule with its error mapped to [`AdmitError`].
@@ -114,25 +178,55 @@ mod tests {
         let signer = Signer::generate();
         let v = verifier(&signer);
         assert!(matches!(
-            verify_for_lock(&v, "  ", "a"),
+            Trust::new(&v).verify_for_lock("  ", "a"),
             Err(AdmitError::MissingToken)
         ));
         for bad in ["2", "true", "pal1.x.y"] {
             assert!(matches!(
-                verify_for_lock(&v, bad, "a"),
+                Trust::new(&v).verify_for_lock(bad, "a"),
                 Err(AdmitError::InvalidToken(_))
             ));
         }
         let other = signer.issue("b", 1, "h");
         assert!(matches!(
-            verify_for_lock(&v, &other, "a"),
+            Trust::new(&v).verify_for_lock(&other, "a"),
             Err(AdmitError::WrongLock { expected, token_lock }) if expected == "a" && token_lock == "b"
         ));
         let good = signer.issue("a", 3, "h");
         assert_eq!(
-            verify_for_lock(&v, &good, "a").map(|c| c.epoch).ok(),
+            Trust::new(&v)
+                .verify_for_lock(&good, "a")
+                .map(|c| c.epoch)
+                .ok(),
             Some(3)
         );
+    }
+
+    #[test]
+    fn a_resource_may_require_the_holders_principal() {
+        let signer = Signer::generate();
+        let v = verifier(&signer);
+        let billing = Trust::new(&v).held_by("billing");
+        for holder in ["billing", "billing/worker-1"] {
+            let token = signer.issue("a", 1, holder);
+            assert!(billing.verify_for_lock(&token, "a").is_ok(), "{holder}");
+        }
+        for holder in ["billing2", "other/billing", "other", "bill"] {
+            let token = signer.issue("a", 1, holder);
+            let refused = billing.verify_for_lock(&token, "a");
+            assert!(
+                matches!(&refused, Err(AdmitError::NotHolder { principal, token_holder })
+                    if principal == "billing" && token_holder == holder),
+                "{holder}: {refused:?}"
+            );
+            assert_eq!(
+                refused.unwrap_err().code(),
+                palisade_api::ErrorCode::PermissionDenied
+            );
+        }
+        // Without the requirement every genuine token passes.
+        let other = signer.issue("a", 1, "other");
+        assert!(Trust::new(&v).verify_for_lock(&other, "a").is_ok());
     }
 
     #[test]

@@ -29,6 +29,15 @@ pub enum AdmitError {
         /// The lock named in the token.
         token_lock: String,
     },
+    /// A genuine token for this lock, held by another principal than the one the resource
+    /// requires ([`crate::Trust::held_by`]).
+    #[error("token is held by {token_holder:?}, not by principal {principal:?}")]
+    NotHolder {
+        /// The principal the resource requires.
+        principal: String,
+        /// The holder named in the token.
+        token_holder: String,
+    },
     /// The token's epoch is below the resource's high-water mark: a newer holder wrote here.
     #[error("stale token: epoch {epoch} is below the high-water mark {high_water}")]
     Stale {
@@ -64,6 +73,7 @@ impl AdmitError {
             AdmitError::MissingToken => ErrorCode::MissingToken,
             AdmitError::InvalidToken(_) => ErrorCode::InvalidToken,
             AdmitError::WrongLock { .. } => ErrorCode::WrongLock,
+            AdmitError::NotHolder { .. } => ErrorCode::PermissionDenied,
             AdmitError::Stale { .. } => ErrorCode::StaleToken,
             AdmitError::StaleSequence { .. } => ErrorCode::StaleSequence,
             AdmitError::Conflict => ErrorCode::WriteConflict,

@@ -4,7 +4,8 @@
 //! two steps the store runs, inside the user's resource:
 //!
 //! 1. verify the token (Ed25519, through a cached [`palisade_token::Verifier`]) and check it
-//!    names the lock that guards the resource;
+//!    names the lock that guards the resource (and, if the resource asks with
+//!    [`Trust::held_by`], that its holder is one principal);
 //! 2. in the resource's own atomic unit, read the lock's high-water mark, apply
 //!    [`palisade_core::gate::admit`], and store the new mark with the guarded writes.
 //!
@@ -68,5 +69,5 @@ pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
-pub use admission::Admitted;
+pub use admission::{Admitted, Trust};
 pub use error::{AdmitError, BoxError, CorruptFence, ErrorCode};

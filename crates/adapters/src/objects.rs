@@ -9,7 +9,7 @@
 //!
 //! let objects = FencedObjects::new(Arc::new(InMemory::new()));
 //! let path = Path::from("orders/manifest.json");
-//! objects.put(verifier, token, "orders", &path, "{\"v\":1}".into()).await?;
+//! objects.put(trust, token, "orders", &path, "{\"v\":1}".into()).await?;
 //! let stored = objects.get(&path).await?;
 //! assert_eq!(stored.and_then(|o| o.value).as_deref(), Some(&b"{\"v\":1}"[..]));
 //! # Ok(()) }
@@ -47,9 +47,8 @@ use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion};
 use palisade_core::gate::{HighWater, Policy};
-use palisade_token::Verifier;
 
-use crate::admission::{decide, verify_for_lock, Admitted};
+use crate::admission::{decide, Admitted, Trust};
 use crate::error::{AdmitError, CorruptFence};
 
 mod envelope;
@@ -79,41 +78,42 @@ impl FencedObjects {
     }
 
     /// Writes `value` at `path` if `token` is admitted for `lock` by the object's mark.
-    pub async fn put(
+    pub async fn put<'t>(
         &self,
-        verifier: &Verifier,
+        trust: impl Into<Trust<'t>>,
         token: &str,
         lock: &str,
         path: &Path,
         value: Bytes,
     ) -> Result<Admitted, AdmitError> {
-        self.write(verifier, token, lock, path, Change::Put(value))
+        self.write(trust.into(), token, lock, path, Change::Put(value))
             .await
     }
 
     /// Replaces the object by a tombstone that keeps its mark, so a stale holder cannot
     /// recreate it.
-    pub async fn delete(
+    pub async fn delete<'t>(
         &self,
-        verifier: &Verifier,
+        trust: impl Into<Trust<'t>>,
         token: &str,
         lock: &str,
         path: &Path,
     ) -> Result<Admitted, AdmitError> {
-        self.write(verifier, token, lock, path, Change::Delete)
+        self.write(trust.into(), token, lock, path, Change::Delete)
             .await
     }
 
     /// A barrier: raises the object's mark to the token's epoch, keeping its payload
     /// (creating a tombstone if the object does not exist yet).
-    pub async fn fence(
+    pub async fn fence<'t>(
         &self,
-        verifier: &Verifier,
+        trust: impl Into<Trust<'t>>,
         token: &str,
         lock: &str,
         path: &Path,
     ) -> Result<Admitted, AdmitError> {
-        self.write(verifier, token, lock, path, Change::Keep).await
+        self.write(trust.into(), token, lock, path, Change::Keep)
+            .await
     }
 
     /// Reads and decodes the object; `None` if it was never written.
@@ -138,13 +138,13 @@ impl FencedObjects {
 
     async fn write(
         &self,
-        verifier: &Verifier,
+        trust: Trust<'_>,
         token: &str,
         lock: &str,
         path: &Path,
         change: Change,
     ) -> Result<Admitted, AdmitError> {
-        let claims = verify_for_lock(verifier, token, lock)?;
+        let claims = trust.verify_for_lock(token, lock)?;
         let (current, mode) = match self.read(path).await? {
             None => (None, PutMode::Create),
             Some((

@@ -9,7 +9,7 @@
 //!
 //! let tx = client.transaction().await?;
 //! // On Err, `tx` is dropped here, which rolls back: nothing of this request commits.
-//! postgres::admit(&tx, verifier, token, "orders").await?;
+//! postgres::admit(&tx, trust, token, "orders").await?;
 //! tx.execute("UPDATE orders SET state = 'shipped' WHERE id = $1", &[&42_i64]).await?;
 //! tx.commit().await?; // the mark and the update commit together (S6)
 //! # Ok(()) }
@@ -35,11 +35,10 @@
 //! database, it does so in a new transaction.
 
 use palisade_core::gate::{HighWater, Policy};
-use palisade_token::Verifier;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{GenericClient, Transaction};
 
-use crate::admission::{decide, from_sql_mark, to_sql_int, verify_for_lock, Admitted};
+use crate::admission::{decide, from_sql_mark, to_sql_int, Admitted, Trust};
 use crate::error::AdmitError;
 
 /// The SQL that creates the fence table; [`migrate`] runs it. Idempotent.
@@ -67,26 +66,26 @@ pub async fn migrate(client: &impl GenericClient) -> Result<(), AdmitError> {
 ///
 /// On `Ok`, the advanced mark is part of `tx` and commits or rolls back with the caller's
 /// writes. On `Err`, `tx` is aborted (see the module doc) and must be rolled back.
-pub async fn admit(
+pub async fn admit<'t>(
     tx: &Transaction<'_>,
-    verifier: &Verifier,
+    trust: impl Into<Trust<'t>>,
     token: &str,
     lock: &str,
 ) -> Result<Admitted, AdmitError> {
-    admit_with(tx, verifier, token, lock, Policy::Epoch, None).await
+    admit_with(tx, trust.into(), token, lock, Policy::Epoch, None).await
 }
 
 /// Like [`admit`], under the sequence policy: (epoch, `seq`) must strictly exceed the
 /// mark, so a delayed or replayed operation of the current holder is refused too. Use one
 /// policy per lock: an epoch-policy admit resets the stored sequence to 0.
-pub async fn admit_sequenced(
+pub async fn admit_sequenced<'t>(
     tx: &Transaction<'_>,
-    verifier: &Verifier,
+    trust: impl Into<Trust<'t>>,
     token: &str,
     lock: &str,
     seq: u64,
 ) -> Result<Admitted, AdmitError> {
-    admit_with(tx, verifier, token, lock, Policy::Sequence, Some(seq)).await
+    admit_with(tx, trust.into(), token, lock, Policy::Sequence, Some(seq)).await
 }
 
 /// The lock's committed mark as this client sees it, or `HighWater::default()` if the
@@ -105,13 +104,13 @@ pub async fn high_water(client: &impl GenericClient, lock: &str) -> Result<HighW
 
 async fn admit_with(
     tx: &Transaction<'_>,
-    verifier: &Verifier,
+    trust: Trust<'_>,
     token: &str,
     lock: &str,
     policy: Policy,
     seq: Option<u64>,
 ) -> Result<Admitted, AdmitError> {
-    let result = admit_unpoisoned(tx, verifier, token, lock, policy, seq).await;
+    let result = admit_unpoisoned(tx, trust, token, lock, policy, seq).await;
     if result.is_err() {
         // The POISON statement is expected to fail; that failure is the point. If the
         // connection itself is gone, the transaction cannot commit anyway.
@@ -122,13 +121,13 @@ async fn admit_with(
 
 async fn admit_unpoisoned(
     tx: &Transaction<'_>,
-    verifier: &Verifier,
+    trust: Trust<'_>,
     token: &str,
     lock: &str,
     policy: Policy,
     seq: Option<u64>,
 ) -> Result<Admitted, AdmitError> {
-    let claims = verify_for_lock(verifier, token, lock)?;
+    let claims = trust.verify_for_lock(token, lock)?;
     let current = lock_mark(tx, lock).await?;
     let admitted = decide(current, policy, &claims, seq)?;
     let epoch = to_sql_int(admitted.high_water.epoch, "epoch")?;

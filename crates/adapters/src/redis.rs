@@ -9,7 +9,7 @@
 //! let fence = RedisFence::new();
 //! // Writes both keys, or neither if the token is stale.
 //! fence
-//!     .fenced_set(&mut con, verifier, token, "orders",
+//!     .fenced_set(&mut con, trust, token, "orders",
 //!         &[("{orders}:42", b"shipped".as_slice()), ("{orders}:count", b"7".as_slice())])
 //!     .await?;
 //! # Ok(()) }
@@ -42,11 +42,10 @@
 //! `{<lock>}`, so give the data keys the same tag (`{orders}:42`).
 
 use palisade_core::gate::{HighWater, Policy};
-use palisade_token::Verifier;
 use redis::aio::ConnectionLike;
 use redis::Script;
 
-use crate::admission::{decide, verify_for_lock, Admitted};
+use crate::admission::{decide, Admitted, Trust};
 use crate::error::{AdmitError, CorruptFence};
 
 /// The Lua source run by [`RedisFence`].
@@ -85,39 +84,41 @@ impl RedisFence {
 
     /// Sets every `(key, value)` pair if `token` is admitted for `lock`, atomically with
     /// the mark. A refused call writes nothing.
-    pub async fn fenced_set(
+    pub async fn fenced_set<'t>(
         &self,
         con: &mut impl ConnectionLike,
-        verifier: &Verifier,
+        trust: impl Into<Trust<'t>>,
         token: &str,
         lock: &str,
         pairs: &[(&str, &[u8])],
     ) -> Result<Admitted, AdmitError> {
-        self.run(con, verifier, token, lock, Op::Set(pairs)).await
+        self.run(con, trust.into(), token, lock, Op::Set(pairs))
+            .await
     }
 
     /// Deletes `keys` if `token` is admitted for `lock`. The mark itself is never deleted.
-    pub async fn fenced_del(
+    pub async fn fenced_del<'t>(
         &self,
         con: &mut impl ConnectionLike,
-        verifier: &Verifier,
+        trust: impl Into<Trust<'t>>,
         token: &str,
         lock: &str,
         keys: &[&str],
     ) -> Result<Admitted, AdmitError> {
-        self.run(con, verifier, token, lock, Op::Del(keys)).await
+        self.run(con, trust.into(), token, lock, Op::Del(keys))
+            .await
     }
 
     /// A barrier: raises the mark to the token's epoch without writing data. A new holder
     /// calls it before working so that older holders are refused from then on (S10).
-    pub async fn fence(
+    pub async fn fence<'t>(
         &self,
         con: &mut impl ConnectionLike,
-        verifier: &Verifier,
+        trust: impl Into<Trust<'t>>,
         token: &str,
         lock: &str,
     ) -> Result<Admitted, AdmitError> {
-        self.run(con, verifier, token, lock, Op::Fence).await
+        self.run(con, trust.into(), token, lock, Op::Fence).await
     }
 
     /// The lock's current mark (`0` if never fenced). For inspection only.
@@ -142,12 +143,12 @@ impl RedisFence {
     async fn run(
         &self,
         con: &mut impl ConnectionLike,
-        verifier: &Verifier,
+        trust: Trust<'_>,
         token: &str,
         lock: &str,
         op: Op<'_>,
     ) -> Result<Admitted, AdmitError> {
-        let claims = verify_for_lock(verifier, token, lock)?;
+        let claims = trust.verify_for_lock(token, lock)?;
         let mut call = self.script.key(Self::fence_key(lock));
         call.arg(claims.epoch.to_string());
         match op {

@@ -10,7 +10,7 @@
 //!
 //! let tx = sqlite::begin(&mut conn)?; // BEGIN IMMEDIATE
 //! // On Err, `tx` is dropped here, which rolls back: nothing of this request commits.
-//! sqlite::admit(&tx, verifier, token, "orders")?;
+//! sqlite::admit(&tx, trust, token, "orders")?;
 //! tx.execute("INSERT INTO orders (id, state) VALUES (42, 'shipped')", [])?;
 //! tx.commit()?; // the mark and the insert commit together (S6)
 //! # Ok(()) }
@@ -39,10 +39,9 @@
 //! included, on power loss).
 
 use palisade_core::gate::{HighWater, Policy};
-use palisade_token::Verifier;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior};
 
-use crate::admission::{decide, from_sql_mark, to_sql_int, verify_for_lock, Admitted};
+use crate::admission::{decide, from_sql_mark, to_sql_int, Admitted, Trust};
 use crate::error::AdmitError;
 
 /// The SQL that creates the fence table; [`migrate`] runs it. Idempotent.
@@ -70,25 +69,25 @@ pub fn begin(conn: &mut Connection) -> Result<Transaction<'_>, AdmitError> {
 ///
 /// On `Ok`, the advanced mark is part of `tx` and commits or rolls back with the caller's
 /// writes. On `Err`, roll `tx` back.
-pub fn admit(
+pub fn admit<'t>(
     tx: &Transaction<'_>,
-    verifier: &Verifier,
+    trust: impl Into<Trust<'t>>,
     token: &str,
     lock: &str,
 ) -> Result<Admitted, AdmitError> {
-    admit_with(tx, verifier, token, lock, Policy::Epoch, None)
+    admit_with(tx, trust.into(), token, lock, Policy::Epoch, None)
 }
 
 /// Like [`admit`], under the sequence policy: (epoch, `seq`) must strictly exceed the
 /// mark. Use one policy per lock: an epoch-policy admit resets the stored sequence to 0.
-pub fn admit_sequenced(
+pub fn admit_sequenced<'t>(
     tx: &Transaction<'_>,
-    verifier: &Verifier,
+    trust: impl Into<Trust<'t>>,
     token: &str,
     lock: &str,
     seq: u64,
 ) -> Result<Admitted, AdmitError> {
-    admit_with(tx, verifier, token, lock, Policy::Sequence, Some(seq))
+    admit_with(tx, trust.into(), token, lock, Policy::Sequence, Some(seq))
 }
 
 /// The lock's committed mark, or `HighWater::default()` if never admitted. For inspection
@@ -99,13 +98,13 @@ pub fn high_water(conn: &Connection, lock: &str) -> Result<HighWater, AdmitError
 
 fn admit_with(
     tx: &Transaction<'_>,
-    verifier: &Verifier,
+    trust: Trust<'_>,
     token: &str,
     lock: &str,
     policy: Policy,
     seq: Option<u64>,
 ) -> Result<Admitted, AdmitError> {
-    let claims = verify_for_lock(verifier, token, lock)?;
+    let claims = trust.verify_for_lock(token, lock)?;
     let current = read_mark(tx, lock)?;
     let admitted = decide(current, policy, &claims, seq)?;
     let epoch = to_sql_int(admitted.high_water.epoch, "epoch")?;

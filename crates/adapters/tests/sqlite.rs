@@ -212,3 +212,39 @@ async fn deferred_transaction_is_still_safe() {
     );
     assert!(matches!(result, Err(AdmitError::Conflict)), "{result:?}");
 }
+
+/// A database written by one service can require its principal: a genuine token of
+/// another principal is refused before anything is written.
+#[test]
+fn a_token_of_another_principal_is_refused_when_the_holder_is_required() {
+    use palisade_adapters::Trust;
+    use palisade_token::{KeyRing, Signer};
+
+    let signer = Signer::generate();
+    let mut ring = KeyRing::new();
+    ring.insert(signer.public_key());
+    let verifier = Verifier::new(ring, 16);
+    let dir = tempfile::tempdir().unwrap();
+    let mut conn = Connection::open(dir.path().join("db.sqlite")).unwrap();
+    sqlite::migrate(&conn).unwrap();
+    conn.execute_batch("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        .unwrap();
+    let billing = Trust::new(&verifier).held_by("billing");
+
+    let theirs = signer.issue("orders", 5, "reports/job-1");
+    let tx = sqlite::begin(&mut conn).unwrap();
+    let refused = sqlite::admit(&tx, billing, &theirs, "orders");
+    assert!(
+        matches!(refused, Err(AdmitError::NotHolder { .. })),
+        "{refused:?}"
+    );
+    drop(tx);
+    assert_eq!(sqlite::high_water(&conn, "orders").unwrap().epoch, 0);
+
+    let ours = signer.issue("orders", 1, "billing/worker-1");
+    let tx = sqlite::begin(&mut conn).unwrap();
+    sqlite::admit(&tx, billing, &ours, "orders").unwrap();
+    tx.execute("INSERT INTO kv VALUES ('k', 'v')", []).unwrap();
+    tx.commit().unwrap();
+    assert_eq!(sqlite::high_water(&conn, "orders").unwrap().epoch, 1);
+}

@@ -1,14 +1,16 @@
 //! The storage commit path, `RedbBackend::apply`: one fenced put per commit (each waits
-//! for its own fsync), and 64 concurrent puts that the writer groups into one commit.
+//! for its own log record's fdatasync), and 64 concurrent puts that the writer groups into
+//! one record (while the previous one's fdatasync runs).
 //!
-//! Both are bound by the disk's fsync latency; compare with the fdatasync figure in
-//! docs/benchmarks.md. The numbers are per iteration: one op, or a batch of 64.
+//! Both are bound by the disk's fdatasync latency; compare with the fdatasync figure in
+//! docs/benchmarks.md. The numbers are per iteration: one op, or a batch of 64. The
+//! comparison of engines that chose this one is `benches/engines.rs`.
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use palisade_core::gate::Policy;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
-use palisade_storage::{Action, Backend, FencedOp, Precondition};
+use palisade_storage::{Action, FencedOp, FencedStore, Precondition};
 
 fn put(key: usize) -> FencedOp {
     FencedOp {

@@ -102,8 +102,21 @@ async fn a_database_older_than_the_ledger_or_missing_is_refused() {
     // The ledger is raised at every start (and every few seconds while serving).
     drop(Server::start_in(&data, 0, &[]).expect("server starts"));
 
-    // Copying an old file into place (instead of `admin restore`) is caught.
+    // Copying an old file into place (instead of `admin restore`) is caught: by the log
+    // it no longer reaches (the server was killed, its log is still there) or, once the
+    // log is gone, by the ledger.
     std::fs::copy(&old_copy, data.join("palisade.redb")).unwrap();
+    let stderr = serve_refused(&data);
+    assert!(
+        stderr.contains("older than its log") && stderr.contains("admin restore"),
+        "{stderr}"
+    );
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().contains("palisade.redb.wal.") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
     let stderr = serve_refused(&data);
     assert!(
         stderr.contains("behind the epoch ledger") && stderr.contains("admin restore"),

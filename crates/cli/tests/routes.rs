@@ -176,6 +176,20 @@ async fn malformed_requests_get_typed_errors() {
             "bad_request",
         ),
         (
+            c.put(url("/v1/kv/ns/k"))
+                .header("Fencing-Token", &token)
+                .header("Idempotency-Key", "two words"),
+            400,
+            "bad_request",
+        ),
+        (
+            c.put(url("/v1/kv/ns/k"))
+                .header("Fencing-Token", &token)
+                .header("Fencing-Token", &token),
+            400,
+            "bad_request",
+        ),
+        (
             c.put(url(&format!("/v1/kv/ns/{}", "k".repeat(1025))))
                 .header("Fencing-Token", &token),
             400,

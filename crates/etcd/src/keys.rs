@@ -14,7 +14,6 @@
 //! | `P fence/<ns>` | JSON high-water mark | forever |
 //! | `P kv/<ns>/<key>` | `0x01`, epoch (8 bytes, big endian), value | until deleted |
 //! | `P idem/<ns>/<idempotency key>` | JSON [`IdemRecord`] | forever |
-//! | `P record/<lease id>` | JSON `LeaseRecord` (only [`palisade_storage::Backend`]'s issuer records) | until removed |
 //! | `P keys/set` | the issuer key set (JSON, see `crate::key_set`) | forever |
 //!
 //! Lock and namespace names match `[A-Za-z0-9._-]+`, so the `/` after them is unambiguous
@@ -108,12 +107,6 @@ impl Keys {
     }
     pub(crate) fn idempotency(&self, namespace: &str, key: &str) -> Vec<u8> {
         self.key(&["idem/", namespace, "/", key])
-    }
-    pub(crate) fn record(&self, lease_id: &str) -> Vec<u8> {
-        self.key(&["record/", lease_id])
-    }
-    pub(crate) fn record_prefix(&self) -> Vec<u8> {
-        self.key(&["record/"])
     }
     pub(crate) fn key_set(&self) -> Vec<u8> {
         self.key(&["keys/set"])

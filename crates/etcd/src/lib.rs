@@ -3,8 +3,10 @@
 //! When one node is not enough, several **stateless** `palisade serve --backend etcd`
 //! nodes share one etcd cluster. This crate gives them both roles that need durable state:
 //!
-//! - [`EtcdStore`] implements [`palisade_storage::Backend`]: the fenced store. Values,
-//!   per-namespace high-water marks and idempotency records live in etcd.
+//! - [`EtcdStore`] implements [`palisade_storage::FencedStore`]: the fenced store. Values,
+//!   per-namespace high-water marks, usage counters and idempotency records live in etcd,
+//!   and every write is decided by the same rule as the embedded store's
+//!   ([`palisade_storage::decide()`]).
 //! - [`EtcdIssuer`] implements [`palisade_issuer::LockService`]: epochs, leases and the
 //!   waiting line live in etcd; a Palisade lease is an etcd lease.
 //! - [`EtcdKeySet`]: the issuer key set every node signs and verifies with (rotation).
@@ -12,9 +14,10 @@
 //! Palisade does not implement consensus: etcd's Raft log is the one enforcement point
 //! that every node shares (S7). Every decision is **one etcd transaction**:
 //!
-//! - a fenced write reads the namespace's mark and the key (with their mod revisions), runs
-//!   [`palisade_core::gate::admit`] and the preconditions locally, then commits
-//!   `if mark and key are unchanged then put mark, put/delete key, put idempotency record`;
+//! - a fenced write reads the namespace's mark, its usage counter, the key and the
+//!   idempotency record (with their mod revisions), runs [`palisade_storage::decide()`]
+//!   (idempotency, the gate, preconditions, quotas) locally, then commits `if all of them
+//!   are unchanged then put mark, put/delete key, put counter, put idempotency record`;
 //!   if another node got there first the compare fails and the write starts again from
 //!   the read (a bounded number of times, then `storage_failed`);
 //! - an acquisition commits `if the lock has no holder and its epoch key is unchanged then

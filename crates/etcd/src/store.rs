@@ -1,14 +1,18 @@
-//! The fenced store in etcd: [`EtcdStore`], a [`Backend`].
+//! The fenced store in etcd: [`EtcdStore`], a [`FencedStore`].
 //!
 //! One fenced operation is one read-decide-commit loop (see [`crate::txn`]):
 //!
-//! 1. read, in one snapshot: the namespace's mark, the key and the idempotency record;
-//! 2. decide locally: replay or refuse on the idempotency record, run the gate rule
-//!    ([`admit`]), check the preconditions; a refusal ends here and writes nothing;
-//! 3. commit `if mark, key and idempotency record are as read then write`: the new mark
-//!    (only when it changed, so equal-epoch writers to different keys do not collide), the
-//!    value or the deletion, and the idempotency record. A failed compare means another
-//!    node moved first: go back to 1.
+//! 1. read, in one snapshot: the namespace's mark, its usage counter, the key and the
+//!    idempotency record (and, the first time a namespace without a counter is written,
+//!    its data, to count it);
+//! 2. decide locally with the rule every backend shares ([`decide()`]: idempotency, the
+//!    gate, preconditions, quotas); a refusal ends here and writes nothing;
+//! 3. commit `if mark, counter, key and idempotency record are as read then write`: the
+//!    new mark (only when it changed), the value or the deletion, the counter, and the
+//!    idempotency record (attached to a lease that ends after the retention). A failed
+//!    compare means another node moved first: go back to 1. The counter's compare makes
+//!    writes that change a namespace's size serialise on it, which is what keeps the
+//!    quota exact across nodes.
 //!
 //! Because the mark's compare is in every commit, no write can land after a larger epoch
 //! was admitted in the same namespace, on any node (S5, S6, S7).
@@ -21,15 +25,15 @@ use etcd_client::{Compare, CompareOp, GetOptions, TxnOp};
 use palisade_core::gate::HighWater;
 use palisade_storage::decide::Change;
 use palisade_storage::{
-    decide, Action, Applied, ApplyError, Backend, Decision, Entry, FencedOp, IssuerState, KeyState,
-    LeaseRecord, Seen, StorageError, StoreLimits, Usage, WallClock,
+    decide, Action, Applied, ApplyError, Decision, Entry, FencedOp, FencedStore, KeyState, Seen,
+    StorageError, StoreLimits, Usage, WallClock,
 };
 
 use crate::keys::{self, from_json, json, IdemRecord};
 use crate::txn::{backoff, contended, revision, MAX_ATTEMPTS};
-use crate::{Etcd, Resend};
+use crate::Etcd;
 
-/// The fenced store (and the issuer records of [`Backend`]) in etcd. Cheap to clone.
+/// The fenced store in etcd. Cheap to clone.
 #[derive(Clone)]
 pub struct EtcdStore {
     etcd: Etcd,
@@ -286,86 +290,7 @@ fn count(prefix: &[u8], data: &[etcd_client::KeyValue]) -> Result<Usage, Storage
 }
 
 #[async_trait]
-impl Backend for EtcdStore {
-    async fn load_issuer(&self) -> Result<IssuerState, StorageError> {
-        let keys = &self.etcd.keys;
-        let snap = self
-            .etcd
-            .read(
-                "load issuer records",
-                vec![
-                    TxnOp::get(keys.epoch_prefix(), Some(GetOptions::new().with_prefix())),
-                    TxnOp::get(keys.record_prefix(), Some(GetOptions::new().with_prefix())),
-                ],
-            )
-            .await?;
-        let mut state = IssuerState::default();
-        let epoch_prefix = keys.epoch_prefix();
-        for kv in snap.all(0) {
-            let name = kv
-                .key()
-                .strip_prefix(epoch_prefix.as_slice())
-                .unwrap_or_default();
-            let lock = String::from_utf8_lossy(name).into_owned();
-            state
-                .epochs
-                .push((lock, keys::decode_epoch(kv.key(), kv.value())?));
-        }
-        for kv in snap.all(1) {
-            state.leases.push(from_json(kv.key(), kv.value())?);
-        }
-        Ok(state)
-    }
-
-    async fn record_grant(&self, lease: LeaseRecord) -> Result<(), StorageError> {
-        let keys = &self.etcd.keys;
-        let epoch_key = keys.epoch(&lease.lock);
-        for attempt in 0..MAX_ATTEMPTS {
-            let snap = self
-                .etcd
-                .read("read epoch", vec![TxnOp::get(epoch_key.clone(), None)])
-                .await?;
-            let (last, seen) = match snap.first(0) {
-                Some(kv) => (keys::decode_epoch(kv.key(), kv.value())?, kv.mod_revision()),
-                None => (0, 0),
-            };
-            let compares = vec![Compare::mod_revision(
-                epoch_key.clone(),
-                CompareOp::Equal,
-                seen,
-            )];
-            let writes = vec![
-                TxnOp::put(
-                    epoch_key.clone(),
-                    keys::encode_epoch(last.max(lease.epoch)),
-                    None,
-                ),
-                TxnOp::put(keys.record(&lease.lease_id), json(&lease), None),
-            ];
-            if self
-                .etcd
-                .commit("record grant", compares, writes)
-                .await?
-                .is_some()
-            {
-                return Ok(());
-            }
-            backoff(attempt).await;
-        }
-        Err(contended("record grant"))
-    }
-
-    async fn remove_lease(&self, lease_id: &str) -> Result<(), StorageError> {
-        let key = self.etcd.keys.record(lease_id);
-        self.etcd
-            .call("remove lease record", Resend::IfUnavailable, || {
-                let (mut kv, key) = (self.etcd.client.kv_client(), key.clone());
-                async move { kv.delete(key, None).await }
-            })
-            .await
-            .map(drop)
-    }
-
+impl FencedStore for EtcdStore {
     async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError> {
         let mut count_usage = false;
         for attempt in 0..MAX_ATTEMPTS {

@@ -15,7 +15,7 @@ use palisade_core::lock_table::AcquireRequest;
 use palisade_etcd::{EtcdIssuer, EtcdStore};
 use palisade_issuer::LockService;
 use palisade_storage::{
-    Action, ApplyError, Backend, FencedOp, Idempotency, Precondition, StoreLimits, WallClock,
+    Action, ApplyError, FencedOp, FencedStore, Idempotency, Precondition, StoreLimits, WallClock,
 };
 use palisade_token::Signer;
 use support::EtcdMember;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use palisade_core::gate::{GateError, HighWater, Policy};
 use palisade_etcd::EtcdStore;
-use palisade_storage::{Action, ApplyError, Backend, FencedOp, Idempotency, Precondition};
+use palisade_storage::{Action, ApplyError, FencedOp, FencedStore, Idempotency, Precondition};
 use support::EtcdMember;
 
 fn op(ns: &str, epoch: u64, action: Action) -> FencedOp {

@@ -7,7 +7,7 @@
 //!
 //! A grant is answered only once its epoch is covered by a durable reservation (see
 //! `palisade_core::lock_table`): a grant the table marks as needing one waits for
-//! [`Backend::reserve`] (an fsync, shared with everything else in the writer's batch);
+//! [`IssuerLog::reserve`] (an fsync, shared with everything else in the writer's batch);
 //! a grant inside an existing reservation (the usual case for a contended lock handed
 //! from holder to holder) is answered at once and its lease record is written lazily.
 //! If a reservation cannot be written, the grant is withdrawn from the table and the
@@ -58,7 +58,7 @@ use palisade_core::lock_table::{
     SessionView, TableConfig, Ticket,
 };
 use palisade_core::Millis;
-use palisade_storage::{Backend, LazyRecord, LeaseRecord, StorageError};
+use palisade_storage::{IssuerLog, LazyRecord, LeaseRecord, StorageError};
 use palisade_token::{ActiveSigner, Epoch, KeyId};
 use tokio::sync::{oneshot, Notify};
 
@@ -95,7 +95,7 @@ struct Presigned {
 /// The lock service. See the module docs.
 pub struct Issuer {
     inner: Mutex<Inner>,
-    backend: Arc<dyn Backend>,
+    backend: Arc<dyn IssuerLog>,
     signer: ActiveSigner,
     started: Instant,
     wake: Arc<Notify>,
@@ -105,7 +105,7 @@ impl Issuer {
     /// Loads the issuer's records, honours recorded leases for a full TTL from now, and
     /// starts the deadline task.
     pub async fn start(
-        backend: Arc<dyn Backend>,
+        backend: Arc<dyn IssuerLog>,
         signer: impl Into<ActiveSigner>,
         config: TableConfig,
     ) -> Result<Arc<Issuer>, StorageError> {

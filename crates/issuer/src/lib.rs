@@ -10,7 +10,7 @@
 //! - the returned token is signed by the issuer key, so clients cannot mint or edit one.
 //!
 //! [`embedded::Issuer`] keeps the lock table in memory (the pure state machine from
-//! `palisade-core`) and records grants through a storage [`Backend`]: one node. A
+//! `palisade-core`) and records grants through a storage [`IssuerLog`]: one node. A
 //! distributed implementation keeps the table in a replicated store instead.
 //!
 //! ## Recipes
@@ -26,7 +26,7 @@
 //!   seeing it (S10).
 //! - It does not authenticate anyone (S14).
 //!
-//! [`Backend`]: palisade_storage::Backend
+//! [`IssuerLog`]: palisade_storage::IssuerLog
 
 use async_trait::async_trait;
 

@@ -13,7 +13,7 @@
 //! by a second etcd lease per lease (see `palisade_etcd`), in whole seconds.
 
 use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdKeySet, EtcdStore, EtcdTls, EtcdUser};
-use palisade_storage::Backend;
+use palisade_storage::FencedStore;
 use std::sync::Arc;
 
 use crate::config::{BackendConfig, EtcdAccess, ServerConfig};
@@ -52,7 +52,7 @@ pub(crate) async fn serve(
         user: etcd_user(access)?,
     })
     .await?;
-    let backend: Arc<dyn Backend> = Arc::new(EtcdStore::with_limits(
+    let backend: Arc<dyn FencedStore> = Arc::new(EtcdStore::with_limits(
         etcd.clone(),
         config.store_limits,
         palisade_storage::WallClock::system(),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use palisade_core::lock_table::TableConfig;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
-use palisade_storage::Backend;
+use palisade_storage::{FencedStore, IssuerLog};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -150,7 +150,7 @@ impl Front {
         self,
         config: &ServerConfig,
         issuer: Arc<dyn palisade_issuer::LockService>,
-        backend: Arc<dyn Backend>,
+        backend: Arc<dyn FencedStore>,
         keys: Arc<KeyRegistry>,
     ) -> AppState {
         AppState {
@@ -233,7 +233,31 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     };
     let redb = tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, options))
         .await
-        .map_err(|e| ServerError::Serve(std::io::Error::other(e)))??;
+        .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?
+        .map_err(|e| {
+            // Refused: damaged, older than its log, or not a Palisade database. Serving it
+            // could lose acknowledged writes; say what recovers it.
+            ServerError::Recovery(format!(
+                "{e}. Nothing was served. If the database or its log was damaged or replaced, \
+                 restore a backup with `palisade admin restore --data-dir {} --from <backup>` \
+                 (docs/operations.md)",
+                dir.display()
+            ))
+        })?;
+    let found = redb.recovery();
+    if found.torn {
+        tracing::warn!(
+            replayed = found.replayed,
+            commit_seq = found.commit_seq,
+            "the log ended with a torn record (a write cut by a crash, never acknowledged); dropped it"
+        );
+    } else {
+        tracing::info!(
+            replayed = found.replayed,
+            commit_seq = found.commit_seq,
+            "database opened"
+        );
+    }
     recovery::check_and_refresh(dir, &redb)
         .await
         .map_err(ServerError::Recovery)?;
@@ -241,7 +265,8 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     let (key_set, origin) = keys::open_for_serving(dir, seed_file, fresh, keys::now_unix())
         .map_err(ServerError::Key)?;
     log_key_origin(&key_set, origin, seed_file);
-    let backend: Arc<dyn Backend> = Arc::new(redb.clone());
+    let backend: Arc<dyn FencedStore> = Arc::new(redb.clone());
+    let issuer_log: Arc<dyn IssuerLog> = Arc::new(redb.clone());
     let keys = KeyRegistry::new(
         key_set,
         0,
@@ -250,7 +275,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         config.token_cache,
     );
     let issuer = Issuer::start(
-        backend.clone(),
+        issuer_log,
         keys.signer(),
         TableConfig {
             lock_delay_ms: config.lock_delay_ms,

@@ -1,6 +1,6 @@
 //! # What a fenced operation does: one pure decision, many shells
 //!
-//! [`decide`] takes a [`FencedOp`] and what the backend read for it inside the transaction
+//! [`decide()`] takes a [`FencedOp`] and what the backend read for it inside the transaction
 //! that will write ([`Seen`]: the namespace's mark, the key, the idempotency record, the
 //! namespace's usage) and says what happens: replay an earlier outcome, refuse, or commit
 //! exactly the writes of a [`Commit`]. It reads no clock (the wall-clock `now` is passed

@@ -1,23 +1,26 @@
 //! # Storage: where Palisade's promises become durable
 //!
-//! One trait, [`Backend`], covers both roles that need a disk:
+//! Two traits, one per role that needs a disk:
 //!
-//! - the **issuer's records**: the last epoch issued per lock and the live lease records,
-//!   so that after a crash no epoch is reissued and leases granted before the crash are
-//!   honoured for a full TTL;
-//! - the **fenced store**: namespaces of keys, each guarded by the lock of the same name,
-//!   with the namespace's high-water mark stored beside its data.
+//! - [`IssuerLog`], the **issuer's records**: the last epoch issued per lock, its durable
+//!   reservation and the live lease records, so that after a crash no epoch is reissued
+//!   and leases granted before the crash are honoured for a full TTL;
+//! - [`FencedStore`], the **fenced store**: namespaces of keys, each guarded by the lock of
+//!   the same name, with the namespace's high-water mark stored beside its data.
 //!
-//! Every fenced mutation is one [`FencedOp`]: the backend reads the namespace's mark, runs
-//! the gate rule ([`palisade_core::gate::admit`]), checks the operation's preconditions
-//! and, only if all pass, writes the new mark and the mutation **in one transaction**,
-//! then makes it durable before answering. A distributed backend can express the same as
-//! one compare-and-put transaction (compare the mark's and the key's revisions, put both).
+//! Every fenced mutation is one [`FencedOp`]: the backend reads the namespace's mark, the
+//! key, the idempotency record and the namespace's usage, asks the one pure rule
+//! ([`decide()`]: idempotency, the gate, preconditions, quotas) what to do and, only if it
+//! admits the operation, writes the new mark and the mutation **in one transaction**, then
+//! makes it durable before answering. A distributed backend expresses the same as one
+//! compare-and-put transaction (compare the revisions it read, put what was decided).
 //!
-//! The embedded backend ([`redb_backend::RedbBackend`]) keeps everything in one redb file,
-//! owned by a single writer thread that does group commit: it takes every operation
-//! waiting in its queue, applies them one after another inside one write transaction,
-//! commits with one fsync, and only then answers each caller.
+//! The embedded backend ([`redb_backend::RedbBackend`]) is a write-ahead log in front of
+//! one redb file: a single writer thread groups waiting operations into one log record,
+//! a syncer fdatasyncs the log once per group (overlapping with the next group's work) and
+//! only then answers each caller, and a checkpointer writes the rows into the redb file
+//! in the background. Opening replays the log and refuses a log or file that would roll
+//! acknowledged commits back.
 //!
 //! ## Invariants
 //! - "Ok" means fsync'd. A crash may lose only operations that were never acknowledged.
@@ -26,7 +29,7 @@
 //! - After an I/O error the backend latches into a failed state and refuses every later
 //!   write with [`StorageError::Failed`] (fail-stop): it never continues from a state it
 //!   cannot vouch for.
-//! - There is no unfenced write path: the trait offers no way to change a namespace
+//! - There is no unfenced write path: [`FencedStore`] offers no way to change a namespace
 //!   without passing the gate.
 //!
 //! ## What this layer does not do
@@ -210,7 +213,7 @@ pub const DEFAULT_IDEMPOTENCY_RETENTION: Duration = Duration::from_secs(24 * 60 
 
 /// What the fenced store lets one namespace hold, and how long it remembers an
 /// idempotency key. Every backend enforces the same limits with the same rule
-/// ([`decide`]).
+/// ([`decide()`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StoreLimits {
     /// Most keys one namespace may hold. A put that would create a key beyond it is
@@ -326,15 +329,12 @@ pub enum ApplyError {
     Storage(#[from] StorageError),
 }
 
-/// A durable backend for the issuer's records and the fenced store.
+/// The issuer's durable records: epochs, reservations and lease records. Only the
+/// embedded issuer keeps them here; the etcd issuer keeps its own in etcd.
 #[async_trait]
-pub trait Backend: Send + Sync + 'static {
+pub trait IssuerLog: Send + Sync + 'static {
     /// Reads back the issuer's records (at startup).
     async fn load_issuer(&self) -> Result<IssuerState, StorageError>;
-
-    /// Durably records a grant: raises the lock's last epoch to `lease.epoch` (never
-    /// lowers it) and stores the lease record. Returns once fsync'd.
-    async fn record_grant(&self, lease: LeaseRecord) -> Result<(), StorageError>;
 
     /// Durably records a lock's reservation (raising its last epoch to the ceiling, never
     /// lowering it), and the lease of the grant that needed it. Returns once fsync'd.
@@ -343,17 +343,10 @@ pub trait Backend: Send + Sync + 'static {
         lock: &str,
         reservation: Reservation,
         lease: Option<LeaseRecord>,
-    ) -> Result<(), StorageError> {
-        let _ = (lock, reservation, lease);
-        Err(StorageError::Failed(
-            "this backend does not keep issuer reservations".into(),
-        ))
-    }
+    ) -> Result<(), StorageError>;
 
     /// Queues an issuer record for the next commit without waiting (see [`LazyRecord`]).
-    fn record_lazily(&self, record: LazyRecord) {
-        let _ = record;
-    }
+    fn record_lazily(&self, record: LazyRecord);
 
     /// Removes a lease record (released or expired). Removing an unknown lease is Ok.
     async fn remove_lease(&self, lease_id: &str) -> Result<(), StorageError>;
@@ -369,25 +362,24 @@ pub trait Backend: Send + Sync + 'static {
         prefix: &str,
         after: Option<&str>,
         limit: usize,
-    ) -> Result<Vec<(String, Epoch)>, StorageError> {
-        let _ = (prefix, after, limit);
-        Err(StorageError::Failed(
-            "this backend does not keep issuer records".into(),
-        ))
-    }
+    ) -> Result<Vec<(String, Epoch)>, StorageError>;
 
     /// One lock's durable record: its last epoch (or reservation ceiling, whichever is
     /// higher) and its reservation (`None`: no record at all; the issuer's epoch floor
     /// applies). For an issuer that dropped an idle lock from memory and must read it
     /// back before granting it again. Sees committed state only: a record queued with
-    /// [`Backend::record_lazily`] shows once its batch has committed.
-    async fn lock_record(&self, lock: &str) -> Result<Option<(Epoch, Reservation)>, StorageError> {
-        let _ = lock;
-        Err(StorageError::Failed(
-            "this backend does not keep issuer records".into(),
-        ))
-    }
+    /// [`IssuerLog::record_lazily`] shows once its batch has committed.
+    async fn lock_record(&self, lock: &str) -> Result<Option<(Epoch, Reservation)>, StorageError>;
 
+    /// Whether the log has latched a failure.
+    fn is_failed(&self) -> bool;
+}
+
+/// The fenced store: namespaces of keys, each guarded by the lock of the same name. Every
+/// mutation is one [`FencedOp`] decided by [`decide()`] and committed in one durable
+/// transaction; there is no other way to change a namespace.
+#[async_trait]
+pub trait FencedStore: Send + Sync + 'static {
     /// Gate + mutation in one durable transaction.
     async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError>;
 
@@ -414,3 +406,7 @@ pub trait Backend: Send + Sync + 'static {
     /// default does nothing, for backends with nothing to release.
     async fn close(&self) {}
 }
+
+/// [`FencedStore`] under the name it had when one trait covered both roles, for callers
+/// that have not moved to the new name yet.
+pub use self::FencedStore as Backend;

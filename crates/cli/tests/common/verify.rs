@@ -9,6 +9,8 @@ use serde_json::Value;
 pub struct VerifyRun {
     pub status: ExitStatus,
     pub stdout: String,
+    pub stderr: String,
+    /// `summary.json`, or `Null` for a run that wrote none (see [`VerifyRun::attempt`]).
     pub summary: Value,
     pub out: tempfile::TempDir,
 }
@@ -17,6 +19,18 @@ impl VerifyRun {
     /// Runs `palisade verify ARGS --out <temp dir>`; panics with the output if it wrote no
     /// summary (the run could not complete).
     pub fn start(args: &[&str]) -> VerifyRun {
+        let run = VerifyRun::attempt(args);
+        if run.summary.is_null() {
+            panic!(
+                "no summary.json ({}):\n{}\n{}",
+                run.status, run.stdout, run.stderr
+            );
+        }
+        run
+    }
+
+    /// Runs `palisade verify ARGS --out <temp dir>`, whether or not it completes.
+    pub fn attempt(args: &[&str]) -> VerifyRun {
         let out = tempfile::tempdir().expect("temp dir");
         let run = Command::new(env!("CARGO_BIN_EXE_palisade"))
             .arg("verify")
@@ -26,14 +40,15 @@ impl VerifyRun {
             .output()
             .expect("palisade verify runs");
         let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&run.stderr);
-        let Ok(text) = std::fs::read_to_string(out.path().join("summary.json")) else {
-            panic!("no summary.json ({}):\n{stdout}\n{stderr}", run.status);
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        let summary = match std::fs::read_to_string(out.path().join("summary.json")) {
+            Ok(text) => serde_json::from_str(&text).expect("summary is JSON"),
+            Err(_) => Value::Null,
         };
-        let summary = serde_json::from_str(&text).expect("summary is JSON");
         VerifyRun {
             status: run.status,
             stdout,
+            stderr,
             summary,
             out,
         }

@@ -100,10 +100,14 @@ async fn fencing(
         .transpose()?;
     let idempotency_key = header_text(headers, h::IDEMPOTENCY_KEY)?
         .map(|k| {
-            let ok = !k.is_empty() && k.len() <= MAX_IDEMPOTENCY_KEY_LEN;
+            // Visible ASCII only (no space or tab inside: the header's own surrounding
+            // whitespace is already trimmed).
+            let ok = !k.is_empty()
+                && k.len() <= MAX_IDEMPOTENCY_KEY_LEN
+                && k.bytes().all(|b| b.is_ascii_graphic());
             ok.then(|| k.to_owned()).ok_or_else(|| {
                 ApiError::bad_request(format!(
-                    "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} characters"
+                    "Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY_LEN} visible ASCII characters"
                 ))
             })
         })

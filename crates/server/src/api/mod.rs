@@ -22,7 +22,7 @@ use axum::{Json, Router};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
-use palisade_storage::Backend;
+use palisade_storage::FencedStore;
 use palisade_token::{validate_lock_name, Verifier};
 
 use crate::audit::Audit;
@@ -35,7 +35,7 @@ use palisade_issuer::LockService;
 #[derive(Clone)]
 pub struct AppState {
     pub issuer: Arc<dyn LockService>,
-    pub backend: Arc<dyn Backend>,
+    pub backend: Arc<dyn FencedStore>,
     pub verifier: Arc<Verifier>,
     /// The key set: what `verifier` trusts and the issuer signs with, and its changes.
     pub keys: Arc<crate::keys::KeyRegistry>,
@@ -55,7 +55,7 @@ impl AppState {
     /// limits and policies, values up to 1 MiB. Set the public fields to change them.
     pub fn new(
         issuer: Arc<dyn LockService>,
-        backend: Arc<dyn Backend>,
+        backend: Arc<dyn FencedStore>,
         keys: Arc<crate::keys::KeyRegistry>,
     ) -> AppState {
         AppState {

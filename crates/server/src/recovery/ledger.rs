@@ -7,6 +7,10 @@
 //! graceful stop, by `palisade admin backup` and by `palisade admin restore`, and it only
 //! ever goes up.
 //!
+//! It also records the database's **commit sequence number** (every commit of the storage
+//! engine has the next one): a database that opens holding fewer commits than the ledger
+//! saw came back older than what it acknowledged, and the server refuses it.
+//!
 //! It exists for two reasons:
 //! - a restore over a database that cannot be read still knows a lower bound for the
 //!   epochs issued, and the names of the locks that had them;
@@ -58,6 +62,10 @@ pub struct EpochLedger {
     pub updated_at_unix: u64,
     #[serde(default)]
     pub last_restore: Option<LedgerRestore>,
+    /// The newest commit (commit sequence number) the database was seen to hold durably.
+    /// A database that opens with fewer commits came back older than what it acknowledged.
+    #[serde(default)]
+    pub commit_seq: u64,
 }
 
 pub fn path(dir: &Path) -> PathBuf {
@@ -70,15 +78,19 @@ struct FloorFile {
     version: u32,
     floor: Epoch,
     updated_at_unix: u64,
+    #[serde(default)]
+    commit_seq: u64,
 }
 
-/// Writes `floor` into the side file of `dir`, atomically (the ledger's own `load` raises
-/// its floor to it). Only ever called with a floor the database has durably reached.
-pub fn store_floor(dir: &Path, floor: Epoch, now_unix: u64) -> Result<(), String> {
+/// Writes `floor` and `commit_seq` into the side file of `dir`, atomically (the ledger's
+/// own `load` raises its floor and commit sequence number to them). Only ever called with
+/// values the database has durably reached.
+pub fn store_floor(dir: &Path, floor: Epoch, commit_seq: u64, now_unix: u64) -> Result<(), String> {
     let text = serde_json::to_vec(&FloorFile {
         version: VERSION,
         floor,
         updated_at_unix: now_unix,
+        commit_seq,
     })
     .map_err(|e| format!("cannot encode the epoch floor: {e}"))?;
     write_atomically(dir, FLOOR_FILE, &text)
@@ -143,6 +155,7 @@ impl EpochLedger {
                 version: VERSION,
                 floor: side.floor,
                 updated_at_unix: side.updated_at_unix,
+                commit_seq: side.commit_seq,
                 ..EpochLedger::default()
             }));
         };
@@ -151,6 +164,7 @@ impl EpochLedger {
                 ledger.floor = side.floor;
                 ledger.updated_at_unix = ledger.updated_at_unix.max(side.updated_at_unix);
             }
+            ledger.commit_seq = ledger.commit_seq.max(side.commit_seq);
         }
         Ok(Some(ledger))
     }
@@ -164,6 +178,7 @@ impl EpochLedger {
         for (lock, epoch) in &summary.locks {
             self.raise(lock, *epoch);
         }
+        self.commit_seq = self.commit_seq.max(summary.commit_seq);
     }
 
     /// Raises one lock (and the overall floor) to at least `epoch`.
@@ -206,6 +221,7 @@ mod tests {
     fn summary(locks: &[(&str, Epoch)]) -> EpochSummary {
         EpochSummary {
             locks: locks.iter().map(|(l, e)| (l.to_string(), *e)).collect(),
+            commit_seq: 0,
         }
     }
 
@@ -234,7 +250,7 @@ mod tests {
     #[test]
     fn the_floor_file_raises_the_floor_and_never_lowers_it() {
         let dir = tempfile::tempdir().unwrap();
-        store_floor(dir.path(), 40, 1).unwrap();
+        store_floor(dir.path(), 40, 5, 1).unwrap();
         // A floor file alone is a ledger with a floor and no locks.
         let alone = EpochLedger::load(dir.path()).unwrap().unwrap();
         assert_eq!((alone.floor, alone.locks.len()), (40, 0));
@@ -243,9 +259,12 @@ mod tests {
         ledger.merge(&summary(&[("a", 7)]));
         ledger.store(dir.path(), 2).unwrap();
         let raised = EpochLedger::load(dir.path()).unwrap().unwrap();
-        assert_eq!((raised.floor, raised.locks["a"]), (40, 7));
+        assert_eq!(
+            (raised.floor, raised.locks["a"], raised.commit_seq),
+            (40, 7, 5)
+        );
 
-        store_floor(dir.path(), 3, 3).unwrap();
+        store_floor(dir.path(), 3, 2, 3).unwrap();
         ledger.merge(&summary(&[("a", 90)]));
         ledger.store(dir.path(), 4).unwrap();
         let kept = EpochLedger::load(dir.path()).unwrap().unwrap();

@@ -32,6 +32,8 @@
 
 pub mod ledger;
 mod restore;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -106,20 +108,33 @@ pub fn check_before_open(data_dir: &Path) -> Result<(), String> {
 }
 
 /// After the database is opened, before serving: refuses a database that is behind the
-/// ledger, then raises the ledger to the database.
+/// ledger (fewer commits than the ledger saw durable, or a lock's epoch below the ledger's),
+/// then raises the ledger to the database.
 pub async fn check_and_refresh(data_dir: &Path, backend: &RedbBackend) -> Result<(), String> {
-    let summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
+    let mut summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
+    summary.commit_seq = backend.commit_seq();
     let mut ledger = EpochLedger::load(data_dir)?.unwrap_or_default();
-    if let Some((lock, db, known)) = ledger.first_behind(&summary) {
-        return Err(format!(
-            "{} is behind the epoch ledger {}: lock {lock:?} reached epoch {known}, but the \
-             database says {db}. The file was replaced by an older copy or lost commits, and \
-             serving it would issue epochs a second time. Restore with `palisade admin \
-             restore --data-dir {} --from <file>`, which raises every epoch above the ledger",
+    let behind = |what: String| {
+        format!(
+            "{} is behind the epoch ledger {}: {what}. The file was replaced by an older copy \
+             or lost commits, and serving it would issue epochs a second time and admit \
+             tokens it had fenced out. Restore with `palisade admin restore --data-dir {} \
+             --from <file>`, which raises every epoch above the ledger",
             data_dir.join(DB_FILE).display(),
             ledger::path(data_dir).display(),
             data_dir.display()
-        ));
+        )
+    };
+    if summary.commit_seq < ledger.commit_seq {
+        return Err(behind(format!(
+            "the ledger saw commit {} durable, but the database holds commits only up to {}",
+            ledger.commit_seq, summary.commit_seq
+        )));
+    }
+    if let Some((lock, db, known)) = ledger.first_behind(&summary) {
+        return Err(behind(format!(
+            "lock {lock:?} reached epoch {known}, but the database says {db}"
+        )));
     }
     ledger.merge(&summary);
     ledger.store(data_dir, now_unix())
@@ -128,26 +143,28 @@ pub async fn check_and_refresh(data_dir: &Path, backend: &RedbBackend) -> Result
 /// How often a running server raises the ledger to its database.
 pub const LEDGER_REFRESH: Duration = Duration::from_secs(10);
 
-/// While serving: raises the ledger's floor every [`LEDGER_REFRESH`] to the highest epoch
-/// the database has durably reached, so that a restore over a database lost later knows
-/// the epochs issued up to a few seconds before the loss, not only up to the last start.
-/// Costs one atomic load per period, and a small file write when the epoch moved: no scan
-/// of the database (see [`ledger`]). Stops when the returned handle is aborted.
+/// While serving: raises the ledger's floor and commit sequence number every
+/// [`LEDGER_REFRESH`] to what the database has durably reached, so that a restore over a
+/// database lost later knows the epochs issued up to a few seconds before the loss, and a
+/// database that comes back older is recognised. Costs two atomic loads per period, and a
+/// small file write when something moved: no scan of the database (see [`ledger`]). Stops
+/// when the returned handle is aborted.
 pub fn spawn_ledger_refresh(data_dir: PathBuf, backend: RedbBackend) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let mut written = 0;
+        let mut written = (0, 0);
         loop {
             tokio::time::sleep(LEDGER_REFRESH).await;
-            let floor = backend.committed_epoch_max();
-            if floor <= written {
+            let now = (backend.committed_epoch_max(), backend.commit_seq());
+            if now == written {
                 continue;
             }
             let dir = data_dir.clone();
-            let stored =
-                tokio::task::spawn_blocking(move || ledger::store_floor(&dir, floor, now_unix()))
-                    .await;
+            let stored = tokio::task::spawn_blocking(move || {
+                ledger::store_floor(&dir, now.0, now.1, now_unix())
+            })
+            .await;
             match stored {
-                Ok(Ok(())) => written = floor,
+                Ok(Ok(())) => written = now,
                 Ok(Err(e)) => tracing::warn!(error = %e, "could not update the epoch floor"),
                 Err(e) => tracing::warn!(error = %e, "could not update the epoch floor"),
             }
@@ -158,7 +175,8 @@ pub fn spawn_ledger_refresh(data_dir: PathBuf, backend: RedbBackend) -> JoinHand
 /// Raises the ledger to the database, best effort (a failure is logged).
 pub async fn refresh(data_dir: &Path, backend: &RedbBackend) {
     let refreshed = async {
-        let summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
+        let mut summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
+        summary.commit_seq = backend.commit_seq();
         let mut ledger = EpochLedger::load(data_dir)?.unwrap_or_default();
         ledger.merge(&summary);
         ledger.store(data_dir, now_unix())

@@ -91,20 +91,21 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
     let mut warnings = Vec::new();
 
     // Held until the new file is in place: no server can open the old one meanwhile.
-    let (current_db, current, current_locks) = match OfflineDb::open(&db_path) {
+    let (current_db, current, current_locks, current_seq) = match OfflineDb::open(&db_path) {
         Ok(db) => match db.summary() {
             Ok(summary) => {
                 let state = CurrentState::Readable {
                     max_epoch: summary.max(),
                     locks: summary.locks.len(),
                 };
-                (Some(db), state, summary.locks.into_keys().collect())
+                let seq = summary.commit_seq;
+                (Some(db), state, summary.locks.into_keys().collect(), seq)
             }
-            Err(e) => (Some(db), unreadable(e), BTreeSet::new()),
+            Err(e) => (Some(db), unreadable(e), BTreeSet::new(), 0),
         },
         Err(e @ OfflineError::Busy { .. }) => return Err(e.into()),
-        Err(OfflineError::Missing { .. }) => (None, CurrentState::Missing, BTreeSet::new()),
-        Err(e) => (None, unreadable(e), BTreeSet::new()),
+        Err(OfflineError::Missing { .. }) => (None, CurrentState::Missing, BTreeSet::new(), 0),
+        Err(e) => (None, unreadable(e), BTreeSet::new(), 0),
     };
     let state_known = matches!(current, CurrentState::Readable { .. });
 
@@ -171,10 +172,12 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
     locks.extend(current_locks);
     locks.extend(ledger.locks.keys().cloned());
     let restored_at_unix = now_unix();
+    let commit_seq = ledger.commit_seq.max(current_seq).max(backup.commit_seq);
     let plan = RestorePlan {
         floor,
         locks: locks.clone(),
         restored_at_unix,
+        commit_seq,
     };
     let Restored {
         locks_floored,
@@ -190,6 +193,7 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
         new_ledger.raise(lock, floor);
     }
     new_ledger.floor = new_ledger.floor.max(floor);
+    new_ledger.commit_seq = commit_seq;
     new_ledger.last_restore = Some(LedgerRestore {
         backup_id: backup.backup_id.clone(),
         floor,
@@ -209,6 +213,20 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
             Some(aside)
         }
     };
+    // The log of the database being replaced (left only when that database could not be
+    // read and replayed) is kept aside, under names the restored store does not read.
+    let log_prefix = format!("{DB_FILE}.wal.");
+    for entry in std::fs::read_dir(data_dir).map_err(io(data_dir))? {
+        let name = entry.map_err(io(data_dir))?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(rest) = name.strip_prefix(&log_prefix) {
+            if rest == "spare" {
+                continue;
+            }
+            let aside = data_dir.join(format!("{DB_FILE}.replaced-{restored_at_unix}.wal.{rest}"));
+            std::fs::rename(data_dir.join(name.as_ref()), &aside).map_err(io(&aside))?;
+        }
+    }
     std::fs::rename(&staging, &db_path).map_err(io(&db_path))?;
     sync_dir(data_dir).map_err(io(data_dir))?;
     drop(current_db);

@@ -1,63 +1,95 @@
-//! # The embedded backend: one redb file, one writer thread
+//! # The embedded backend: a write-ahead log in front of one redb file
 //!
-//! [`RedbBackend`] keeps the issuer's records (last epoch per lock, live leases) and the
-//! fenced store (keys, per-namespace high-water marks, idempotency records, the global
-//! store revision) in a single [redb](https://docs.rs/redb) file.
+//! [`RedbBackend`] keeps the issuer's records (last epoch and reservation per lock, live
+//! leases) and the fenced store (keys, per-namespace high-water marks and usage counters,
+//! idempotency records, the global store revision). Its shape is the one every fast
+//! durable system uses for small writes: **append a log, fsync once per batch, apply to
+//! memory, checkpoint in the background** (the choice and its measurements:
+//! `docs/storage-engine.md`).
 //!
-//! ## Group commit
-//! A durable answer costs an fsync, and an fsync costs milliseconds whatever it carries.
-//! So one dedicated writer **thread** (not a tokio task: a commit blocks on fsync and
-//! would stall a runtime worker) owns every write transaction. Callers send it a request
-//! with a `oneshot` reply channel. The writer blocks for the first request, takes whatever
-//! else is already queued (at most [`RedbOptions::max_batch`] in all), applies them in
-//! arrival order inside **one** write transaction, each seeing the effects of the ones
-//! before it, commits once (`Durability::Immediate`: one fsync), and only after the
-//! commit returns answers every caller. Throughput comes from batching, never from skipping the fsync:
-//! under load a batch grows by itself while the previous fsync runs.
+//! ## The write path: pipelined group commit
+//! One **writer** thread takes every request waiting in its queue (at most
+//! [`RedbOptions::max_batch`]), computes in arrival order what each writes (each seeing
+//! the effects of the ones before it), appends the batch's rows to the log as **one
+//! record** (one `pwrite` into a zero-filled segment, see [`newest_commit`] for the
+//! format), and hands it to the **syncer** thread, which fdatasyncs the log once for every
+//! record handed over so far, makes their rows visible to readers and only then answers
+//! their callers. The writer does not wait: it computes the next batch while the syncer's
+//! fdatasync of the previous one runs. Throughput comes from batching and that overlap,
+//! never from skipping the fdatasync.
 //!
-//! Sharing a transaction is safe because an operation that is refused (stale epoch,
-//! failed precondition, missing key, idempotency conflict) does every check before its
-//! first write: it leaves nothing behind in the batch's transaction.
+//! The rows live in memory (an ordered index of only the rows written since the last
+//! checkpoint) until the **checkpointer** thread writes them into the redb file in one
+//! durable two-phase transaction, recording the commit sequence number it covers, and
+//! deletes the log segments that are then redundant. A checkpoint starts after
+//! [`RedbOptions::checkpoint_rows`] rows, half a segment of log, or
+//! [`RedbOptions::checkpoint_every`]; writers wait for it when rows pile up far past that,
+//! so memory stays bounded. A clean close checkpoints everything and removes the log.
+//!
+//! Reads see durable state only: the published rows over one snapshot of the file
+//! (`layers.rs` says why no checkpoint can hide a row from them). They never block the
+//! writer.
+//!
+//! ## Recovery, and never rolling back silently
+//! Opening replays the log into the file (one checkpoint) before anything reads it. A
+//! record cut by a crash before its fdatasync returned (**torn**: a sector of it is still
+//! zeros) ends the log; it was never acknowledged, and neither was anything after it. A
+//! record that is complete but does not verify (**damaged**: flipped bytes), a segment
+//! header that does not verify, a segment of another store, or a gap between the file's
+//! last checkpoint and the log (an older database file put beside a newer log) is refused
+//! with an error naming the file: serving would roll back acknowledged commits and could
+//! admit a stale epoch again. Damage to the file itself is refused by redb's checksums,
+//! all verified at open ([`RedbOptions::verify_on_open`]); checkpoints use two-phase
+//! commit, so a damaged newest checkpoint is an error, not a silent fall back to the one
+//! before. What is left, an older copy of the whole data directory or of the file after a
+//! clean stop, is the server's epoch ledger's to notice: [`RedbBackend::commit_seq`] is
+//! what it records.
 //!
 //! ## Fail-stop
-//! If any database call fails (a commit, an fsync, a read, a record that does not decode),
-//! the whole batch is answered [`StorageError::Failed`], also the operations that would
-//! have succeeded, since none of them is known to be durable, and the backend latches:
-//! every later write is refused at once, and [`Backend::is_failed`] says so. Why not retry?
-//! After a failed fsync the kernel may already have dropped the dirty pages and a second
-//! fsync can report success for data that never reached the disk. Continuing could
-//! acknowledge writes a restart then loses: a high-water mark that goes back down, or an
-//! epoch issued twice, which is exactly the failure a fencing service exists to prevent.
-//! The only state we can vouch for is the one redb recovers when the file is opened again,
-//! so the process should be restarted. Reads keep being attempted: they see committed
-//! (durable) state, and redb refuses them itself if it cannot serve them.
+//! If anything fails (an append, an fdatasync, a checkpoint, a read of the file, a row
+//! that does not decode), every answer not yet sent is [`StorageError::Failed`] (none of
+//! them is known to be durable) and the backend latches: every later write is refused at
+//! once, and [`FencedStore::is_failed`] says so. Why not retry? After a failed fsync the
+//! kernel may already have dropped the dirty pages and a second fsync can report success
+//! for data that never reached the disk. Continuing could acknowledge writes a restart
+//! then loses: a high-water mark that goes back down, or an epoch issued twice, which is
+//! exactly the failure a fencing service exists to prevent. The only state we can vouch
+//! for is the one recovery rebuilds when the files are opened again, so the process should
+//! be restarted. Reads keep being attempted.
 //!
 //! ## Invariants
-//! - An `Ok` from a write means its transaction was committed with fsync.
+//! - An `Ok` from a write means its log record was fdatasync'd, and so was every record
+//!   before it.
 //! - A refused operation writes nothing: not the mark, the key, nor an idempotency record.
-//! - Opening never serves partial state: a file that is not a Palisade redb database, that
-//!   redb cannot recover, or (with [`RedbOptions::verify_on_open`]) whose checksums do not
-//!   verify, is refused with an error naming it. A torn commit (one whose fsync never
-//!   returned, so never acknowledged) is rolled back by redb at open; see
-//!   [`RedbOptions::two_phase_commit`] for the stricter mode.
+//! - Answers go out in commit order; an answer decided on rows not yet durable (a refusal
+//!   because of a mark a batch in flight raised) waits for those rows too.
+//! - Opening never serves partial or older state: see above.
 //!
 //! ## What this backend does not do
 //! - It is one node: no replication; the etcd backend is the answer to high availability.
 //! - Idempotency records are kept for [`StoreLimits::idempotency_retention`] (wall clock,
 //!   so a restart does not reset it); an expired record is forgotten at once and purged
-//!   from the file within [`RedbOptions::purge_every`] (in passes of at most 10,000).
+//!   within [`RedbOptions::purge_every`] (in passes of at most 10,000).
 //! - The namespace quotas of [`StoreLimits`] bound what one namespace holds, not how
 //!   many namespaces there are.
 //! - A caller that stops waiting (a dropped future) does not cancel its operation: it may
 //!   still be applied and committed, as with any database.
-//! - Two processes cannot open the same file (redb takes a file lock); in one process,
-//!   await [`Backend::close`] before opening the same path again.
+//! - Two processes cannot open the same file (redb takes a file lock, and the log lives
+//!   beside it); in one process, await [`FencedStore::close`] before opening the same path
+//!   again.
+//! - A torn record is told from a damaged one by its zero sectors; a disk that tears
+//!   inside a 512-byte sector, or damage that zeroes a whole sector of the newest record,
+//!   is taken for a torn write (and that record dropped).
 
+mod layers;
 pub mod offline;
 mod open;
+mod overlay;
 mod reads;
 mod schema;
 mod state;
+mod tx;
+mod wal;
 mod writer;
 
 #[cfg(test)]
@@ -68,19 +100,22 @@ use std::sync::{mpsc, Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use redb::{Database, ReadTransaction};
+use redb::Database;
 use tokio::sync::{oneshot, watch};
 
 use palisade_core::gate::HighWater;
 
+use self::layers::{Layers, View};
 use self::schema::Fault;
 use self::state::{ExitGuard, State};
+use self::wal::{FsLogDir, LogDir};
 use self::writer::Request;
 
 pub use self::state::CommitStats;
+pub use self::wal::newest_commit;
 use crate::{
-    Applied, ApplyError, Backend, Entry, FencedOp, IssuerState, LeaseRecord, StorageError,
-    StoreLimits, WallClock,
+    Applied, ApplyError, Entry, FencedOp, FencedStore, IssuerLog, IssuerState, LeaseRecord,
+    StorageError, StoreLimits, WallClock,
 };
 use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
@@ -96,13 +131,6 @@ pub struct RedbOptions {
     /// `check_integrity`), so that damage anywhere in the file is refused at startup
     /// instead of being read later. Costs one full read of the file per start.
     pub verify_on_open: bool,
-    /// Use redb's two-phase commit (two fsyncs per batch) instead of its default
-    /// one-phase commit with checksums (one fsync). Both are crash-safe for acknowledged
-    /// data: with one phase, a commit whose fsync returned is complete on disk, and only a
-    /// torn, never-acknowledged commit is rolled back at open. Two-phase additionally turns
-    /// later media damage of the newest commit into an error at open instead of a
-    /// fallback to the commit before it, at the price of a second fsync per batch.
-    pub two_phase_commit: bool,
     /// Bytes of redb's page cache (its read cache and the write buffer of a commit). The
     /// working set of a lock service is small (one mark and a few records per lock), so
     /// the default is far below redb's own 1 GiB; a larger cache helps only when the
@@ -115,30 +143,58 @@ pub struct RedbOptions {
     /// How often the writer purges expired idempotency records (a pass between batches,
     /// or when idle).
     pub purge_every: Duration,
+    /// A checkpoint starts once this many rows were written since the last one (or half a
+    /// log segment, or [`RedbOptions::checkpoint_every`]). The in-memory index holds about
+    /// three times this many rows at most: writers wait for a running checkpoint once
+    /// twice this many are published.
+    pub checkpoint_rows: usize,
+    /// Longest time between checkpoints while anything is written (bounds the log a
+    /// restart replays).
+    pub checkpoint_every: Duration,
+    /// Bytes of one log segment, zero-filled ahead of use.
+    pub segment_bytes: u64,
+}
+
+/// What opening a database found in its log (see [`RedbBackend::recovery`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The newest commit the database holds after recovery.
+    pub commit_seq: u64,
+    /// Commits replayed from the log into the database file.
+    pub replayed: u64,
+    /// Whether the log ended with a torn record: a write cut by a crash before its
+    /// fdatasync returned, so never acknowledged, and dropped.
+    pub torn: bool,
 }
 
 /// Default of [`RedbOptions::cache_bytes`]: 32 MiB.
 pub const DEFAULT_CACHE_BYTES: usize = 32 * 1024 * 1024;
 /// Default of [`RedbOptions::purge_every`]: one minute.
 pub const DEFAULT_PURGE_EVERY: Duration = Duration::from_secs(60);
+/// Default of [`RedbOptions::checkpoint_rows`].
+pub const DEFAULT_CHECKPOINT_ROWS: usize = 16_384;
+/// Default of [`RedbOptions::segment_bytes`]: 16 MiB.
+pub const DEFAULT_SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 
 impl Default for RedbOptions {
     fn default() -> Self {
         RedbOptions {
             max_batch: 256,
             verify_on_open: true,
-            two_phase_commit: false,
             cache_bytes: DEFAULT_CACHE_BYTES,
             limits: StoreLimits::default(),
             clock: WallClock::system(),
             purge_every: DEFAULT_PURGE_EVERY,
+            checkpoint_rows: DEFAULT_CHECKPOINT_ROWS,
+            checkpoint_every: Duration::from_secs(30),
+            segment_bytes: DEFAULT_SEGMENT_BYTES,
         }
     }
 }
 
-/// The embedded [`Backend`]: a handle to one redb file and its writer thread. Cheap to
+/// The embedded [`IssuerLog`] and [`FencedStore`]: a handle to one redb file and its writer thread. Cheap to
 /// clone; the writer stops once the last handle is dropped (after finishing the queue),
-/// or on [`Backend::close`].
+/// or on [`FencedStore::close`].
 #[derive(Clone)]
 pub struct RedbBackend {
     inner: Arc<Inner>,
@@ -149,6 +205,8 @@ pub struct RedbBackend {
 /// while other handles are alive.
 struct Inner {
     state: Arc<State>,
+    layers: Arc<Layers>,
+    recovered: RecoveryReport,
     /// `None` once closed. Readers clone the `Arc` and drop the lock at once.
     db: RwLock<Option<Arc<Database>>>,
     /// `None` once closed: dropping the sender is what tells the writer to finish.
@@ -164,7 +222,7 @@ impl RedbBackend {
     ///
     /// ```
     /// use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
-    /// use palisade_storage::Backend;
+    /// use palisade_storage::FencedStore;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -179,47 +237,108 @@ impl RedbBackend {
         let label = path.display().to_string();
         let db = open::open_file(path, opts.verify_on_open, opts.cache_bytes)
             .map_err(|fault| fault.into_storage(&label))?;
-        Self::start(db, label, opts)
+        Self::start(db, Arc::new(FsLogDir::for_db(path)), label, opts)
     }
 
-    /// Prepares an opened database and starts its writer. `label` names it in errors.
-    fn start(db: Database, label: String, opts: RedbOptions) -> Result<RedbBackend, StorageError> {
-        open::prepare(&db, opts.clock.now_ms()).map_err(|fault| fault.into_storage(&label))?;
+    /// Recovers an opened database with its log and starts the engine. `label` names it
+    /// in errors.
+    fn start(
+        db: Database,
+        log: Arc<dyn LogDir>,
+        label: String,
+        opts: RedbOptions,
+    ) -> Result<RedbBackend, StorageError> {
+        let fail = |fault: Fault| fault.into_storage(&label);
+        // A damaged file that passed the checks can still make redb panic on the first
+        // write: that is a refusal too, never a crash.
+        let now_ms = opts.clock.now_ms();
+        let checked = open::guarded("prepare", || {
+            open::prepare(&db, now_ms)?;
+            open::recover(&db, log.as_ref())
+        });
+        let recovered = match checked {
+            Ok(Ok(recovered)) => recovered,
+            Ok(Err(fault)) | Err(fault) => {
+                open::discard(db);
+                return Err(fail(fault));
+            }
+        };
         let db = Arc::new(db);
-        let state = Arc::new(State::new(label));
+        let state = Arc::new(State::new(label.clone()));
+        state.set_durable_seq(recovered.seq);
+        state.set_checkpoint_seq(recovered.seq);
+        let layers = Arc::new(Layers::default());
+        let config = writer::WriterConfig {
+            max_batch: opts.max_batch,
+            limits: opts.limits,
+            clock: opts.clock,
+            purge_every: opts.purge_every,
+            checkpoint_rows: opts.checkpoint_rows.max(1),
+            checkpoint_every: opts.checkpoint_every,
+            segment_bytes: opts.segment_bytes.max(2 * wal::HEADER_BYTES),
+        };
+        let engine = Arc::new(writer::Engine {
+            db: Arc::clone(&db),
+            layers: Arc::clone(&layers),
+            state: Arc::clone(&state),
+            log,
+            store_id: recovered.store_id,
+            config,
+            segments: Default::default(),
+            spare: Default::default(),
+            checkpointing: Default::default(),
+        });
+        let segment = writer::first_segment(&engine, recovered.seq + 1).map_err(fail)?;
         let (queue, requests) = mpsc::channel();
         let (exited, writer_exited) = watch::channel(false);
         let guard = ExitGuard {
             state: Arc::clone(&state),
             exited,
         };
-        let writer_db = Arc::clone(&db);
-        let writer_state = Arc::clone(&state);
         // Detached: `close` waits on `writer_exited`, which can be awaited, unlike a join.
         std::thread::Builder::new()
-            .name("palisade-redb-writer".to_string())
+            .name("palisade-writer".to_string())
             .spawn(move || {
                 let _guard = guard;
-                let config = writer::WriterConfig {
-                    max_batch: opts.max_batch,
-                    two_phase: opts.two_phase_commit,
-                    limits: opts.limits,
-                    clock: opts.clock,
-                    purge_every: opts.purge_every,
-                };
-                writer::run(writer_db, requests, writer_state, config);
+                writer::run(engine, requests, segment);
             })
-            .map_err(|e| {
-                StorageError::Failed(format!("cannot start the redb writer thread: {e}"))
-            })?;
+            .map_err(|e| StorageError::Failed(format!("cannot start the writer thread: {e}")))?;
         Ok(RedbBackend {
             inner: Arc::new(Inner {
                 state,
+                layers,
+                recovered: RecoveryReport {
+                    commit_seq: recovered.seq,
+                    replayed: recovered.replayed,
+                    torn: recovered.torn,
+                },
                 db: RwLock::new(Some(db)),
                 queue: RwLock::new(Some(queue)),
                 writer_exited,
             }),
         })
+    }
+
+    /// What opening found in the log.
+    pub fn recovery(&self) -> RecoveryReport {
+        self.inner.recovered
+    }
+
+    /// The newest commit the database file holds (the last checkpoint's).
+    pub fn checkpoint_seq(&self) -> u64 {
+        self.inner.state.checkpoint_seq()
+    }
+
+    /// The newest commit (its sequence number) that is durable: every acknowledged write
+    /// is at or below it. It only grows, across restarts too; the server records it beside
+    /// its epoch ledger to recognise a store that came back older.
+    pub fn commit_seq(&self) -> u64 {
+        self.inner.state.durable_seq()
+    }
+
+    /// Whether the backend has latched a failure (both roles share the latch).
+    pub fn is_failed(&self) -> bool {
+        self.inner.state.is_failed()
     }
 
     /// The writer's counters.
@@ -282,7 +401,7 @@ impl RedbBackend {
     async fn read<T, F>(&self, read: F) -> Result<T, StorageError>
     where
         T: Send + 'static,
-        F: FnOnce(&ReadTransaction) -> Result<T, Fault> + Send + 'static,
+        F: FnOnce(&View<'_>) -> Result<T, Fault> + Send + 'static,
     {
         let db = self
             .inner
@@ -291,9 +410,10 @@ impl RedbBackend {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .ok_or(StorageError::Closed)?;
+        let layers = Arc::clone(&self.inner.layers);
         let outcome = tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read()?;
-            read(&txn)
+            let view = View::begin(&layers, &db)?;
+            read(&view)
         })
         .await;
         match outcome {
@@ -314,15 +434,9 @@ impl std::fmt::Debug for RedbBackend {
 }
 
 #[async_trait]
-impl Backend for RedbBackend {
+impl IssuerLog for RedbBackend {
     async fn load_issuer(&self) -> Result<IssuerState, StorageError> {
         self.read(reads::load_issuer).await
-    }
-
-    async fn record_grant(&self, lease: LeaseRecord) -> Result<(), StorageError> {
-        let (reply, answer) = oneshot::channel();
-        self.submit(Request::Grant { lease, reply })?;
-        self.answer(answer).await
     }
 
     async fn reserve(
@@ -369,6 +483,13 @@ impl Backend for RedbBackend {
         self.read(move |txn| reads::lock_record(txn, &lock)).await
     }
 
+    fn is_failed(&self) -> bool {
+        RedbBackend::is_failed(self)
+    }
+}
+
+#[async_trait]
+impl FencedStore for RedbBackend {
     async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError> {
         let (reply, answer) = oneshot::channel();
         self.submit(Request::Apply { op, reply })?;
@@ -399,7 +520,7 @@ impl Backend for RedbBackend {
     }
 
     fn is_failed(&self) -> bool {
-        self.inner.state.is_failed()
+        RedbBackend::is_failed(self)
     }
 
     /// Stops taking writes, lets the writer commit and answer everything already queued,

@@ -5,11 +5,12 @@
 //!   fsync'd: without that, a power cut could lose the whole new file, and with it every
 //!   epoch acknowledged since, so epochs would restart at 1.
 //! - An existing path must be a redb file (an empty or truncated file, or garbage, is
-//!   refused) holding either nothing yet or Palisade's tables at [`FORMAT_VERSION`].
-//!   redb's own crash recovery runs here: it rolls back to the last committed transaction,
-//!   which is the last one acknowledged. With [`RedbOptions::verify_on_open`] every page
-//!   checksum is then verified too, so damage in the middle of the file is found now
-//!   rather than served later.
+//!   refused) holding either nothing yet or Palisade's tables at [`FORMAT_VERSION`] (or an
+//!   older layout, migrated here). redb's own crash recovery runs here: it rolls back a
+//!   checkpoint whose commit never completed (its rows are still in the log). With
+//!   [`RedbOptions::verify_on_open`] every page checksum is then verified too, so damage in
+//!   the middle of the file is found now rather than served later.
+//! - Then [`recover`] replays the log into the file, or refuses it (see there).
 //!
 //! [`RedbOptions::verify_on_open`]: super::RedbOptions::verify_on_open
 
@@ -21,10 +22,12 @@ use std::collections::BTreeMap;
 
 use redb::{Builder, Database, Durability, ReadableTable, WriteTransaction};
 
+use super::overlay::{self, Rows};
 use super::schema::{
     Fault, IdemRecord, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META,
-    META_FORMAT, RESERVATIONS, USAGE,
+    META_CHECKPOINT_SEQ, META_FORMAT, META_STORE_ID_HI, META_STORE_ID_LO, RESERVATIONS, USAGE,
 };
+use super::wal::{self, LogDir};
 use crate::Usage;
 
 /// Opens or creates the database file at `path`. Errors do not yet name the path; the
@@ -57,8 +60,19 @@ pub(super) fn open_file(path: &Path, verify: bool, cache_bytes: usize) -> Result
                 // Every commit uses two-phase commit, so a damaged tree cannot be "repaired"
                 // by falling back to the previous commit: it is an error here. `Ok(false)`
                 // only means redb rebuilt its page allocator state, which loses no data.
-                if !guarded("verify", || db.check_integrity())?? {
-                    tracing::warn!(path = %path.display(), "redb rebuilt its allocator state on open");
+                match guarded("verify", || db.check_integrity()) {
+                    Ok(Ok(true)) => {}
+                    Ok(Ok(false)) => {
+                        tracing::warn!(path = %path.display(), "redb rebuilt its allocator state on open");
+                    }
+                    Ok(Err(e)) => {
+                        discard(db);
+                        return Err(e.into());
+                    }
+                    Err(fault) => {
+                        discard(db);
+                        return Err(fault);
+                    }
                 }
             }
             Ok(db)
@@ -70,7 +84,7 @@ pub(super) fn open_file(path: &Path, verify: bool, cache_bytes: usize) -> Result
 /// redb asserts on some header fields it reads from the file (a truncated file trips
 /// one), so a damaged file can panic inside `open`. Turn that into an error: nothing of the
 /// half-opened database survives the unwind (its file handle and lock are dropped).
-fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fault> {
+pub(super) fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fault> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|panic| {
         let detail = panic
             .downcast_ref::<&str>()
@@ -81,6 +95,12 @@ fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> Result<T, Fault> {
             "damaged database file (redb failed to {what} it: {detail})"
         ))
     })
+}
+
+/// Drops a database that failed its checks. After redb panicked on a damaged file its
+/// locks are poisoned and its own drop can panic too: that one is contained here.
+pub(super) fn discard(db: Database) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(db)));
 }
 
 /// Creates Palisade's tables in an empty database, or checks the format of a populated one
@@ -187,4 +207,147 @@ fn sync_parent_dir(path: &Path) -> Result<(), Fault> {
 fn sync_parent_dir(_path: &Path) -> Result<(), Fault> {
     // Directories cannot be opened for fsync here; the file's own fsync is all there is.
     Ok(())
+}
+
+/// What [`recover`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Recovered {
+    /// The newest commit the database holds now (its commit sequence number).
+    pub seq: u64,
+    pub store_id: u128,
+    /// Records replayed from the log into the file.
+    pub replayed: u64,
+    /// Whether the log ended with a torn record (cut by a crash; never acknowledged).
+    pub torn: bool,
+}
+
+/// The store's id, creating one in a file that has none yet.
+fn store_id(db: &Database) -> Result<u128, Fault> {
+    let read = |txn: &redb::ReadTransaction| -> Result<Option<u128>, Fault> {
+        let meta = txn.open_table(META)?;
+        let hi = meta.get(META_STORE_ID_HI)?.map(|g| g.value());
+        let lo = meta.get(META_STORE_ID_LO)?.map(|g| g.value());
+        Ok(hi
+            .zip(lo)
+            .map(|(hi, lo)| (u128::from(hi) << 64) | u128::from(lo)))
+    };
+    if let Some(id) = read(&db.begin_read()?)? {
+        return Ok(id);
+    }
+    let id: u128 = rand::random::<u128>() | 1;
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate);
+    txn.set_two_phase_commit(true);
+    {
+        let mut meta = txn.open_table(META)?;
+        meta.insert(META_STORE_ID_HI, (id >> 64) as u64)?;
+        meta.insert(META_STORE_ID_LO, id as u64)?;
+    }
+    txn.commit()?;
+    Ok(id)
+}
+
+/// Brings the database file up to date with its log before anything else reads it: replays
+/// every record after the file's checkpoint, writes them into the file as one durable
+/// checkpoint, and removes the log's segments (a spare segment stays). Refuses, with the
+/// reason, a log that does not fit the file:
+/// - a record that is damaged rather than torn (see [`wal`]): an acknowledged commit may
+///   be lost;
+/// - a gap between the file's checkpoint and the log's first record, or between segments:
+///   the file is older than its log (an older copy was put in place), or a segment is gone;
+/// - a segment of another store, or with a damaged header.
+///
+/// A torn record ends the log: it and everything after it were never acknowledged.
+pub(super) fn recover(db: &Database, log: &dyn LogDir) -> Result<Recovered, Fault> {
+    let store_id = store_id(db)?;
+    let checkpoint = db
+        .begin_read()?
+        .open_table(META)?
+        .get(META_CHECKPOINT_SEQ)?
+        .map_or(0, |g| g.value());
+    let io = |name: &str, e: std::io::Error| Fault(format!("{}: {e}", log.describe(name)));
+    let mut segments = Vec::new();
+    for name in log.list().map_err(|e| io("log directory", e))? {
+        if name.ends_with(".tmp") {
+            log.remove(&name).map_err(|e| io(&name, e))?;
+            continue;
+        }
+        let file = log.open(&name).map_err(|e| io(&name, e))?;
+        match wal::read_header(file.as_ref()) {
+            Ok(None) => {} // a spare, never used
+            Ok(Some((id, base))) if id == store_id => segments.push((base, name, file)),
+            Ok(Some(_)) => {
+                return Err(Fault(format!(
+                    "log segment {} belongs to another database; move it away",
+                    log.describe(&name)
+                )))
+            }
+            Err(why) => return Err(Fault(format!("log segment {}: {why}", log.describe(&name)))),
+        }
+    }
+    segments.sort_by_key(|(base, ..)| *base);
+    let mut rows = Rows::new();
+    let (mut expected, mut replayed, mut torn) = (checkpoint + 1, 0u64, false);
+    for (base, name, file) in &segments {
+        if torn {
+            break; // after a torn record nothing was acknowledged
+        }
+        let scanned = wal::scan(file.as_ref(), *base)
+            .map_err(|why| Fault(format!("log segment {}: {why}", log.describe(name))))?;
+        let newest = scanned
+            .records
+            .last()
+            .map_or(base.saturating_sub(1), |r| r.0);
+        if newest < expected {
+            continue; // everything in it is in the file already
+        }
+        if *base > expected {
+            return Err(Fault(format!(
+                "the log continues at commit {base} ({}), but the database file holds commits \
+                 only up to {}: the commits in between are missing (the database file is older \
+                 than its log, or a log segment was removed)",
+                log.describe(name),
+                expected - 1
+            )));
+        }
+        for (seq, _, _, payload) in &scanned.records {
+            if *seq < expected {
+                continue;
+            }
+            for (key, val) in overlay::decode(payload).map_err(|why| {
+                Fault(format!(
+                    "log segment {}, commit {seq}: {why}",
+                    log.describe(name)
+                ))
+            })? {
+                rows.insert(key, val);
+            }
+            replayed += 1;
+            expected = seq + 1;
+        }
+        if let wal::Tail::Torn { at } = scanned.tail {
+            tracing::warn!(
+                segment = %log.describe(name),
+                offset = at,
+                "the log ends with a torn record (a write cut by a crash before it was \
+                 acknowledged); dropping it"
+            );
+            torn = true;
+        }
+    }
+    let seq = expected - 1;
+    if !rows.is_empty() {
+        super::writer::write_checkpoint(db, seq, &rows)?;
+        tracing::info!(replayed, seq, "replayed the log into the database file");
+    }
+    for (_, name, _) in &segments {
+        log.remove(name).map_err(|e| io(name, e))?;
+    }
+    log.sync().map_err(|e| io("log directory", e))?;
+    Ok(Recovered {
+        seq,
+        store_id,
+        replayed,
+        torn,
+    })
 }

@@ -1,43 +1,68 @@
-//! Read paths: plain functions over one redb read transaction (a consistent snapshot).
-//! They never block the writer, and the writer never blocks them.
+//! Read paths: plain functions over a [`View`] (the durable rows of the in-memory index
+//! over one snapshot of the database file). They never block the writer, and the writer
+//! never blocks them; they see only durable state.
 
 use std::ops::Bound;
 
-use redb::{ReadTransaction, ReadableTable};
-
 use palisade_core::gate::HighWater;
-
 use palisade_core::lock_table::Reservation;
 
-use super::schema::{Fault, EPOCHS, FENCES, KV, LEASES, META, META_RESTORE_FLOOR, RESERVATIONS};
+use super::layers::View;
+use super::overlay::{Key, Val};
+use super::schema::{Fault, META_RESTORE_FLOOR};
 use crate::{Entry, IssuerState, LeaseRecord};
 
-pub(super) fn load_issuer(txn: &ReadTransaction) -> Result<IssuerState, Fault> {
+/// Feeds `each` every row of `start`'s table.
+pub(super) fn each_row(
+    view: &View<'_>,
+    start: Key,
+    each: &mut dyn FnMut(Key, Val) -> Result<(), Fault>,
+) -> Result<(), Fault> {
+    let mut failed = None;
+    view.scan(
+        None,
+        Bound::Included(&start),
+        &|_| true,
+        &mut |k, v| match each(k, v) {
+            Ok(()) => true,
+            Err(fault) => {
+                failed = Some(fault);
+                false
+            }
+        },
+    )?;
+    failed.map_or(Ok(()), Err)
+}
+
+pub(super) fn load_issuer(view: &View<'_>) -> Result<IssuerState, Fault> {
     let mut state = IssuerState {
-        epoch_floor: restore_floor(txn)?,
+        epoch_floor: restore_floor(view)?,
         ..IssuerState::default()
     };
-    for item in txn.open_table(EPOCHS)?.iter()? {
-        let (lock, epoch) = item?;
-        state.epochs.push((lock.value().to_string(), epoch.value()));
-    }
-    for item in txn.open_table(LEASES)?.iter()? {
-        let (_, record) = item?;
-        let lease: LeaseRecord = serde_json::from_str(record.value())?;
-        state.leases.push(lease);
-    }
-    for item in txn.open_table(RESERVATIONS)?.iter()? {
-        let (lock, value) = item?;
-        let (ceiling, max_ttl_ms, active) = value.value();
-        let reservation = Reservation {
-            ceiling,
-            max_ttl_ms,
-            active: active != 0,
-        };
-        state
-            .reservations
-            .push((lock.value().to_string(), reservation));
-    }
+    each_row(view, Key::Epoch(String::new()), &mut |key, val| {
+        if let (Key::Epoch(lock), Val::U64(epoch)) = (key, val) {
+            state.epochs.push((lock, epoch));
+        }
+        Ok(())
+    })?;
+    each_row(view, Key::Lease(String::new()), &mut |_, val| {
+        if let Val::Text(text) = val {
+            let lease: LeaseRecord = serde_json::from_str(&text)?;
+            state.leases.push(lease);
+        }
+        Ok(())
+    })?;
+    each_row(view, Key::Reservation(String::new()), &mut |key, val| {
+        if let (Key::Reservation(lock), Val::Triple(ceiling, max_ttl_ms, active)) = (key, val) {
+            let reservation = Reservation {
+                ceiling,
+                max_ttl_ms,
+                active: active != 0,
+            };
+            state.reservations.push((lock, reservation));
+        }
+        Ok(())
+    })?;
     Ok(state)
 }
 
@@ -45,50 +70,51 @@ pub(super) fn load_issuer(txn: &ReadTransaction) -> Result<IssuerState, Fault> {
 /// lock's epoch there, so it names every lock with a record): names above `after` that
 /// start with `prefix`, at most `limit`.
 pub(super) fn list_locks(
-    txn: &ReadTransaction,
+    view: &View<'_>,
     prefix: &str,
     after: Option<&str>,
     limit: usize,
 ) -> Result<Vec<(String, u64)>, Fault> {
-    let mut locks = Vec::new();
     if limit == 0 {
-        return Ok(locks);
+        return Ok(Vec::new());
     }
-    let table = txn.open_table(EPOCHS)?;
-    let range = match after {
-        Some(after) if after >= prefix => {
-            table.range::<&str>((Bound::Excluded(after), Bound::Unbounded))?
-        }
-        _ => table.range::<&str>(prefix..)?,
+    let (start, bound) = match after {
+        Some(after) if after >= prefix => (Key::Epoch(after.to_owned()), true),
+        _ => (Key::Epoch(prefix.to_owned()), false),
     };
-    for item in range {
-        let (lock, epoch) = item?;
-        let lock = lock.value();
-        if !lock.starts_with(prefix) {
-            break;
-        }
-        locks.push((lock.to_owned(), epoch.value()));
-        if locks.len() == limit {
-            break;
-        }
-    }
-    Ok(locks)
+    let start = if bound {
+        Bound::Excluded(&start)
+    } else {
+        Bound::Included(&start)
+    };
+    let keep = |k: &Key| matches!(k, Key::Epoch(lock) if lock.starts_with(prefix));
+    let rows = view.range(None, start, &keep, limit)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(k, v)| match (k, v) {
+            (Key::Epoch(lock), Val::U64(epoch)) => Some((lock, epoch)),
+            _ => None,
+        })
+        .collect())
 }
 
 /// One lock's epoch (raised to its reservation's ceiling) and reservation.
 pub(super) fn lock_record(
-    txn: &ReadTransaction,
+    view: &View<'_>,
     lock: &str,
 ) -> Result<Option<(u64, Reservation)>, Fault> {
-    let epoch = txn.open_table(EPOCHS)?.get(lock)?.map(|g| g.value());
-    let reservation = txn.open_table(RESERVATIONS)?.get(lock)?.map(|g| {
-        let (ceiling, max_ttl_ms, active) = g.value();
-        Reservation {
+    let epoch = match view.get(&Key::Epoch(lock.to_owned()))? {
+        Some(Val::U64(e)) => Some(e),
+        _ => None,
+    };
+    let reservation = match view.get(&Key::Reservation(lock.to_owned()))? {
+        Some(Val::Triple(ceiling, max_ttl_ms, active)) => Some(Reservation {
             ceiling,
             max_ttl_ms,
             active: active != 0,
-        }
-    });
+        }),
+        _ => None,
+    };
     Ok(match (epoch, reservation) {
         (None, None) => None,
         (epoch, reservation) => {
@@ -106,68 +132,57 @@ pub(super) fn lock_record(
     })
 }
 
-pub(super) fn get(
-    txn: &ReadTransaction,
-    namespace: &str,
-    key: &str,
-) -> Result<Option<Entry>, Fault> {
-    let table = txn.open_table(KV)?;
-    let entry = table.get((namespace, key))?.map(|g| {
-        let (revision, epoch, value) = g.value();
-        Entry {
-            value: bytes::Bytes::copy_from_slice(value),
-            revision,
-            epoch,
-        }
-    });
-    Ok(entry)
+pub(super) fn get(view: &View<'_>, namespace: &str, key: &str) -> Result<Option<Entry>, Fault> {
+    Ok(
+        match view.get(&Key::Kv(namespace.to_owned(), key.to_owned()))? {
+            Some(Val::Entry(revision, epoch, value)) => Some(Entry {
+                value,
+                revision,
+                epoch,
+            }),
+            _ => None,
+        },
+    )
 }
 
 /// Keys of one namespace sort together (the key is the tuple (namespace, key)), and keys
 /// sharing a prefix sort together within it: one forward scan from (namespace, prefix).
 pub(super) fn list(
-    txn: &ReadTransaction,
+    view: &View<'_>,
     namespace: &str,
     prefix: &str,
     limit: usize,
 ) -> Result<Vec<String>, Fault> {
-    let mut keys = Vec::new();
     if limit == 0 {
-        return Ok(keys);
+        return Ok(Vec::new());
     }
-    let table = txn.open_table(KV)?;
-    for item in table.range((namespace, prefix)..)? {
-        let (stored, _) = item?;
-        let (ns, key) = stored.value();
-        if ns != namespace || !key.starts_with(prefix) {
-            break;
-        }
-        keys.push(key.to_string());
-        if keys.len() == limit {
-            break;
-        }
-    }
-    Ok(keys)
+    let start = Key::Kv(namespace.to_owned(), prefix.to_owned());
+    let keep =
+        |k: &Key| matches!(k, Key::Kv(ns, key) if ns == namespace && key.starts_with(prefix));
+    let rows = view.range(None, Bound::Included(&start), &keep, limit)?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(k, _)| match k {
+            Key::Kv(_, key) => Some(key),
+            _ => None,
+        })
+        .collect())
 }
 
-pub(super) fn high_water(txn: &ReadTransaction, namespace: &str) -> Result<HighWater, Fault> {
-    let table = txn.open_table(FENCES)?;
-    let mark = table.get(namespace)?.map(|g| {
-        let (epoch, seq) = g.value();
-        HighWater { epoch, seq }
-    });
-    match mark {
-        Some(mark) => Ok(mark),
-        None => Ok(HighWater {
-            epoch: restore_floor(txn)?,
+pub(super) fn high_water(view: &View<'_>, namespace: &str) -> Result<HighWater, Fault> {
+    match view.get(&Key::Fence(namespace.to_owned()))? {
+        Some(Val::Pair(epoch, seq)) => Ok(HighWater { epoch, seq }),
+        _ => Ok(HighWater {
+            epoch: restore_floor(view)?,
             seq: 0,
         }),
     }
 }
 
 /// The epoch floor left by the last restore (0 if the file was never restored).
-fn restore_floor(txn: &ReadTransaction) -> Result<u64, Fault> {
-    let meta = txn.open_table(META)?;
-    let floor = meta.get(META_RESTORE_FLOOR)?.map_or(0, |g| g.value());
-    Ok(floor)
+pub(super) fn restore_floor(view: &View<'_>) -> Result<u64, Fault> {
+    Ok(match view.get(&Key::Meta(META_RESTORE_FLOOR.to_owned()))? {
+        Some(Val::U64(floor)) => floor,
+        _ => 0,
+    })
 }

@@ -43,6 +43,12 @@ pub(super) const USAGE: TableDefinition<&str, (u64, u64)> = TableDefinition::new
 /// Global store revision: bumped by every put and delete, in any namespace (as etcd's).
 pub(super) const META_REVISION: &str = "revision";
 pub(super) const META_FORMAT: &str = "format_version";
+/// The newest log record the file holds (its commit sequence number); 0 if none.
+pub(crate) const META_CHECKPOINT_SEQ: &str = "checkpoint_seq";
+/// The store's random id, in two halves: every log segment names it, so a segment of
+/// another store is never replayed into this one.
+pub(super) const META_STORE_ID_HI: &str = "store_id_hi";
+pub(super) const META_STORE_ID_LO: &str = "store_id_lo";
 /// The floor the last restore raised every epoch counter and mark to: locks and
 /// namespaces the restored file does not know start there, not at zero.
 pub(crate) const META_RESTORE_FLOOR: &str = "restore_epoch_floor";

@@ -29,6 +29,12 @@ pub(super) struct State {
     /// The highest epoch a successful commit wrote into the issuer's epoch counters since
     /// the file was opened (0 if none).
     max_epoch: AtomicU64,
+    /// The newest log record known durable (published to readers).
+    durable_seq: AtomicU64,
+    /// The newest record the database file holds.
+    checkpoint_seq: AtomicU64,
+    /// Log bytes appended since the last checkpoint began.
+    log_bytes: AtomicU64,
 }
 
 impl State {
@@ -40,7 +46,38 @@ impl State {
             commits: AtomicU64::new(0),
             ops: AtomicU64::new(0),
             max_epoch: AtomicU64::new(0),
+            durable_seq: AtomicU64::new(0),
+            checkpoint_seq: AtomicU64::new(0),
+            log_bytes: AtomicU64::new(0),
         }
+    }
+
+    pub(super) fn durable_seq(&self) -> u64 {
+        self.durable_seq.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_durable_seq(&self, seq: u64) {
+        self.durable_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    pub(super) fn checkpoint_seq(&self) -> u64 {
+        self.checkpoint_seq.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_checkpoint_seq(&self, seq: u64) {
+        self.checkpoint_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    pub(super) fn add_log_bytes(&self, n: u64) {
+        self.log_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(super) fn log_bytes(&self) -> u64 {
+        self.log_bytes.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn reset_log_bytes(&self) {
+        self.log_bytes.store(0, Ordering::Relaxed);
     }
 
     pub(super) fn is_failed(&self) -> bool {

@@ -1,35 +1,40 @@
-//! The writer thread: the only code that opens write transactions.
+//! The three threads of the engine: writer, syncer, checkpointer.
 //!
-//! It blocks for one request, drains whatever else is already queued (up to
-//! `max_batch`), applies the batch in order inside one write transaction, commits once with
-//! `Durability::Immediate` (and two-phase commit) and only then answers. Each request sees the effects of the
-//! ones before it in the batch, exactly as if they had been committed one by one.
+//! - The **writer** blocks for one request, drains whatever else is queued (up to
+//!   `max_batch`), computes the batch's rows ([`Tx`]), appends them to the log as one
+//!   record (one `pwrite`, no fsync) and hands the record, its rows and its answers to the
+//!   syncer. Then it takes the next batch at once: its rows are computed while the
+//!   syncer's fdatasync of the previous record runs (pipelined group commit).
+//! - The **syncer** takes every record handed over so far, fdatasyncs the log once, then
+//!   publishes their rows to readers ([`Layers::published`]) and only then answers, in
+//!   order. A batch that wrote nothing (only refusals and replays) is answered in its turn
+//!   too, after every record before it is durable: its answers were decided on that state.
+//! - The **checkpointer** writes published rows into the database file in the background
+//!   (one durable redb transaction, with the sequence number it covers) and deletes the log
+//!   segments that are then redundant; it also prepares the next zero-filled segment.
 //!
-//! A request that is refused (gate, precondition, not found, idempotency conflict) returns
-//! before its first write, so sharing the transaction with others cannot leak any part of
-//! it. A [`Fault`] anywhere aborts the whole transaction: every request of the batch is
-//! answered [`StorageError::Failed`] (none of them is durable) and the backend latches.
+//! A [`Fault`] anywhere (a write, an fdatasync, a checkpoint) latches the backend failed:
+//! every answer not yet sent becomes [`StorageError::Failed`] (none of them is known to be
+//! durable), and every later request is refused at once.
 
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use redb::{Database, Durability, ReadableTable, Table, WriteTransaction};
+use redb::{Database, Durability};
 use tokio::sync::oneshot;
-
-use palisade_core::gate::HighWater;
 
 use palisade_core::lock_table::Reservation;
 
-use super::schema::{
-    Fault, IdemRecord, EPOCHS, FENCES, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META,
-    META_RESTORE_FLOOR, META_REVISION, RESERVATIONS, USAGE,
-};
+use super::layers::{apply_rows, Layers, View};
+use super::overlay::{encode, Key, Rows, Val};
+use super::schema::{Fault, META_CHECKPOINT_SEQ};
 use super::state::State;
-use crate::decide::Change;
+use super::tx::Tx;
+use super::wal::{self, LogDir, LogFile, HEADER_BYTES, RECORD_OVERHEAD};
 use crate::{
-    decide, Action, Applied, ApplyError, Decision, FencedOp, KeyState, LazyRecord, LeaseRecord,
-    Seen, StorageError, StoreLimits, Usage, WallClock,
+    Applied, ApplyError, FencedOp, LazyRecord, LeaseRecord, StorageError, StoreLimits, WallClock,
 };
 
 /// One unit of work for the writer, with the channel its answer goes back on.
@@ -37,10 +42,6 @@ pub(super) enum Request {
     Apply {
         op: FencedOp,
         reply: oneshot::Sender<Result<Applied, ApplyError>>,
-    },
-    Grant {
-        lease: LeaseRecord,
-        reply: oneshot::Sender<Result<(), StorageError>>,
     },
     RemoveLease {
         lease_id: String,
@@ -61,15 +62,15 @@ impl Request {
         // A caller that stopped waiting has nobody to tell: ignore closed reply channels.
         match self {
             Request::Apply { reply, .. } => drop(reply.send(Err(err.into()))),
-            Request::Grant { reply, .. }
-            | Request::RemoveLease { reply, .. }
-            | Request::Reserve { reply, .. } => drop(reply.send(Err(err))),
+            Request::RemoveLease { reply, .. } | Request::Reserve { reply, .. } => {
+                drop(reply.send(Err(err)))
+            }
             Request::Lazy(_) => {}
         }
     }
 }
 
-/// A request whose effect sits in the open transaction, waiting for the commit.
+/// A request's answer, held until its batch is durable.
 enum Answer {
     Apply(
         oneshot::Sender<Result<Applied, ApplyError>>,
@@ -97,453 +98,672 @@ impl Answer {
     }
 }
 
-/// What the writer is told at start.
+/// How the engine runs.
+#[derive(Clone)]
 pub(super) struct WriterConfig {
     pub max_batch: usize,
-    pub two_phase: bool,
     pub limits: StoreLimits,
     pub clock: WallClock,
     /// How often expired idempotency records are purged.
     pub purge_every: Duration,
+    /// A checkpoint starts once this many rows are published (or the log since the last
+    /// one passes half a segment, or `checkpoint_every` passed).
+    pub checkpoint_rows: usize,
+    pub checkpoint_every: Duration,
+    /// Bytes of a log segment.
+    pub segment_bytes: u64,
 }
 
-/// Runs until every sender of the queue is gone and the queue is empty. Between batches,
-/// and when idle, it purges expired idempotency records every `purge_every`.
-pub(super) fn run(
-    db: Arc<Database>,
-    queue: Receiver<Request>,
-    state: Arc<State>,
-    config: WriterConfig,
-) {
-    let max_batch = config.max_batch.max(1);
-    let mut next_purge = Instant::now() + config.purge_every;
-    loop {
-        let wait = next_purge.saturating_duration_since(Instant::now());
-        let first = match queue.recv_timeout(wait) {
-            Ok(request) => Some(request),
-            Err(RecvTimeoutError::Timeout) => None,
-            Err(RecvTimeoutError::Disconnected) => break,
-        };
-        if let Some(first) = first {
-            let mut batch = Vec::with_capacity(max_batch.min(64));
-            batch.push(first);
-            while batch.len() < max_batch {
-                match queue.try_recv() {
-                    Ok(request) => batch.push(request),
-                    Err(_) => break,
-                }
-            }
-            if state.is_failed() {
-                for request in batch {
-                    request.fail(state.refusal());
-                }
-                continue;
-            }
-            commit_batch(&db, batch, &state, &config);
-        }
-        if Instant::now() >= next_purge && !state.is_failed() {
-            next_purge = Instant::now() + config.purge_every;
-            match purge_expired(&db, &config.limits, config.clock.now_ms()) {
-                // A full pass: more may be due; go again after the next batch.
-                Ok(PURGE_LIMIT) => next_purge = Instant::now(),
-                Ok(removed) => {
-                    if removed > 0 {
-                        tracing::debug!(removed, "purged expired idempotency records");
-                    }
-                }
-                Err(fault) => {
-                    state.latch(fault);
-                }
-            }
-        }
-    }
+/// Most expired idempotency records one purge removes, so that a purge after a long
+/// downtime does not make one huge batch: the rest goes in the next passes.
+pub(super) const PURGE_LIMIT: usize = 10_000;
+
+/// What the three threads share.
+pub(super) struct Engine {
+    pub db: Arc<Database>,
+    pub layers: Arc<Layers>,
+    pub state: Arc<State>,
+    pub log: Arc<dyn LogDir>,
+    pub store_id: u128,
+    pub config: WriterConfig,
+    /// Log segments in order: (base sequence number, file name).
+    pub segments: Mutex<Vec<(u64, String)>>,
+    /// A prepared zero-filled segment, if any.
+    pub spare: Mutex<Option<Arc<dyn LogFile>>>,
+    /// Whether a checkpoint runs; the syncer waits on it when rows pile up.
+    pub checkpointing: (Mutex<bool>, Condvar),
 }
 
-fn commit_batch(db: &Database, batch: Vec<Request>, state: &State, config: &WriterConfig) {
-    let size = batch.len();
-    let mut answers = Vec::with_capacity(size);
-    let mut pending = batch.into_iter();
-    let mut failed_request = None;
-    match apply_batch(db, config, &mut pending, &mut answers, &mut failed_request) {
-        Ok(max_epoch) => {
-            state.record_commit(size, max_epoch);
-            for answer in answers {
-                answer.send();
-            }
-        }
-        Err(fault) => {
-            // Dropping the transaction (on the way out of `apply_batch`) aborted it.
-            let err = state.latch(fault);
-            let requests = failed_request.into_iter().chain(pending);
-            for answer in answers {
-                answer.fail(err.clone());
-            }
-            for request in requests {
-                request.fail(err.clone());
-            }
-        }
-    }
+/// The segment the writer appends to.
+pub(super) struct Segment {
+    pub file: Arc<dyn LogFile>,
+    pub offset: u64,
+    pub size: u64,
 }
 
-/// Applies requests taken from `pending` in one transaction and commits it; returns the
-/// highest epoch written into an epoch counter. On a fault the request being applied is
-/// left in `failed`; the ones not reached stay in `pending`.
-fn apply_batch(
-    db: &Database,
-    config: &WriterConfig,
-    pending: &mut impl Iterator<Item = Request>,
-    answers: &mut Vec<Answer>,
-    failed: &mut Option<Request>,
-) -> Result<u64, Fault> {
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate);
-    // See `RedbOptions::two_phase_commit`.
-    txn.set_two_phase_commit(config.two_phase);
-    // One reading of the wall clock for the batch: its operations share one commit.
-    let now_ms = config.clock.now_ms();
-    let max_epoch;
-    {
-        let mut tables = Tables::open(&txn)?;
-        for request in pending.by_ref() {
-            match execute(&mut tables, request, &config.limits, now_ms) {
-                Ok(answer) => answers.push(answer),
-                Err(fault_and_request) => {
-                    let (fault, request) = *fault_and_request;
-                    *failed = Some(request);
-                    return Err(fault);
-                }
-            }
-        }
-        tables.finish()?;
-        max_epoch = tables.max_epoch;
-    }
-    txn.commit()?;
-    Ok(max_epoch)
-}
-
-/// The tables of one write transaction.
-struct Tables<'txn> {
-    epochs: Table<'txn, &'static str, u64>,
-    reservations: Table<'txn, &'static str, (u64, u64, u64)>,
-    leases: Table<'txn, &'static str, &'static str>,
-    fences: Table<'txn, &'static str, (u64, u64)>,
-    kv: Table<'txn, (&'static str, &'static str), (u64, u64, &'static [u8])>,
-    meta: Table<'txn, &'static str, u64>,
-    idempotency: Table<'txn, (&'static str, &'static str), &'static str>,
-    idem_expiry: Table<'txn, (u64, &'static str, &'static str), ()>,
-    usage: Table<'txn, &'static str, (u64, u64)>,
-    /// The store revision as this transaction has moved it: read at the first write that
-    /// needs it, kept here and written back once, by [`Tables::finish`], instead of a read
-    /// and a write of the meta table per operation.
-    revision: Option<u64>,
-    revision_dirty: bool,
-    /// Highest epoch written into `epochs` by this transaction.
+/// A batch on its way to durability.
+struct Flight {
+    /// The record's file, when the batch wrote one.
+    record: Option<(u64, Arc<dyn LogFile>, Arc<Rows>)>,
+    answers: Vec<Answer>,
+    ops: usize,
     max_epoch: u64,
 }
 
-impl<'txn> Tables<'txn> {
-    fn open(txn: &'txn WriteTransaction) -> Result<Self, Fault> {
-        Ok(Tables {
-            epochs: txn.open_table(EPOCHS)?,
-            reservations: txn.open_table(RESERVATIONS)?,
-            leases: txn.open_table(LEASES)?,
-            fences: txn.open_table(FENCES)?,
-            kv: txn.open_table(KV)?,
-            meta: txn.open_table(META)?,
-            idempotency: txn.open_table(IDEMPOTENCY)?,
-            idem_expiry: txn.open_table(IDEM_EXPIRY)?,
-            usage: txn.open_table(USAGE)?,
-            revision: None,
-            revision_dirty: false,
-            max_epoch: 0,
-        })
-    }
-
-    /// The store's current revision, as of the operations applied so far.
-    fn revision(&mut self) -> Result<u64, Fault> {
-        if let Some(revision) = self.revision {
-            return Ok(revision);
-        }
-        let revision = self.meta.get(META_REVISION)?.map_or(0, |g| g.value());
-        self.revision = Some(revision);
-        Ok(revision)
-    }
-
-    /// Takes the next revision for a write.
-    fn bump_revision(&mut self) -> Result<u64, Fault> {
-        let next = next_revision(self.revision()?)?;
-        self.revision = Some(next);
-        self.revision_dirty = true;
-        Ok(next)
-    }
-
-    fn set_epoch(&mut self, lock: &str, epoch: u64) -> Result<(), Fault> {
-        self.epochs.insert(lock, epoch)?;
-        self.max_epoch = self.max_epoch.max(epoch);
-        Ok(())
-    }
-
-    /// Writes what was kept in memory during the batch. Called once, before the commit.
-    fn finish(&mut self) -> Result<(), Fault> {
-        if self.revision_dirty {
-            if let Some(revision) = self.revision {
-                self.meta.insert(META_REVISION, revision)?;
-            }
-        }
-        Ok(())
-    }
+enum Chore {
+    Checkpoint { seq: u64, rows: Arc<Rows> },
+    PrepareSpare,
 }
 
-/// Applies one request. On a fault the request comes back (boxed: faults are rare and a
-/// request is large) so that it can be answered with the batch's error.
-fn execute(
-    t: &mut Tables<'_>,
-    request: Request,
-    limits: &StoreLimits,
-    now_ms: u64,
-) -> Result<Answer, Box<(Fault, Request)>> {
-    match request {
-        Request::Apply { op, reply } => match apply_op(t, &op, limits, now_ms) {
-            Ok(outcome) => Ok(Answer::Apply(reply, outcome)),
-            Err(fault) => Err(Box::new((fault, Request::Apply { op, reply }))),
-        },
-        Request::Grant { lease, reply } => match record_grant(t, &lease) {
-            Ok(()) => Ok(Answer::Unit(reply)),
-            Err(fault) => Err(Box::new((fault, Request::Grant { lease, reply }))),
-        },
-        Request::Reserve {
-            lock,
-            reservation,
-            lease,
-            reply,
-        } => match reserve(t, &lock, reservation, lease.as_ref()) {
-            Ok(()) => Ok(Answer::Unit(reply)),
-            Err(fault) => Err(Box::new((
-                fault,
+/// The writer thread. Returns when every sender of the queue is gone and the queue is
+/// empty; dropping its channel to the syncer then stops the syncer.
+pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Segment) {
+    let (to_syncer, flights) = std::sync::mpsc::channel::<Flight>();
+    let (to_checkpointer, chores) = std::sync::mpsc::channel::<Chore>();
+    let syncer = {
+        let engine = Arc::clone(&engine);
+        let chores = to_checkpointer.clone();
+        std::thread::Builder::new()
+            .name("palisade-syncer".into())
+            .spawn(move || sync_loop(&engine, &flights, &chores))
+    };
+    let checkpointer = {
+        let engine = Arc::clone(&engine);
+        std::thread::Builder::new()
+            .name("palisade-checkpointer".into())
+            .spawn(move || checkpoint_loop(&engine, &chores))
+    };
+    let (Ok(syncer), Ok(checkpointer)) = (syncer, checkpointer) else {
+        let err = engine
+            .state
+            .latch(Fault("cannot start the engine's threads".into()));
+        while let Ok(request) = queue.recv() {
+            request.fail(err.clone());
+        }
+        return;
+    };
+    let _ = to_checkpointer.send(Chore::PrepareSpare);
+    let mut writer = Writer {
+        engine: &engine,
+        pending: Rows::new(),
+        pending_at: HashMap::new(),
+        inflight: Vec::new(),
+        next_seq: engine.state.durable_seq() + 1,
+        to_checkpointer,
+    };
+    let max_batch = engine.config.max_batch.max(1);
+    let mut next_purge = Instant::now() + engine.config.purge_every;
+    loop {
+        let wait = next_purge.saturating_duration_since(Instant::now());
+        let mut batch = Vec::new();
+        match queue.recv_timeout(wait) {
+            Ok(request) => batch.push(request),
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        while !batch.is_empty() && batch.len() < max_batch {
+            match queue.try_recv() {
+                Ok(request) => batch.push(request),
+                Err(_) => break,
+            }
+        }
+        let purge = Instant::now() >= next_purge;
+        if purge {
+            next_purge = Instant::now() + engine.config.purge_every;
+        }
+        if engine.state.is_failed() {
+            for request in batch {
+                request.fail(engine.state.refusal());
+            }
+            continue;
+        }
+        match writer.batch(batch, purge, &mut segment) {
+            Ok((flight, purged)) => {
+                if purged == PURGE_LIMIT {
+                    // More may be due: go again after the next batch.
+                    next_purge = Instant::now();
+                }
+                if let Err(flight) = to_syncer.send(flight) {
+                    let err = engine
+                        .state
+                        .latch(Fault("the syncer thread is gone".into()));
+                    for answer in flight.0.answers {
+                        answer.fail(err.clone());
+                    }
+                }
+            }
+            Err((fault, answers, requests)) => {
+                let err = engine.state.latch(fault);
+                for answer in answers {
+                    answer.fail(err.clone());
+                }
+                for request in requests {
+                    request.fail(err.clone());
+                }
+            }
+        }
+    }
+    drop(to_syncer);
+    let _ = syncer.join();
+    drop(writer);
+    let _ = checkpointer.join();
+    remove_segments_after_close(&engine);
+}
+
+/// After a clean close everything is in the database file: the segments go (the spare
+/// stays, for the next start).
+fn remove_segments_after_close(engine: &Engine) {
+    let everything_in_file = !engine.state.is_failed()
+        && engine.state.checkpoint_seq() == engine.state.durable_seq()
+        && engine.layers.published_len() == 0
+        && engine.layers.frozen().is_none();
+    if !everything_in_file {
+        return;
+    }
+    let segments = std::mem::take(
+        &mut *engine
+            .segments
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    for (_, name) in segments {
+        if let Err(e) = engine.log.remove(&name) {
+            tracing::warn!(file = %engine.log.describe(&name), error = %e, "cannot remove a log segment");
+        }
+    }
+    let _ = engine.log.sync();
+}
+
+struct Writer<'e> {
+    engine: &'e Engine,
+    /// Rows of records not yet known to be durable, newest value per key.
+    pending: Rows,
+    /// For each key in `pending`, the record that wrote it last.
+    pending_at: HashMap<Key, u64>,
+    /// (record, keys) not yet known to be durable, oldest first.
+    inflight: Vec<(u64, Vec<Key>)>,
+    next_seq: u64,
+    to_checkpointer: Sender<Chore>,
+}
+
+type Failed = (Fault, Vec<Answer>, Vec<Request>);
+
+impl Writer<'_> {
+    /// Forgets rows that the syncer has published since.
+    fn prune(&mut self) {
+        let durable = self.engine.state.durable_seq();
+        let done = self
+            .inflight
+            .iter()
+            .take_while(|(seq, _)| *seq <= durable)
+            .count();
+        for (seq, keys) in self.inflight.drain(..done) {
+            for key in keys {
+                if self.pending_at.get(&key) == Some(&seq) {
+                    self.pending_at.remove(&key);
+                    self.pending.remove(&key);
+                }
+            }
+        }
+    }
+
+    fn batch(
+        &mut self,
+        batch: Vec<Request>,
+        purge: bool,
+        segment: &mut Segment,
+    ) -> Result<(Flight, usize), Failed> {
+        self.prune();
+        let engine = self.engine;
+        let ops = batch.len();
+        let mut answers = Vec::with_capacity(ops);
+        let view = match View::begin(&engine.layers, &engine.db) {
+            Ok(view) => view,
+            Err(fault) => return Err((fault, answers, batch)),
+        };
+        let now_ms = engine.config.clock.now_ms();
+        let mut tx = Tx::new(&view, &self.pending);
+        let mut requests = batch.into_iter();
+        while let Some(request) = requests.next() {
+            let done = match &request {
+                Request::Apply { op, .. } => tx.apply(op, &engine.config.limits, now_ms).map(Some),
                 Request::Reserve {
                     lock,
                     reservation,
                     lease,
-                    reply,
-                },
-            ))),
-        },
-        Request::Lazy(record) => match write_lazy(t, &record) {
-            Ok(()) => Ok(Answer::Nobody),
-            Err(fault) => Err(Box::new((fault, Request::Lazy(record)))),
-        },
-        Request::RemoveLease { lease_id, reply } => match t.leases.remove(lease_id.as_str()) {
-            Ok(_) => Ok(Answer::Unit(reply)),
-            Err(e) => Err(Box::new((
-                e.into(),
-                Request::RemoveLease { lease_id, reply },
-            ))),
-        },
-    }
-}
-
-fn record_grant(t: &mut Tables<'_>, lease: &LeaseRecord) -> Result<(), Fault> {
-    let last = t.epochs.get(lease.lock.as_str())?.map(|g| g.value());
-    let epoch = last.map_or(lease.epoch, |last| last.max(lease.epoch));
-    t.set_epoch(lease.lock.as_str(), epoch)?;
-    let record = serde_json::to_string(lease)?;
-    t.leases.insert(lease.lease_id.as_str(), record.as_str())?;
-    Ok(())
-}
-
-/// Records the lock's reservation and the lease. The ceiling never goes down. The TTL
-/// never goes down while the reservation stays active; an inactive reservation (the lock
-/// fell idle) has no live lease to cover, so its TTL is what it says (0), and the next
-/// active one starts from its own.
-fn reserve(
-    t: &mut Tables<'_>,
-    lock: &str,
-    r: Reservation,
-    lease: Option<&LeaseRecord>,
-) -> Result<(), Fault> {
-    let stored = t.reservations.get(lock)?.map(|g| g.value());
-    let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m, active)| {
-        let still_active = active != 0 && r.active;
-        let ttl = if still_active {
-            m.max(r.max_ttl_ms)
-        } else {
-            r.max_ttl_ms
-        };
-        (c.max(r.ceiling), ttl)
-    });
-    t.reservations
-        .insert(lock, (ceiling, max_ttl, u64::from(r.active)))?;
-    let last = t.epochs.get(lock)?.map_or(0, |g| g.value());
-    t.set_epoch(lock, last.max(ceiling))?;
-    if let Some(lease) = lease {
-        let record = serde_json::to_string(lease)?;
-        t.leases.insert(lease.lease_id.as_str(), record.as_str())?;
-    }
-    Ok(())
-}
-
-fn write_lazy(t: &mut Tables<'_>, record: &LazyRecord) -> Result<(), Fault> {
-    match record {
-        LazyRecord::Lease(lease) => {
-            let text = serde_json::to_string(lease)?;
-            t.leases.insert(lease.lease_id.as_str(), text.as_str())?;
-        }
-        LazyRecord::RemoveLease(id) => {
-            t.leases.remove(id.as_str())?;
-        }
-        LazyRecord::Reservation { lock, reservation } => reserve(t, lock, *reservation, None)?,
-    }
-    Ok(())
-}
-
-/// Reads what [`decide`] needs, then writes exactly what it decided. A refusal returns
-/// before the first write, so it leaves nothing in the batch's transaction. `Err(Fault)`
-/// aborts the batch.
-fn apply_op(
-    t: &mut Tables<'_>,
-    op: &FencedOp,
-    limits: &StoreLimits,
-    now_ms: u64,
-) -> Result<Result<Applied, ApplyError>, Fault> {
-    let ns = op.namespace.as_str();
-    let stored_idem: Option<IdemRecord> = match &op.idempotency {
-        Some(idem) => match t.idempotency.get((ns, idem.key.as_str()))? {
-            Some(stored) => Some(serde_json::from_str(stored.value())?),
-            None => None,
-        },
-        None => None,
-    };
-    let stored_mark = t.fences.get(ns)?.map(|g| {
-        let (epoch, seq) = g.value();
-        HighWater { epoch, seq }
-    });
-    let mark = match stored_mark {
-        Some(mark) => mark,
-        // A namespace this file never saw may have been written before a restore: the
-        // restore's floor stands in for its lost mark.
-        None => HighWater {
-            epoch: t.meta.get(META_RESTORE_FLOOR)?.map_or(0, |g| g.value()),
-            seq: 0,
-        },
-    };
-    let key = match &op.action {
-        Action::Put { key, .. } | Action::Delete { key, .. } => Some(key.as_str()),
-        Action::Fence => None,
-    };
-    let (key_state, usage) = match key {
-        Some(key) => {
-            let state = t.kv.get((ns, key))?.map(|g| {
-                let (revision, _, value) = g.value();
-                KeyState {
-                    revision,
-                    bytes: Usage::entry_bytes(key, value.len()),
+                    ..
+                } => tx
+                    .reserve(lock, *reservation, lease.as_ref())
+                    .map(|()| None),
+                Request::RemoveLease { lease_id, .. } => {
+                    tx.remove_lease(lease_id);
+                    Ok(None)
                 }
-            });
-            let usage = t.usage.get(ns)?.map_or(Usage::default(), |g| {
-                let (keys, bytes) = g.value();
-                Usage { keys, bytes }
-            });
-            (state, usage)
-        }
-        None => (None, Usage::default()),
-    };
-    let seen = Seen {
-        mark,
-        key: key_state,
-        idempotency: stored_idem.as_ref(),
-        usage,
-    };
-    let commit = match decide(op, &seen, limits, now_ms) {
-        Decision::Replay(applied) => return Ok(Ok(applied)),
-        Decision::Refuse(refused) => return Ok(Err(refused)),
-        Decision::Commit(commit) => commit,
-    };
-    let revision = match (&op.action, commit.change) {
-        (Action::Put { key, value, .. }, Change::Put) => {
-            let revision = t.bump_revision()?;
-            t.kv.insert((ns, key.as_str()), (revision, op.epoch, value.as_ref()))?;
-            revision
-        }
-        (Action::Delete { key, .. }, Change::Delete) => {
-            let revision = t.bump_revision()?;
-            t.kv.remove((ns, key.as_str()))?;
-            revision
-        }
-        _ => t.revision()?,
-    };
-    if commit.mark_changed || stored_mark.is_none() {
-        t.fences
-            .insert(ns, (commit.high_water.epoch, commit.high_water.seq))?;
-    }
-    if commit.usage_changed {
-        if commit.usage == Usage::default() {
-            t.usage.remove(ns)?;
-        } else {
-            t.usage
-                .insert(ns, (commit.usage.keys, commit.usage.bytes))?;
-        }
-    }
-    let applied = commit.applied(op, revision);
-    if let (Some(idem), Some(record)) = (&op.idempotency, commit.record(op, applied, now_ms)) {
-        let idem_key = idem.key.as_str();
-        if let Some(old) = commit.replaces_expired {
-            t.idem_expiry.remove((old, ns, idem_key))?;
-        }
-        let text = serde_json::to_string(&record)?;
-        t.idempotency.insert((ns, idem_key), text.as_str())?;
-        t.idem_expiry.insert((now_ms, ns, idem_key), ())?;
-    }
-    Ok(Ok(applied))
-}
-
-/// Most expired idempotency records one purge transaction removes, so a purge after a long
-/// downtime does not hold up the writer: the rest goes in the next passes.
-pub(super) const PURGE_LIMIT: usize = 10_000;
-
-/// Removes idempotency records whose retention has run out at `now_ms`, at most
-/// [`PURGE_LIMIT`], in one durable transaction. Returns how many it removed. Losing a
-/// purge in a crash is harmless: the records are still expired and go in the next one.
-pub(super) fn purge_expired(
-    db: &Database,
-    limits: &StoreLimits,
-    now_ms: u64,
-) -> Result<usize, Fault> {
-    let Some(cutoff) = now_ms.checked_sub(limits.retention_ms()) else {
-        return Ok(0);
-    };
-    let mut txn = db.begin_write()?;
-    txn.set_durability(Durability::Immediate);
-    let removed;
-    {
-        let mut expiry = txn.open_table(IDEM_EXPIRY)?;
-        let mut records = txn.open_table(IDEMPOTENCY)?;
-        let mut due = Vec::new();
-        // Every entry created at or before the cutoff: strictly below (cutoff + 1, "", "").
-        let end = (cutoff.saturating_add(1), "", "");
-        for item in expiry.range(..end)? {
-            let (key, _) = item?;
-            let (at, ns, idem_key) = key.value();
-            due.push((at, ns.to_owned(), idem_key.to_owned()));
-            if due.len() == PURGE_LIMIT {
-                break;
+                Request::Lazy(record) => tx.write_lazy(record).map(|()| None),
+            };
+            match (done, request) {
+                (Ok(Some(outcome)), Request::Apply { reply, .. }) => {
+                    answers.push(Answer::Apply(reply, outcome))
+                }
+                (Ok(_), Request::Reserve { reply, .. } | Request::RemoveLease { reply, .. }) => {
+                    answers.push(Answer::Unit(reply))
+                }
+                (Ok(_), _) => answers.push(Answer::Nobody),
+                (Err(fault), request) => {
+                    let mut rest = vec![request];
+                    rest.extend(requests);
+                    return Err((fault, answers, rest));
+                }
             }
         }
-        for (at, ns, idem_key) in &due {
-            expiry.remove((*at, ns.as_str(), idem_key.as_str()))?;
-            records.remove((ns.as_str(), idem_key.as_str()))?;
+        let purged = if purge {
+            match tx.purge_expired(
+                &engine.config.limits,
+                engine.config.clock.now_ms(),
+                PURGE_LIMIT,
+            ) {
+                Ok(n) => n,
+                Err(fault) => return Err((fault, answers, Vec::new())),
+            }
+        } else {
+            0
+        };
+        tx.finish();
+        let max_epoch = tx.max_epoch;
+        let rows = std::mem::take(&mut tx.rows);
+        drop(tx);
+        drop(view);
+        if rows.is_empty() {
+            let flight = Flight {
+                record: None,
+                answers,
+                ops,
+                max_epoch,
+            };
+            return Ok((flight, purged));
         }
-        removed = due.len();
+        let seq = self.next_seq;
+        let file = match self.append(seq, &rows, segment) {
+            Ok(file) => file,
+            Err(fault) => return Err((fault, answers, Vec::new())),
+        };
+        self.next_seq += 1;
+        let keys: Vec<Key> = rows.keys().cloned().collect();
+        for key in &keys {
+            self.pending_at.insert(key.clone(), seq);
+        }
+        self.pending
+            .extend(rows.iter().map(|(k, v)| (k.clone(), v.clone())));
+        self.inflight.push((seq, keys));
+        let flight = Flight {
+            record: Some((seq, file, Arc::new(rows))),
+            answers,
+            ops,
+            max_epoch,
+        };
+        Ok((flight, purged))
     }
-    if removed > 0 {
-        txn.commit()?;
-    } else {
-        txn.abort()?;
+
+    /// Writes record `seq` at the end of the log (rolling to a new segment when it does
+    /// not fit); returns the file it went to. No fsync: that is the syncer's.
+    fn append(
+        &mut self,
+        seq: u64,
+        rows: &Rows,
+        segment: &mut Segment,
+    ) -> Result<Arc<dyn LogFile>, Fault> {
+        let mut payload = Vec::new();
+        encode(rows.iter(), &mut payload);
+        let mut record = Vec::with_capacity(payload.len() + RECORD_OVERHEAD as usize);
+        wal::encode_record(seq, &mut payload, &mut record);
+        let len = record.len() as u64;
+        if segment.offset + len > segment.size {
+            *segment = self.roll(seq, len)?;
+        }
+        segment
+            .file
+            .write_at(segment.offset, &record)
+            .map_err(|e| Fault(format!("cannot append to the log: {e}")))?;
+        segment.offset += len;
+        self.engine.state.add_log_bytes(len);
+        Ok(Arc::clone(&segment.file))
     }
-    Ok(removed)
+
+    /// Starts a new segment whose first record is `base`, and asks for the next spare.
+    fn roll(&mut self, base: u64, need: u64) -> Result<Segment, Fault> {
+        let segment = start_segment(self.engine, base, need)?;
+        let _ = self.to_checkpointer.send(Chore::PrepareSpare);
+        Ok(segment)
+    }
 }
 
-fn next_revision(current: u64) -> Result<u64, Fault> {
-    current
-        .checked_add(1)
-        .ok_or_else(|| Fault("store revision counter exhausted".to_string()))
+/// Starts a new segment whose first record is `base`: the prepared spare, or a new file
+/// when there is none or the record needs more room than a segment has.
+fn start_segment(engine: &Engine, base: u64, need: u64) -> Result<Segment, Fault> {
+    let io = |e: std::io::Error| Fault(format!("cannot start a log segment: {e}"));
+    let size = if HEADER_BYTES + need <= engine.config.segment_bytes {
+        engine.config.segment_bytes
+    } else {
+        (HEADER_BYTES + need).next_multiple_of(1 << 20)
+    };
+    let stem = engine.log.stem().to_owned();
+    let spare = engine
+        .spare
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+        .filter(|_| size == engine.config.segment_bytes);
+    let file = match spare {
+        Some(file) => file,
+        None => engine
+            .log
+            .create_zeroed(&wal::spare_name(&stem), size)
+            .map_err(io)?,
+    };
+    // The header says which records the file holds; recovery reads it, not the name, so
+    // the rename needs no fsync of its own before the first record is acknowledged.
+    file.write_at(0, &wal::encode_header(engine.store_id, base))
+        .map_err(io)?;
+    let name = wal::segment_name(&stem, base);
+    engine
+        .log
+        .rename(&wal::spare_name(&stem), &name)
+        .map_err(io)?;
+    engine
+        .segments
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push((base, name));
+    Ok(Segment {
+        file,
+        offset: HEADER_BYTES,
+        size,
+    })
+}
+
+/// The segment a freshly opened engine appends to: its first record is `base`. A spare
+/// left by the last run (all zeros) is used if it has the configured size.
+pub(super) fn first_segment(engine: &Engine, base: u64) -> Result<Segment, Fault> {
+    let name = wal::spare_name(engine.log.stem());
+    let listed = engine
+        .log
+        .list()
+        .map_err(|e| Fault(format!("cannot list the log: {e}")))?;
+    if listed.contains(&name) {
+        if let Ok(file) = engine.log.open(&name) {
+            let unused = matches!(wal::read_header(file.as_ref()), Ok(None));
+            if unused && file.len().ok() == Some(engine.config.segment_bytes) {
+                *engine.spare.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
+            }
+        }
+    }
+    start_segment(engine, base, 0)
+}
+
+/// The syncer: fdatasync, publish, answer; and start checkpoints.
+fn sync_loop(engine: &Engine, flights: &Receiver<Flight>, chores: &Sender<Chore>) {
+    let mut last_checkpoint = Instant::now();
+    while let Ok(first) = flights.recv() {
+        let mut group = vec![first];
+        while let Ok(more) = flights.try_recv() {
+            group.push(more);
+        }
+        if engine.state.is_failed() {
+            let err = engine.state.refusal();
+            for answer in group.into_iter().flat_map(|f| f.answers) {
+                answer.fail(err.clone());
+            }
+            continue;
+        }
+        // One fdatasync per file written (a roll makes it two, once per segment).
+        let mut synced: Vec<Arc<dyn LogFile>> = Vec::new();
+        let mut fault = None;
+        for (_, file, _) in group.iter().filter_map(|f| f.record.as_ref()) {
+            if synced.iter().any(|s| Arc::ptr_eq(s, file)) {
+                continue;
+            }
+            if let Err(e) = file.sync_data() {
+                fault = Some(Fault(format!("cannot fdatasync the log: {e}")));
+                break;
+            }
+            synced.push(Arc::clone(file));
+        }
+        if let Some(fault) = fault {
+            let err = engine.state.latch(fault);
+            for answer in group.into_iter().flat_map(|f| f.answers) {
+                answer.fail(err.clone());
+            }
+            continue;
+        }
+        wait_for_room(engine);
+        let mut durable = None;
+        {
+            let mut published = engine
+                .layers
+                .published
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            for flight in &mut group {
+                let Some((seq, _, rows)) = flight.record.as_mut() else {
+                    continue;
+                };
+                // The flight holds the only reference: move the rows, do not copy them.
+                let rows = std::mem::take(rows);
+                match Arc::try_unwrap(rows) {
+                    Ok(rows) => published.extend(rows),
+                    Err(rows) => published.extend(rows.iter().map(|(k, v)| (k.clone(), v.clone()))),
+                }
+                durable = Some(*seq);
+            }
+        }
+        if let Some(seq) = durable {
+            engine.state.set_durable_seq(seq);
+        }
+        for flight in group {
+            engine.state.record_commit(flight.ops, flight.max_epoch);
+            for answer in flight.answers {
+                answer.send();
+            }
+        }
+        maybe_checkpoint(engine, chores, &mut last_checkpoint);
+    }
+    // The writer is done and every answer sent: checkpoint what is left, synchronously
+    // in the checkpointer (it stops when this sender goes).
+    if engine.state.is_failed() {
+        return;
+    }
+    {
+        let (running, done) = &engine.checkpointing;
+        let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
+        while *running {
+            running = done.wait(running).unwrap_or_else(PoisonError::into_inner);
+        }
+        *running = true;
+    }
+    match freeze(engine) {
+        Some((seq, rows)) => drop(chores.send(Chore::Checkpoint { seq, rows })),
+        None => finish_checkpoint(engine),
+    }
+}
+
+/// Backpressure: while a checkpoint runs and rows have piled up far past the trigger,
+/// wait for it (answers wait with it), so memory stays bounded.
+fn wait_for_room(engine: &Engine) {
+    let (running, done) = &engine.checkpointing;
+    let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
+    while *running && engine.layers.published_len() > 2 * engine.config.checkpoint_rows {
+        running = done.wait(running).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+fn maybe_checkpoint(engine: &Engine, chores: &Sender<Chore>, last: &mut Instant) {
+    let rows = engine.layers.published_len();
+    if rows == 0 {
+        return;
+    }
+    let due = rows >= engine.config.checkpoint_rows
+        || engine.state.log_bytes() >= engine.config.segment_bytes / 2
+        || last.elapsed() >= engine.config.checkpoint_every;
+    if !due {
+        return;
+    }
+    {
+        let mut running = engine
+            .checkpointing
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *running {
+            return;
+        }
+        *running = true;
+    }
+    if let Some((seq, rows)) = freeze(engine) {
+        *last = Instant::now();
+        let _ = chores.send(Chore::Checkpoint { seq, rows });
+    } else {
+        finish_checkpoint(engine);
+    }
+}
+
+/// Moves the published rows into the frozen layer (none may be frozen already); returns
+/// them with the sequence number they cover.
+fn freeze(engine: &Engine) -> Option<(u64, Arc<Rows>)> {
+    let mut published = engine
+        .layers
+        .published
+        .write()
+        .unwrap_or_else(PoisonError::into_inner);
+    let mut frozen = engine
+        .layers
+        .frozen
+        .write()
+        .unwrap_or_else(PoisonError::into_inner);
+    if published.is_empty() || frozen.is_some() {
+        return None;
+    }
+    let rows = Arc::new(std::mem::take(&mut *published));
+    *frozen = Some(Arc::clone(&rows));
+    engine.state.reset_log_bytes();
+    Some((engine.state.durable_seq(), rows))
+}
+
+fn finish_checkpoint(engine: &Engine) {
+    let (running, done) = &engine.checkpointing;
+    *running.lock().unwrap_or_else(PoisonError::into_inner) = false;
+    done.notify_all();
+}
+
+fn checkpoint_loop(engine: &Engine, chores: &Receiver<Chore>) {
+    while let Ok(chore) = chores.recv() {
+        if engine.state.is_failed() {
+            finish_checkpoint(engine);
+            continue;
+        }
+        match chore {
+            Chore::Checkpoint { seq, rows } => {
+                let mut next = Some((seq, rows));
+                while let Some((seq, rows)) = next.take() {
+                    // redb asserts on what it reads; a file damaged under a running server
+                    // must latch the failure, not kill this thread with writers waiting.
+                    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        checkpoint(engine, seq, &rows)
+                    }))
+                    .unwrap_or_else(|_| Err(Fault("the checkpoint panicked".into())));
+                    if let Err(fault) = done {
+                        engine.state.latch(fault);
+                        break;
+                    }
+                    // Rows that piled up meanwhile go at once, not at the next publish.
+                    if engine.layers.published_len() >= engine.config.checkpoint_rows {
+                        next = freeze(engine);
+                    }
+                }
+                finish_checkpoint(engine);
+            }
+            Chore::PrepareSpare => {
+                if let Err(fault) = prepare_spare(engine) {
+                    engine.state.latch(fault);
+                }
+            }
+        }
+    }
+}
+
+/// Writes `rows` (every durable row up to record `seq` not yet in the file) into the file
+/// in one durable transaction, then drops the frozen layer and the segments it made
+/// redundant.
+pub(super) fn checkpoint(engine: &Engine, seq: u64, rows: &Rows) -> Result<(), Fault> {
+    write_checkpoint(&engine.db, seq, rows)?;
+    *engine
+        .layers
+        .frozen
+        .write()
+        .unwrap_or_else(PoisonError::into_inner) = None;
+    engine.state.set_checkpoint_seq(seq);
+    let mut segments = engine
+        .segments
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    // A segment is redundant when the next one starts at or below `seq + 1`: all its
+    // records are in the file now. The last segment stays (the writer appends to it).
+    let mut keep = segments.len().saturating_sub(1);
+    for i in 0..segments.len().saturating_sub(1) {
+        if segments[i + 1].0 > seq + 1 {
+            keep = i;
+            break;
+        }
+    }
+    let gone: Vec<(u64, String)> = segments.drain(..keep).collect();
+    drop(segments);
+    for (_, name) in &gone {
+        engine
+            .log
+            .remove(name)
+            .map_err(|e| Fault(format!("cannot remove {}: {e}", engine.log.describe(name))))?;
+    }
+    Ok(())
+}
+
+/// One durable redb transaction: `rows`, and the sequence number they bring the file to.
+pub(super) fn write_checkpoint(db: &Database, seq: u64, rows: &Rows) -> Result<(), Fault> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate);
+    // Two-phase: damage to the newest checkpoint is an error at open, never a silent
+    // fallback to the one before (the log that held its rows may be gone by then).
+    txn.set_two_phase_commit(true);
+    let checkpoint = (
+        Key::Meta(META_CHECKPOINT_SEQ.to_owned()),
+        Some(Val::U64(seq)),
+    );
+    apply_rows(
+        &txn,
+        rows.iter()
+            .chain(std::iter::once((&checkpoint.0, &checkpoint.1))),
+    )?;
+    txn.commit()?;
+    Ok(())
+}
+
+fn prepare_spare(engine: &Engine) -> Result<(), Fault> {
+    if engine
+        .spare
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .is_some()
+    {
+        return Ok(());
+    }
+    let name = wal::spare_name(engine.log.stem());
+    let file = engine
+        .log
+        .create_zeroed(&name, engine.config.segment_bytes)
+        .map_err(|e| {
+            Fault(format!(
+                "cannot prepare {}: {e}",
+                engine.log.describe(&name)
+            ))
+        })?;
+    *engine.spare.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
+    Ok(())
 }

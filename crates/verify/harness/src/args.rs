@@ -268,6 +268,11 @@ pub struct VerifyArgs {
     /// "unknown", never "valid".
     #[arg(long, default_value_t = 60)]
     pub check_secs: u64,
+    /// Run the servers with an auth file: one principal per worker, each authenticating
+    /// with its own key, so identity, permission and ownership checks are on the path
+    /// under test (Palisade targets only).
+    #[arg(long)]
+    pub auth: bool,
 }
 
 /// Flags of the hidden `palisade verify-worker` (started by `palisade verify`).

@@ -9,14 +9,19 @@
 //!
 //! Which bytes hold "the newest commit" depends on the storage engine, so this module is
 //! keyed on the files in the data directory and nothing else: [`Format::detect`] looks at
-//! them, and one small function per format picks the bytes. Today there is one format:
+//! them, and one small function per format picks the bytes:
 //!
-//! - **redb** (`palisade.redb`, one-phase commit with checksums): a commit ends by
-//!   writing its commit slot in the file header and making it the primary slot (bit 0 of
-//!   the "god byte" at offset 9; slots of 128 bytes at offsets 64 and 192, the last 16
-//!   bytes of each an xxh3 checksum of the rest). One flipped bit in the primary slot,
-//!   past its version byte, fails that checksum, and redb's recovery falls back to the
-//!   other slot: the previous commit.
+//! - **the write-ahead log** (`palisade.redb.wal.<base>` beside `palisade.redb`): every
+//!   commit since the last checkpoint is one record in it, and after a SIGKILL the newest
+//!   commit is the last record of the newest segment
+//!   (`palisade_storage::redb_backend::newest_commit` finds it). One bit of its payload
+//!   is flipped: a record that fails its checksum without being a torn write.
+//! - **redb** alone (`palisade.redb` with no log record: everything was checkpointed, or
+//!   a store of a version before the log): a commit ends by writing its commit slot in
+//!   the file header and making it the primary slot (bit 0 of the "god byte" at offset 9;
+//!   slots of 128 bytes at offsets 64 and 192, the last 16 bytes of each an xxh3 checksum
+//!   of the rest). One flipped bit in the primary slot, past its version byte, fails that
+//!   checksum, and redb's recovery falls back to the other slot: the previous commit.
 //!
 //! A store in a format this module does not know is an error, never a silent no-op: a
 //! disk fault that damaged nothing would make a clean run mean nothing. To aim the fault
@@ -61,6 +66,8 @@ impl std::fmt::Display for Damage {
 /// The storage formats the damage step knows, recognised from the data directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Format {
+    /// The newest record of the write-ahead log: (segment file, record offset, length).
+    Log(PathBuf, u64, u64),
     /// redb's single file.
     Redb(PathBuf),
 }
@@ -69,6 +76,12 @@ impl Format {
     /// Looks at the files in `data_dir`.
     pub fn detect(data_dir: &Path) -> Result<Format, VerifyError> {
         let redb = data_dir.join(REDB_FILE);
+        let newest = palisade_storage::redb_backend::newest_commit(&redb).map_err(|e| {
+            VerifyError::io(format!("cannot read the log in {}", data_dir.display()), e)
+        })?;
+        if let Some((segment, offset, len)) = newest {
+            return Ok(Format::Log(segment, offset, len));
+        }
         let mut magic = [0u8; REDB_MAGIC.len()];
         let read = std::fs::File::open(&redb).and_then(|mut f| f.read_exact(&mut magic));
         if read.is_ok() && magic == REDB_MAGIC {
@@ -91,8 +104,53 @@ impl Format {
 /// `pick` chooses the bytes, so a seeded schedule damages the same place each time.
 pub fn damage_newest_commit(data_dir: &Path, pick: u64) -> Result<Damage, VerifyError> {
     match Format::detect(data_dir)? {
+        Format::Log(segment, offset, len) => damage_log_record(&segment, offset, len, pick),
         Format::Redb(file) => damage_redb_primary_slot(&file, pick),
     }
+}
+
+/// Bytes of a log record before its payload (magic, length, sequence number, checksums).
+const LOG_RECORD_HEADER: u64 = 24;
+
+/// Flips one bit of the payload of the log record at `offset` (`len` bytes in all).
+fn damage_log_record(
+    segment: &Path,
+    offset: u64,
+    len: u64,
+    pick: u64,
+) -> Result<Damage, VerifyError> {
+    let payload = len.saturating_sub(LOG_RECORD_HEADER + 8);
+    if payload == 0 {
+        return Err(VerifyError::Config(format!(
+            "the newest log record in {} has no payload to damage",
+            segment.display()
+        )));
+    }
+    let at = offset + LOG_RECORD_HEADER + pick % payload;
+    let mask = 1u8 << ((pick / payload.max(1)) % 8);
+    flip(segment, at, mask)?;
+    Ok(Damage {
+        file: segment.to_owned(),
+        flips: vec![(at, mask)],
+        what: format!("the newest log record (at byte {offset}, {len} bytes)"),
+    })
+}
+
+/// XORs `mask` into the byte at `at` and syncs the file.
+fn flip(file: &Path, at: u64, mask: u8) -> Result<(), VerifyError> {
+    let io = |e| VerifyError::io(format!("cannot damage {}", file.display()), e);
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .map_err(io)?;
+    let mut byte = [0u8; 1];
+    f.seek(SeekFrom::Start(at)).map_err(io)?;
+    f.read_exact(&mut byte).map_err(io)?;
+    byte[0] ^= mask;
+    f.seek(SeekFrom::Start(at)).map_err(io)?;
+    f.write_all(&byte).map_err(io)?;
+    f.sync_all().map_err(io)
 }
 
 /// Flips one bit in redb's primary commit slot (past the version byte, which redb reads
@@ -110,13 +168,8 @@ fn damage_redb_primary_slot(file: &Path, pick: u64) -> Result<Damage, VerifyErro
     let primary = u64::from(god[0] & 1);
     let offset = REDB_SLOT_0 + primary * REDB_SLOT_SIZE + 1 + pick % (REDB_SLOT_SIZE - 1);
     let mask = 1u8 << ((pick / REDB_SLOT_SIZE) % 8);
-    let mut byte = [0u8; 1];
-    f.seek(SeekFrom::Start(offset)).map_err(io)?;
-    f.read_exact(&mut byte).map_err(io)?;
-    byte[0] ^= mask;
-    f.seek(SeekFrom::Start(offset)).map_err(io)?;
-    f.write_all(&byte).map_err(io)?;
-    f.sync_all().map_err(io)?;
+    drop(f);
+    flip(file, offset, mask)?;
     Ok(Damage {
         file: file.to_owned(),
         flips: vec![(offset, mask)],

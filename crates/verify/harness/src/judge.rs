@@ -57,6 +57,9 @@ fn command(args: &VerifyArgs, plan: &Plan) -> String {
         args.faults,
         args.ttl_ms
     ));
+    if args.auth {
+        cmd.push_str(" --auth");
+    }
     cmd
 }
 
@@ -66,6 +69,11 @@ fn client_note(plan: &Plan, args: &VerifyArgs, nodes: usize) -> String {
         "etcd's lock recipe over etcd's JSON gateway"
     } else {
         "palisade-client"
+    };
+    let lock = if args.auth {
+        format!("{lock}, each with its own principal's key (an auth file is on)")
+    } else {
+        lock.to_owned()
     };
     if nodes <= 1 && plan.topology == Topology::Embedded {
         return format!(

@@ -56,6 +56,7 @@
 //!   retries (S9).
 
 pub mod args;
+pub mod auth;
 pub mod clock;
 pub mod deploy;
 pub mod disk;

@@ -51,6 +51,8 @@ pub struct WorkerSpec<'a> {
     pub clock_origin_ns: u64,
     pub stop_at_us: u64,
     pub history_dir: &'a Path,
+    /// Bearer keys of the workers (worker `i` gets `keys[i - 1]`), with `--auth`.
+    pub keys: Option<&'a [String]>,
 }
 
 /// One running worker.
@@ -73,7 +75,12 @@ impl WorkerProc {
         let log_path = spec.history_dir.join(format!("w{id}.log"));
         let log = std::fs::File::create(&log_path)
             .map_err(|e| VerifyError::io(format!("cannot create {}", log_path.display()), e))?;
-        let child = Command::new(spec.exe)
+        let mut command = Command::new(spec.exe);
+        command.env_remove(crate::auth::KEY_ENV);
+        if let Some(key) = spec.keys.and_then(|k| k.get(id.saturating_sub(1) as usize)) {
+            command.env(crate::auth::KEY_ENV, key);
+        }
+        let child = command
             .arg("verify-worker")
             .args(["--id", &id.to_string()])
             .args(["--lock-urls", &lock_urls.join(",")])

@@ -1,6 +1,7 @@
 //! One run of `palisade verify`: start the deployment, the proxies and the workers; let
 //! the nemesis loose for `--time` seconds; heal; collect; judge.
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use crate::args::{FaultKind, LockProtocol, Target, Topology, VerifyArgs, Workload};
+use crate::auth::AuthSetup;
 use crate::clock::RunClock;
 use crate::deploy::toy::Check;
 use crate::deploy::{Deployment, EmbeddedServer, Etcd3, EtcdLockControl, UnfencedControl};
@@ -89,10 +91,15 @@ pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
 pub async fn run(args: VerifyArgs) -> Result<Outcome, VerifyError> {
     let plan = plan(&args)?;
     println!(
-        "palisade verify: {} on {} ({}), {} workers, {} s, faults [{}], seed {}",
+        "palisade verify: {} on {} ({}{}), {} workers, {} s, faults [{}], seed {}",
         args.workload.as_str(),
         plan.topology.as_str(),
         args.target.as_str(),
+        if args.auth {
+            ", auth file: a principal per worker"
+        } else {
+            ""
+        },
         args.workers,
         args.time,
         plan.kinds
@@ -114,14 +121,21 @@ async fn start(
     exe: &Path,
     data: &Path,
     out: &Path,
+    auth: Option<&AuthSetup>,
 ) -> Result<Box<dyn Deployment>, VerifyError> {
     let log = out.join("server.log");
+    let serve_flags: Vec<OsString> = match auth {
+        Some(auth) => vec!["--auth-file".into(), auth.file.clone().into_os_string()],
+        None => Vec::new(),
+    };
     let deployment: Box<dyn Deployment> = match (topology, args.target) {
         (Topology::Embedded, Target::Palisade) => {
-            Box::new(EmbeddedServer::start(exe, data, &log).await?)
+            Box::new(EmbeddedServer::start_with(exe, data, &log, serve_flags).await?)
         }
         (Topology::Embedded, _) => Box::new(UnfencedControl::start(exe, data, &log).await?),
-        (Topology::Etcd3, Target::Palisade) => Box::new(Etcd3::start(exe, data, out).await?),
+        (Topology::Etcd3, Target::Palisade) => {
+            Box::new(Etcd3::start_with(exe, data, out, serve_flags).await?)
+        }
         (Topology::Etcd3, Target::EtcdLockFenced) => {
             Box::new(EtcdLockControl::start(data, out, Check::Epoch).await?)
         }
@@ -160,8 +174,26 @@ async fn run_seeded(args: &VerifyArgs, plan: Plan) -> Result<Outcome, VerifyErro
         .prefix("palisade-verify-")
         .tempdir()
         .map_err(|e| VerifyError::io("cannot create a temporary data directory", e))?;
-    let mut deployment = start(args, plan.topology, &exe, data.path(), out).await?;
-    let result = drive(args, &plan, deployment.as_mut(), &exe, &history_dir).await;
+    let auth = if args.auth {
+        if args.target != Target::Palisade {
+            return Err(VerifyError::Config(
+                "--auth applies to the Palisade targets only, not to the controls".into(),
+            ));
+        }
+        Some(AuthSetup::write(data.path(), args.workers)?)
+    } else {
+        None
+    };
+    let mut deployment = start(args, plan.topology, &exe, data.path(), out, auth.as_ref()).await?;
+    let result = drive(
+        args,
+        &plan,
+        deployment.as_mut(),
+        &exe,
+        &history_dir,
+        auth.as_ref(),
+    )
+    .await;
     deployment.stop().await;
     let collected = result?;
     judge(args, &plan, collected, out).await
@@ -174,7 +206,16 @@ async fn drive(
     deployment: &mut dyn Deployment,
     exe: &Path,
     history_dir: &Path,
+    auth: Option<&AuthSetup>,
 ) -> Result<Collected, VerifyError> {
+    // The harness's own calls (probes, the final read) go as the admin.
+    let harness_client = |url: &str| {
+        let mut builder = Client::builder(url);
+        if let Some(auth) = auth {
+            builder = builder.bearer_key(auth.admin_key.clone());
+        }
+        builder.build()
+    };
     let lock_addrs = deployment.lock_addrs();
     let store_addrs = deployment.store_addrs();
     let mut links: Vec<Arc<Link>> = Vec::new();
@@ -219,6 +260,7 @@ async fn drive(
         clock_origin_ns: clock.origin_ns(),
         stop_at_us: end_us,
         history_dir,
+        keys: auth.map(|a| a.worker_keys.as_slice()),
     };
     let mut workers = Vec::new();
     for (i, (lock_urls, store_urls)) in urls.iter().enumerate() {
@@ -245,7 +287,7 @@ async fn drive(
         LockProtocol::Palisade => Probe::Palisade(
             direct
                 .iter()
-                .map(|url| Client::new(url))
+                .map(|url| harness_client(url))
                 .collect::<Result<_, _>>()
                 .map_err(|e| VerifyError::Internal(format!("probe client: {e}")))?,
         ),
@@ -291,7 +333,7 @@ async fn drive(
 
     let stores = store_addrs
         .iter()
-        .map(|a| Client::new(&format!("http://{a}")))
+        .map(|a| harness_client(&format!("http://{a}")))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| VerifyError::Internal(format!("store client: {e}")))?;
     let final_state = final_read::read(&stores, args.workload.locks()).await?;

@@ -1,7 +1,7 @@
 //! The simulated disk: the node's records and fenced store, with group commit and fsync.
 //!
-//! It models the contract of `palisade_storage::Backend` as the redb backend keeps it,
-//! not redb itself:
+//! It models the contract of `palisade_storage::IssuerLog` and `FencedStore` as the
+//! embedded backend keeps it, not the engine itself:
 //!
 //! - One writer applies queued jobs in arrival order to a *working* copy of the records
 //!   (one transaction per batch; each job sees the jobs before it), then an fsync takes
@@ -17,11 +17,15 @@
 //!   last epoch to the ceiling and stores the grant's lease record; *lazy* records (lease
 //!   records of covered grants, removals, idle markers) ride along with the next batch
 //!   and nobody waits for them.
-//! - A fenced mutation runs the real gate rule ([`palisade_core::gate::admit`]) against
-//!   the namespace's mark, and a refused one writes nothing.
+//! - A fenced mutation is decided by the real rule of every backend
+//!   ([`palisade_storage::decide()`]: the gate against the namespace's mark, quotas), and a
+//!   refused one writes nothing.
 //!
-//! Not modelled: partial writes inside a batch (a batch is all or nothing, as redb's
-//! commit is); the real writer thread taking a batch *between* two jobs that one issuer
+//! Not modelled: partial writes inside a batch (a batch is all or nothing, as a log record
+//! is: a torn one is dropped whole); the engine's pipelining (it computes the next batch
+//! while the previous one's fsync runs, and answers both in order, each after its own
+//! fsync: here the next batch starts after the fsync); the checkpoints into the database
+//! file; the real writer thread taking a batch *between* two jobs that one issuer
 //! call queues (here jobs queued by one event always share a batch, so orderings such as
 //! "a release's removal before its hand-off" are not put to the test); I/O errors and the fail-stop latch, idempotency keys, the `sequence`
 //! policy and preconditions. Real fsync semantics of the kernel are out of scope (S16):
@@ -29,8 +33,14 @@
 
 use std::collections::BTreeMap;
 
-use palisade_core::gate::{admit, GateError, HighWater, Policy};
+use bytes::Bytes;
+use palisade_core::gate::{GateError, HighWater, Policy};
 use palisade_core::lock_table::Reservation;
+use palisade_storage::decide::Change;
+use palisade_storage::{
+    self as storage, decide, ApplyError, Decision, FencedOp, KeyState, Precondition, Seen,
+    StoreLimits, Usage,
+};
 use palisade_token::Epoch;
 
 use crate::config::Bug;
@@ -51,6 +61,10 @@ pub(crate) struct LeaseRecord {
 pub(crate) struct Namespace {
     pub high_water: HighWater,
     pub values: BTreeMap<String, String>,
+    /// The store revision of each key's last write.
+    pub revisions: BTreeMap<String, u64>,
+    /// Keys and bytes, for the quotas.
+    pub usage: Usage,
 }
 
 /// Everything on the disk: the issuer's records and the fenced store.
@@ -68,7 +82,7 @@ pub(crate) struct Records {
 /// A unit of work for the writer.
 #[derive(Debug, Clone)]
 pub(crate) enum Job {
-    /// `Backend::reserve`: answered once durable; the table is told with `confirm`.
+    /// `IssuerLog::reserve`: answered once durable; the table is told with `confirm`.
     Reserve {
         lock: String,
         reservation: Reservation,
@@ -76,13 +90,13 @@ pub(crate) enum Job {
         /// The grant's `generation`, handed back to `LockTable::confirm`.
         generation: u32,
     },
-    /// `Backend::remove_lease`, answered once durable.
+    /// `IssuerLog::remove_lease`, answered once durable.
     RemoveLease(String),
-    /// `Backend::record_lazily`: a lease record of a covered grant.
+    /// `IssuerLog::record_lazily`: a lease record of a covered grant.
     LazyLease(LeaseRecord),
-    /// `Backend::record_lazily`: a removal (expiry, or ahead of a release's hand-off).
+    /// `IssuerLog::record_lazily`: a removal (expiry, or ahead of a release's hand-off).
     LazyRemoveLease(String),
-    /// `Backend::record_lazily`: an idle marker (an inactive reservation).
+    /// `IssuerLog::record_lazily`: an idle marker (an inactive reservation).
     LazyReservation {
         lock: String,
         reservation: Reservation,
@@ -177,36 +191,80 @@ impl Records {
         *last = (*last).max(r.ceiling);
     }
 
+    /// A fenced mutation, decided by the real rule every backend uses
+    /// ([`palisade_storage::decide()`]) on what this disk holds.
     fn mutate(&mut self, lock: &str, epoch: Epoch, action: &Action, bug: Option<Bug>) -> Reply {
         let ns = self.namespaces.entry(lock.to_owned()).or_default();
-        let mark = match admit(ns.high_water, Policy::Epoch, epoch, None) {
-            Ok(mark) => mark,
-            Err(GateError::Stale { .. }) if bug == Some(Bug::GateAdmitsStale) => ns.high_water,
-            Err(_) => return Reply::Refused("stale_token"),
+        let (action, key) = match action {
+            Action::Put { key, value } => (
+                storage::Action::Put {
+                    key: key.clone(),
+                    value: Bytes::from(value.clone().into_bytes()),
+                    precondition: Precondition::None,
+                },
+                Some(key),
+            ),
+            Action::Delete { key } => (
+                storage::Action::Delete {
+                    key: key.clone(),
+                    precondition: Precondition::None,
+                },
+                Some(key),
+            ),
+            Action::Fence => (storage::Action::Fence, None),
         };
-        match action {
-            Action::Put { key, value } => {
-                ns.values.insert(key.clone(), value.clone());
-            }
-            Action::Delete { key } => {
-                if ns.values.remove(key).is_none() {
-                    return Reply::Refused("not_found");
-                }
-            }
-            Action::Fence => {
-                ns.high_water = mark;
-                return Reply::Applied {
-                    revision: self.revision,
-                    epoch,
-                };
-            }
-        }
-        ns.high_water = mark;
-        self.revision += 1;
-        Reply::Applied {
-            revision: self.revision,
+        let op = FencedOp {
+            namespace: lock.to_owned(),
             epoch,
-        }
+            seq: None,
+            policy: Policy::Epoch,
+            idempotency: None,
+            action,
+        };
+        let seen = Seen {
+            // The planted bug: the gate sees no mark, so a stale epoch passes (and, below,
+            // leaves the mark where it was).
+            mark: if bug == Some(Bug::GateAdmitsStale) {
+                HighWater::default()
+            } else {
+                ns.high_water
+            },
+            key: key.and_then(|k| {
+                ns.values.get(k).map(|v| KeyState {
+                    revision: ns.revisions.get(k).copied().unwrap_or(0),
+                    bytes: Usage::entry_bytes(k, v.len()),
+                })
+            }),
+            idempotency: None,
+            usage: ns.usage,
+        };
+        let commit = match decide(&op, &seen, &StoreLimits::default(), 0) {
+            Decision::Commit(commit) => commit,
+            Decision::Refuse(ApplyError::Gate(GateError::Stale { .. })) => {
+                return Reply::Refused("stale_token")
+            }
+            Decision::Refuse(ApplyError::NotFound) => return Reply::Refused("not_found"),
+            Decision::Refuse(_) | Decision::Replay(_) => return Reply::Refused("refused"),
+        };
+        ns.high_water = ns.high_water.max(commit.high_water);
+        ns.usage = commit.usage;
+        let revision = match (&op.action, commit.change) {
+            (storage::Action::Put { key, value, .. }, Change::Put) => {
+                self.revision += 1;
+                let value = String::from_utf8_lossy(value).into_owned();
+                ns.values.insert(key.clone(), value);
+                ns.revisions.insert(key.clone(), self.revision);
+                self.revision
+            }
+            (storage::Action::Delete { key, .. }, Change::Delete) => {
+                self.revision += 1;
+                ns.values.remove(key);
+                ns.revisions.remove(key);
+                self.revision
+            }
+            _ => self.revision,
+        };
+        Reply::Applied { revision, epoch }
     }
 }
 

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use palisade_token::Epoch;
 
 use super::{check_tables, remove_leftover, summarize, sync_dir_of, OfflineDb, OfflineError};
+use crate::redb_backend::layers::{Layers, View};
 use crate::redb_backend::schema::{
     Fault, EPOCHS, FENCES, FORMAT_VERSION, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META,
     RESERVATIONS, USAGE,
@@ -43,6 +44,9 @@ pub struct BackupInfo {
     pub keys: u64,
     /// Number of namespaces with a high-water mark.
     pub namespaces: u64,
+    /// The newest commit the copy holds (its commit sequence number).
+    #[serde(default)]
+    pub commit_seq: u64,
 }
 
 impl OfflineDb {
@@ -76,7 +80,9 @@ impl OfflineDb {
         let target = redb::Builder::new()
             .create_file(file)
             .map_err(|e| OfflineError::io(&partial, e))?;
-        let written = write_copy(&snapshot, &target, &self.path, backup_id, created_at_unix);
+        let layers = Layers::default();
+        let view = View::over(&layers, snapshot);
+        let written = write_copy(&view, &target, &self.path, backup_id, created_at_unix);
         drop(target);
         let info = match written {
             Ok(info) => info,
@@ -99,15 +105,16 @@ fn partial_path(out: &Path) -> PathBuf {
 
 /// Copies every table of `snapshot` into `target` in one durable transaction.
 fn write_copy(
-    snapshot: &ReadTransaction,
+    view: &View<'_>,
     target: &Database,
     source: &Path,
     backup_id: &str,
     created_at_unix: u64,
 ) -> Result<BackupInfo, OfflineError> {
+    let snapshot = view.txn();
     let read_fault = |fault: Fault| OfflineError::damaged(source, fault);
     check_tables(snapshot, &[]).map_err(read_fault)?;
-    let summary = summarize(snapshot).map_err(read_fault)?;
+    let summary = summarize(view).map_err(read_fault)?;
     let count = || -> Result<(u64, u64), Fault> {
         Ok((
             snapshot.open_table(KV)?.len()?,
@@ -124,6 +131,7 @@ fn write_copy(
         epochs: summary.locks,
         keys,
         namespaces,
+        commit_seq: summary.commit_seq,
     };
     let copy = || -> Result<(), Fault> {
         let mut txn = target.begin_write()?;

@@ -39,14 +39,19 @@ use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
-use redb::{Database, ReadTransaction, ReadableTable, TableHandle};
+use redb::{Database, ReadTransaction, TableHandle};
 use serde::{Deserialize, Serialize};
 
 use palisade_token::Epoch;
 
+use super::layers::{Layers, View};
+use super::overlay::{Key, Val};
+use super::reads::each_row;
 use super::schema::{
-    Fault, EPOCHS, FENCES, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META, RESERVATIONS, USAGE,
+    Fault, EPOCHS, FENCES, IDEMPOTENCY, IDEM_EXPIRY, KV, LEASES, META, META_CHECKPOINT_SEQ,
+    RESERVATIONS, USAGE,
 };
+use super::wal::FsLogDir;
 use super::RedbBackend;
 use crate::{LeaseRecord, StorageError};
 
@@ -91,6 +96,11 @@ impl OfflineError {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EpochSummary {
     pub locks: BTreeMap<String, Epoch>,
+    /// The newest commit the database file holds (its commit sequence number). Offline,
+    /// after the log was replayed into the file, that is every commit; from a live backend
+    /// it is the last checkpoint's (see [`RedbBackend::commit_seq`] for the newest).
+    #[serde(default)]
+    pub commit_seq: u64,
 }
 
 impl EpochSummary {
@@ -106,29 +116,43 @@ impl EpochSummary {
 }
 
 /// Reads the summary from one snapshot: issuer counters, lease records and marks.
-pub(super) fn summarize(txn: &ReadTransaction) -> Result<EpochSummary, Fault> {
-    let mut summary = EpochSummary::default();
-    for item in txn.open_table(EPOCHS)?.iter()? {
-        let (lock, epoch) = item?;
-        summary.raise(lock.value(), epoch.value());
-    }
-    for item in txn.open_table(RESERVATIONS)?.iter()? {
-        let (lock, reservation) = item?;
-        // The ceiling: no epoch above it was issued, but any up to it may have been.
-        summary.raise(lock.value(), reservation.value().0);
-    }
-    for item in txn.open_table(LEASES)?.iter()? {
-        let (_, record) = item?;
-        let lease: LeaseRecord = serde_json::from_str(record.value())?;
-        // A session's record names no lock.
-        if !lease.is_session() {
-            summary.raise(&lease.lock, lease.epoch);
+pub(super) fn summarize(view: &View<'_>) -> Result<EpochSummary, Fault> {
+    let mut summary = EpochSummary {
+        commit_seq: match view.get(&Key::Meta(META_CHECKPOINT_SEQ.to_owned()))? {
+            Some(Val::U64(seq)) => seq,
+            _ => 0,
+        },
+        ..EpochSummary::default()
+    };
+    each_row(view, Key::Epoch(String::new()), &mut |key, val| {
+        if let (Key::Epoch(lock), Val::U64(epoch)) = (key, val) {
+            summary.raise(&lock, epoch);
         }
-    }
-    for item in txn.open_table(FENCES)?.iter()? {
-        let (namespace, mark) = item?;
-        summary.raise(namespace.value(), mark.value().0);
-    }
+        Ok(())
+    })?;
+    each_row(view, Key::Reservation(String::new()), &mut |key, val| {
+        // The ceiling: no epoch above it was issued, but any up to it may have been.
+        if let (Key::Reservation(lock), Val::Triple(ceiling, ..)) = (key, val) {
+            summary.raise(&lock, ceiling);
+        }
+        Ok(())
+    })?;
+    each_row(view, Key::Lease(String::new()), &mut |_, val| {
+        if let Val::Text(text) = val {
+            let lease: LeaseRecord = serde_json::from_str(&text)?;
+            // A session's record names no lock.
+            if !lease.is_session() {
+                summary.raise(&lease.lock, lease.epoch);
+            }
+        }
+        Ok(())
+    })?;
+    each_row(view, Key::Fence(String::new()), &mut |key, val| {
+        if let (Key::Fence(namespace), Val::Pair(epoch, _)) = (key, val) {
+            summary.raise(&namespace, epoch);
+        }
+        Ok(())
+    })?;
     Ok(summary)
 }
 
@@ -202,7 +226,9 @@ impl OfflineDb {
 
     /// The highest epoch each lock has reached, from one snapshot.
     pub fn summary(&self) -> Result<EpochSummary, OfflineError> {
-        let read = || -> Result<EpochSummary, Fault> { summarize(&self.db.begin_read()?) };
+        let read = || -> Result<EpochSummary, Fault> {
+            summarize(&View::over(&Layers::default(), self.db.begin_read()?))
+        };
         read().map_err(|fault| OfflineError::damaged(&self.path, fault))
     }
 }
@@ -230,13 +256,29 @@ fn open_existing(path: &Path) -> Result<Database, OfflineError> {
         }
         Err(other) => return Err(OfflineError::damaged(path, other.into())),
     };
-    let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.check_integrity()))
-        .map_err(|_| {
-            OfflineError::damaged(path, Fault("damaged database file (redb panicked)".into()))
-        })?;
-    verified.map_err(|e| OfflineError::damaged(path, e.into()))?;
-    super::open::prepare(&db, crate::WallClock::system().now_ms())
-        .map_err(|fault| OfflineError::damaged(path, fault))?;
+    let verified = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| db.check_integrity()));
+    let fault = match verified {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(Fault::from(e)),
+        Err(_) => Some(Fault("damaged database file (redb panicked)".into())),
+    };
+    if let Some(fault) = fault {
+        super::open::discard(db);
+        return Err(OfflineError::damaged(path, fault));
+    }
+    // The log's commits first: offline work reads the file alone.
+    let now_ms = crate::WallClock::system().now_ms();
+    let prepared = super::open::guarded("prepare", || {
+        super::open::prepare(&db, now_ms)?;
+        super::open::recover(&db, &FsLogDir::for_db(path))
+    });
+    if let Some(fault) = match prepared {
+        Ok(Ok(_)) => None,
+        Ok(Err(fault)) | Err(fault) => Some(fault),
+    } {
+        super::open::discard(db);
+        return Err(OfflineError::damaged(path, fault));
+    }
     Ok(db)
 }
 

@@ -13,6 +13,10 @@
 //! - drops every lease record: the backup's holders are not the holders of the moment of
 //!   the crash, and honouring them would let a lease with an old epoch be renewed as if it
 //!   were current. Their tokens are refused by the raised marks anyway.
+//! - raises the file's commit sequence number to the caller's (the highest the data
+//!   directory saw), so the restored file is not taken for an older copy, and drops its
+//!   store identity (a new one is made at open), so no log segment of the store being
+//!   replaced is ever replayed into it.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -24,7 +28,8 @@ use palisade_token::Epoch;
 use super::backup::{BackupInfo, BACKUP_INFO, INFO_KEY};
 use super::{check_tables, open_existing, remove_leftover, OfflineError};
 use crate::redb_backend::schema::{
-    Fault, EPOCHS, FENCES, LEASES, META, META_RESTORE_FLOOR, RESERVATIONS,
+    Fault, EPOCHS, FENCES, LEASES, META, META_CHECKPOINT_SEQ, META_RESTORE_FLOOR, META_STORE_ID_HI,
+    META_STORE_ID_LO, RESERVATIONS,
 };
 
 /// META key: when the last restore happened (seconds since the Unix epoch).
@@ -37,6 +42,9 @@ pub struct RestorePlan {
     pub floor: Epoch,
     pub locks: BTreeSet<String>,
     pub restored_at_unix: u64,
+    /// The restored file starts at this commit sequence number at least (the highest the
+    /// data directory saw), so that the start-up check does not take it for an older copy.
+    pub commit_seq: u64,
 }
 
 /// What [`StagedRestore::apply`] changed.
@@ -180,6 +188,12 @@ fn rewrite(txn: &WriteTransaction, plan: &RestorePlan) -> Result<Restored, Fault
     let mut meta = txn.open_table(META)?;
     meta.insert(META_RESTORE_FLOOR, floor)?;
     meta.insert(META_RESTORED_AT, plan.restored_at_unix)?;
+    let seq = meta.get(META_CHECKPOINT_SEQ)?.map_or(0, |g| g.value());
+    meta.insert(META_CHECKPOINT_SEQ, seq.max(plan.commit_seq))?;
+    // A new identity: log segments of the store being replaced are never replayed into
+    // the restored one (opening names and refuses them).
+    meta.remove(META_STORE_ID_HI)?;
+    meta.remove(META_STORE_ID_LO)?;
     Ok(Restored {
         floor,
         locks_floored: locks.len(),

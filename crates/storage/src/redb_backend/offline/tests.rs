@@ -7,8 +7,8 @@ use palisade_core::gate::{GateError, HighWater};
 use palisade_core::lock_table::Reservation;
 
 use super::{OfflineDb, OfflineError, RestorePlan, Restored, StagedRestore};
-use crate::redb_backend::tests::{lease, op, open, put, value};
-use crate::{Action, ApplyError, Backend, FencedOp, Idempotency};
+use crate::redb_backend::tests::{grant, lease, op, open, put, value};
+use crate::{Action, ApplyError, FencedOp, FencedStore, Idempotency, IssuerLog};
 
 fn with_idem(op: FencedOp) -> FencedOp {
     FencedOp {
@@ -31,10 +31,10 @@ const RESERVED: Reservation = Reservation {
 async fn populated(path: &Path) {
     let store = open(path);
     store.reserve("a", RESERVED, None).await.unwrap();
-    store.record_grant(lease("l1", "a", 1)).await.unwrap();
+    grant(&store, lease("l1", "a", 1)).await.unwrap();
     store.remove_lease("l1").await.unwrap();
-    store.record_grant(lease("l2", "a", 2)).await.unwrap();
-    store.record_grant(lease("l5", "b", 5)).await.unwrap();
+    grant(&store, lease("l2", "a", 2)).await.unwrap();
+    grant(&store, lease("l5", "b", 5)).await.unwrap();
     store
         .apply(with_idem(op("a", 2, put("k", "from-backup"))))
         .await
@@ -81,6 +81,7 @@ async fn backup_then_restore_raises_counters_and_marks_and_drops_leases() {
         floor: 1000,
         locks: BTreeSet::from(["c".to_string()]),
         restored_at_unix: 50,
+        commit_seq: 0,
     };
     let restored = staged.apply(&plan).unwrap();
     assert_eq!(
@@ -96,12 +97,16 @@ async fn backup_then_restore_raises_counters_and_marks_and_drops_leases() {
     let store = open(&staging);
     let issuer = store.load_issuer().await.unwrap();
     assert!(issuer.leases.is_empty(), "{:?}", issuer.leases);
+    // Each grant's reservation raised the TTL to its lease's (10 s); all are idle now.
     let idle = Reservation {
         ceiling: 1000,
+        max_ttl_ms: 10_000,
         active: false,
-        ..RESERVED
     };
-    assert_eq!(issuer.reservations, [("a".to_string(), idle)]);
+    assert_eq!(
+        issuer.reservations,
+        [("a".to_string(), idle), ("b".to_string(), idle)]
+    );
     assert_eq!(
         issuer.epochs,
         [

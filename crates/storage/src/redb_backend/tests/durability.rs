@@ -2,18 +2,18 @@
 
 use std::path::Path;
 
-use super::{lease, op, open, put, temp_store, value};
-use crate::redb_backend::{RedbBackend, RedbOptions};
-use crate::{Action, ApplyError, Backend, StorageError};
+use super::{grant, lease, op, open, put, temp_store, value};
+use crate::redb_backend::RedbBackend;
+use crate::{Action, ApplyError, FencedStore, IssuerLog, StorageError};
 
 #[tokio::test]
 async fn durable_across_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("palisade.redb");
     let store = open(&path);
-    store.record_grant(lease("l1", "jobs", 1)).await.unwrap();
-    store.record_grant(lease("l2", "jobs", 2)).await.unwrap();
-    store.record_grant(lease("l3", "mail", 7)).await.unwrap();
+    grant(&store, lease("l1", "jobs", 1)).await.unwrap();
+    grant(&store, lease("l2", "jobs", 2)).await.unwrap();
+    grant(&store, lease("l3", "mail", 7)).await.unwrap();
     store.remove_lease("l1").await.unwrap();
     store.remove_lease("never-existed").await.unwrap();
     store.apply(op("jobs", 2, put("a", "alpha"))).await.unwrap();
@@ -47,7 +47,7 @@ async fn durable_across_reopen() {
     );
 
     // A grant never lowers the recorded epoch, and the revision counter carries on.
-    store.record_grant(lease("l4", "mail", 3)).await.unwrap();
+    grant(&store, lease("l4", "mail", 3)).await.unwrap();
     let issuer = store.load_issuer().await.unwrap();
     assert!(issuer.epochs.contains(&("mail".to_string(), 7)));
     let next = store.apply(op("jobs", 2, put("c", "gamma"))).await.unwrap();
@@ -77,7 +77,7 @@ async fn close_answers_queued_requests() {
 }
 
 fn refused_message(path: &Path) -> String {
-    match RedbBackend::open(path, RedbOptions::default()) {
+    match RedbBackend::open(path, super::test_options()) {
         Ok(_) => panic!("{} should have been refused", path.display()),
         Err(StorageError::Failed(message)) => message,
         Err(other) => panic!("unexpected error {other:?}"),

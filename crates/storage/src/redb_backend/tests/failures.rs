@@ -1,69 +1,20 @@
 //! Fail-stop on I/O errors (a disk that breaks on demand) and recovery after a crash (a
 //! child process that aborts with writes in flight).
 
-use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
-use redb::backends::InMemoryBackend;
-use redb::StorageBackend;
-
-use super::{lease, op, open, put, value};
-use crate::redb_backend::{RedbBackend, RedbOptions};
-use crate::{Action, ApplyError, Backend, StorageError};
-
-/// A disk whose writes and fsyncs start failing on demand.
-#[derive(Debug)]
-struct FlakyDisk {
-    inner: InMemoryBackend,
-    broken: Arc<AtomicBool>,
-}
-
-impl FlakyDisk {
-    fn check(&self) -> Result<(), io::Error> {
-        if self.broken.load(Ordering::SeqCst) {
-            Err(io::Error::other("injected I/O failure"))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl StorageBackend for FlakyDisk {
-    fn len(&self) -> Result<u64, io::Error> {
-        self.inner.len()
-    }
-    fn read(&self, offset: u64, len: usize) -> Result<Vec<u8>, io::Error> {
-        self.inner.read(offset, len)
-    }
-    fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        self.check()?;
-        self.inner.set_len(len)
-    }
-    fn sync_data(&self, eventual: bool) -> Result<(), io::Error> {
-        self.check()?;
-        self.inner.sync_data(eventual)
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        self.check()?;
-        self.inner.write(offset, data)
-    }
-}
+use super::disk::Disk;
+use super::{grant, lease, op, open, put, start_on, test_options, value};
+use crate::{Action, ApplyError, FencedStore, IssuerLog, StorageError};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn io_failure_fails_the_batch_and_latches() {
-    let broken = Arc::new(AtomicBool::new(false));
-    let disk = FlakyDisk {
-        inner: InMemoryBackend::new(),
-        broken: Arc::clone(&broken),
-    };
-    let db = redb::Builder::new().create_with_backend(disk).unwrap();
-    let store = RedbBackend::start(db, "flaky-disk".to_string(), RedbOptions::default()).unwrap();
+    let disk = Disk::default();
+    let store = start_on(&disk, test_options()).unwrap();
     store.apply(op("n", 1, put("k", "before"))).await.unwrap();
     assert!(!store.is_failed());
 
-    broken.store(true, Ordering::SeqCst);
+    disk.set_broken(true);
     let tasks: Vec<_> = (0..20)
         .map(|i| {
             let store = store.clone();
@@ -77,7 +28,7 @@ async fn io_failure_fails_the_batch_and_latches() {
     for task in tasks {
         match task.await.unwrap() {
             Err(ApplyError::Storage(StorageError::Failed(message))) => {
-                assert!(message.contains("flaky-disk"), "{message}");
+                assert!(message.contains("disk"), "{message}");
             }
             other => panic!("a write on a broken disk was answered {other:?}"),
         }
@@ -85,8 +36,8 @@ async fn io_failure_fails_the_batch_and_latches() {
     assert!(store.is_failed());
 
     // Latched: refused even after the disk "recovers", without touching the writer.
-    broken.store(false, Ordering::SeqCst);
-    let refused = store.record_grant(lease("l", "n", 9)).await;
+    disk.set_broken(false);
+    let refused = grant(&store, lease("l", "n", 9)).await;
     assert!(matches!(refused, Err(StorageError::Failed(ref m)) if m.contains("earlier failure")));
     assert!(matches!(
         store.apply(op("n", 2, Action::Fence)).await,
@@ -107,8 +58,7 @@ fn crash_child(path: &std::ffi::OsStr) -> ! {
     runtime.block_on(async {
         let store = open(Path::new(path));
         for epoch in 1..=20 {
-            store
-                .record_grant(lease(&format!("l{epoch}"), "jobs", epoch))
+            grant(&store, lease(&format!("l{epoch}"), "jobs", epoch))
                 .await
                 .unwrap();
             store

@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 use palisade_core::gate::HighWater;
 use palisade_core::lock_table::Reservation;
 
-use super::{delete, lease, op, put, value};
+use super::{delete, op, put, value};
 use crate::redb_backend::schema::{IDEMPOTENCY, IDEM_EXPIRY, USAGE};
 use crate::redb_backend::{RedbBackend, RedbOptions};
-use crate::{Action, ApplyError, Backend, FencedOp, Idempotency, StoreLimits, WallClock};
+use crate::{
+    Action, ApplyError, FencedOp, FencedStore, Idempotency, IssuerLog, StoreLimits, WallClock,
+};
 
 /// A wall clock the test moves by hand.
 #[derive(Clone)]
@@ -63,7 +65,7 @@ async fn idempotency_records_expire_and_are_purged() {
         },
         clock: clock.wall(),
         purge_every: Duration::from_millis(5),
-        ..RedbOptions::default()
+        ..super::test_options()
     };
     let store = RedbBackend::open(&path, options.clone()).unwrap();
     let first = store
@@ -142,7 +144,7 @@ fn limits(keys: u64, bytes: u64) -> RedbOptions {
             max_bytes_per_namespace: bytes,
             ..StoreLimits::default()
         },
-        ..RedbOptions::default()
+        ..super::test_options()
     }
 }
 
@@ -219,7 +221,19 @@ async fn quotas_refuse_without_writing_and_counters_stay_exact() {
 #[tokio::test]
 async fn the_lock_index_pages_by_name_and_reads_one_record() {
     let dir = tempfile::tempdir().unwrap();
-    let store = super::open(&dir.path().join("palisade.redb"));
+    let path = dir.path().join("palisade.redb");
+    super::open(&path).close().await;
+    {
+        // A lock granted by an older version: an epoch, no reservation.
+        let db = redb::Database::open(&path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(crate::redb_backend::schema::EPOCHS)
+            .unwrap()
+            .insert("legacy", 4)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = super::open(&path);
     let reserved = |ceiling, active| Reservation {
         ceiling,
         max_ttl_ms: 5_000,
@@ -231,7 +245,6 @@ async fn the_lock_index_pages_by_name_and_reads_one_record() {
             .await
             .unwrap();
     }
-    store.record_grant(lease("l", "legacy", 4)).await.unwrap();
     let names = |page: Vec<(String, u64)>| page.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
     assert_eq!(
         store.list_locks("", None, 10).await.unwrap(),
@@ -341,7 +354,7 @@ async fn a_layout_1_file_is_migrated_on_open() {
             ..StoreLimits::default()
         },
         clock: clock.wall(),
-        ..RedbOptions::default()
+        ..super::test_options()
     };
     let store = RedbBackend::open(&path, options.clone()).unwrap();
     // Two keys counted: one more fits, a fourth does not.

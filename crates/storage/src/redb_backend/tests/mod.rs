@@ -3,11 +3,13 @@
 //! refusal of damaged files ([`durability`]), I/O failures and crashes ([`failures`]), power
 //! loss at every fsync ([`power_loss`]) and a property test against a model ([`model`]).
 
+pub(crate) mod disk;
 mod durability;
 mod failures;
 mod limits;
 mod model;
 mod power_loss;
+mod rollback;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,10 +17,12 @@ use std::path::Path;
 use bytes::Bytes;
 
 use palisade_core::gate::{GateError, HighWater, Policy};
+use palisade_core::lock_table::Reservation;
 
 use super::{RedbBackend, RedbOptions};
 use crate::{
-    Action, Applied, ApplyError, Backend, FencedOp, Idempotency, LeaseRecord, Precondition,
+    Action, Applied, ApplyError, FencedOp, FencedStore, Idempotency, IssuerLog, LeaseRecord,
+    Precondition, StorageError,
 };
 
 pub(super) fn op(namespace: &str, epoch: u64, action: Action) -> FencedOp {
@@ -66,8 +70,39 @@ pub(super) fn lease(id: &str, lock: &str, epoch: u64) -> LeaseRecord {
     }
 }
 
+/// A grant as the issuer records one that needs the disk: a reservation up to the lease's
+/// epoch, with its lease record, answered once durable.
+pub(super) async fn grant(store: &RedbBackend, lease: LeaseRecord) -> Result<(), StorageError> {
+    let reservation = Reservation {
+        ceiling: lease.epoch,
+        max_ttl_ms: lease.ttl_ms,
+        active: true,
+    };
+    let lock = lease.lock.clone();
+    store.reserve(&lock, reservation, Some(lease)).await
+}
+
+/// Options for tests: small log segments (each is zero-filled when made).
+pub(super) fn test_options() -> RedbOptions {
+    RedbOptions {
+        segment_bytes: 256 * 1024,
+        ..RedbOptions::default()
+    }
+}
+
 pub(super) fn open(path: &Path) -> RedbBackend {
-    RedbBackend::open(path, RedbOptions::default()).expect("open a fresh database")
+    RedbBackend::open(path, test_options()).expect("open a fresh database")
+}
+
+/// A store on a simulated disk (see [`disk`]).
+pub(super) fn start_on(
+    disk: &disk::Disk,
+    options: RedbOptions,
+) -> Result<RedbBackend, crate::StorageError> {
+    let db = redb::Builder::new()
+        .create_with_backend(disk.db_file())
+        .map_err(|e| crate::StorageError::Failed(e.to_string()))?;
+    RedbBackend::start(db, disk.log_dir(), "disk".to_string(), options)
 }
 
 pub(super) fn temp_store() -> (tempfile::TempDir, RedbBackend) {

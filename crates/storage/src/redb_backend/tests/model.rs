@@ -23,7 +23,7 @@ use palisade_core::gate::{admit, HighWater, Policy};
 
 use crate::redb_backend::{RedbBackend, RedbOptions};
 use crate::{
-    Action, Applied, ApplyError, Backend, FencedOp, Idempotency, Precondition, StoreLimits,
+    Action, Applied, ApplyError, FencedOp, FencedStore, Idempotency, Precondition, StoreLimits,
     WallClock,
 };
 
@@ -265,7 +265,7 @@ async fn run(path: &Path, steps: Vec<Step>) -> Result<(), TestCaseError> {
             idempotency_retention: Duration::from_millis(RETENTION_MS),
         },
         clock: WallClock::from_fn(move || now.load(Ordering::SeqCst)),
-        ..RedbOptions::default()
+        ..super::test_options()
     };
     let mut store = RedbBackend::open(path, options.clone())?;
     let mut model = Model {

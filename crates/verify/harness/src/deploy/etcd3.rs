@@ -47,6 +47,16 @@ impl Etcd3 {
     /// Starts the cluster and the nodes, with every directory under `dir` and the logs in
     /// `log_dir` (`etcd.log`, `node0.log`, ...).
     pub async fn start(exe: &Path, dir: &Path, log_dir: &Path) -> Result<Etcd3, VerifyError> {
+        Self::start_with(exe, dir, log_dir, Vec::new()).await
+    }
+
+    /// [`Etcd3::start`] with extra `serve` flags for every node.
+    pub async fn start_with(
+        exe: &Path,
+        dir: &Path,
+        log_dir: &Path,
+        more: Vec<OsString>,
+    ) -> Result<Etcd3, VerifyError> {
         let etcd = EtcdCluster::start(NODES, &dir.join("etcd"), &log_dir.join("etcd.log")).await?;
         let key_file = dir.join("signing.key");
         write_private(&key_file, &random_key_hex())?;
@@ -60,7 +70,7 @@ impl Etcd3 {
                 endpoints.push(format!("http://{}", proxy.addr()));
                 proxies.push(proxy);
             }
-            let extra: Vec<OsString> = vec![
+            let mut extra: Vec<OsString> = vec![
                 "--backend".into(),
                 "etcd".into(),
                 "--etcd-endpoints".into(),
@@ -70,6 +80,7 @@ impl Etcd3 {
                 "--signing-key-file".into(),
                 key_file.clone().into_os_string(),
             ];
+            extra.extend(more.iter().cloned());
             let log = log_dir.join(format!("node{i}.log"));
             let server =
                 EmbeddedServer::start_with(exe, &dir.join(format!("node{i}")), &log, extra)

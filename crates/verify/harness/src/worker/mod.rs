@@ -94,10 +94,19 @@ pub(crate) struct Worker {
     next_request: u64,
 }
 
+/// One client per URL, authenticating with the key in `PALISADE_KEY` when the harness
+/// gave one (`palisade verify --auth`).
 fn clients(urls: &[String]) -> Result<Vec<Client>, VerifyError> {
+    let key = std::env::var(crate::auth::KEY_ENV).ok();
     urls.iter()
         .map(|url| {
-            Client::new(url).map_err(|e| VerifyError::Config(format!("bad URL {url:?}: {e}")))
+            let mut builder = Client::builder(url);
+            if let Some(key) = &key {
+                builder = builder.bearer_key(key.clone());
+            }
+            builder
+                .build()
+                .map_err(|e| VerifyError::Config(format!("bad URL {url:?}: {e}")))
         })
         .collect()
 }
