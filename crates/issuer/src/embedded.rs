@@ -39,7 +39,7 @@
 //!   session are honoured for one TTL and expire. [`Issuer::close_session`] answers once
 //!   all of it is on disk.
 //! - "On disk" for a record queued lazily means: a later request the writer answers has
-//!   committed. The writer keeps the order of what it is given, so [`Issuer::flush`] (the
+//!   committed. The writer keeps the order of what it is given, so `Issuer::flush` (the
 //!   removal of a lease id no lease can have) is a barrier for everything queued before it.
 //!
 //! Tokens are signed with an [`ActiveSigner`], which a key rotation replaces while the
