@@ -80,6 +80,8 @@ codes! {
     KeyActive = "key_active", 409;
     /// The lease expired, was released or never existed.
     LeaseExpired = "lease_expired", 404;
+    /// The session expired, was closed or never existed (and with it every lease in it).
+    SessionExpired = "session_expired", 404;
     /// An `If-Match` / `If-None-Match` precondition on the key's revision failed.
     RevisionMismatch = "revision_mismatch", 412;
     /// The idempotency key was used before for a different request.

@@ -7,7 +7,8 @@
 //! - [`ErrorCode`]: every machine code an error body can carry, with its HTTP status;
 //! - [`headers`]: the request and response header names of the fenced store;
 //! - [`listening`]: the line `palisade serve` prints on stdout once it accepts
-//!   connections, which scripts and tests read to learn the address.
+//!   connections, which scripts and tests read to learn the address;
+//! - [`recipes`]: the limits of lock values and per-lock lock-delay.
 //!
 //! ## What this crate does not do
 //! - No I/O and no HTTP types: it depends on nothing but serde, so every layer can use it.
@@ -16,5 +17,6 @@
 mod code;
 pub mod headers;
 pub mod listening;
+pub mod recipes;
 
 pub use code::{ErrorCode, UnknownCode};

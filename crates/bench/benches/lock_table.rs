@@ -28,7 +28,7 @@ fn request(lock: &str, lease_id: String) -> AcquireRequest {
         ttl_ms: TTL_MS,
         wait_ms: 0,
         lease_id,
-        owner: None,
+        ..AcquireRequest::default()
     }
 }
 

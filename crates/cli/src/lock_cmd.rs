@@ -79,6 +79,7 @@ impl AcquireArgs {
         AcquireOptions {
             ttl: Duration::from_millis(self.ttl_ms),
             wait: (self.wait_ms > 0).then(|| Duration::from_millis(self.wait_ms)),
+            ..AcquireOptions::default()
         }
     }
 }

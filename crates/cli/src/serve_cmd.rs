@@ -33,6 +33,15 @@ pub struct ServeArgs {
     /// After a lease expires without release, keep its lock ungrantable this long (ms).
     #[arg(long, env = "PALISADE_LOCK_DELAY_MS", default_value_t = 0)]
     lock_delay_ms: u64,
+    /// Longest lock-delay an acquisition may choose for its own lease (ms); a longer one
+    /// is refused with quota_exceeded. After a crash (embedded backend) a lock whose lease
+    /// chose a delay above --lock-delay-ms waits that much longer.
+    #[arg(long, env = "PALISADE_MAX_LOCK_DELAY_MS", default_value_t = palisade_api::recipes::DEFAULT_MAX_LOCK_DELAY_MS)]
+    max_lock_delay_ms: u64,
+    /// Most sessions the embedded issuer keeps at once (each also counts as one lease of
+    /// its principal's quota).
+    #[arg(long, env = "PALISADE_MAX_SESSIONS", default_value_t = 100_000)]
+    max_sessions: usize,
     /// A released lock taken again within this many ms is granted without waiting for a
     /// disk write (its durable reservation still covers it). After a crash, the locks
     /// released within this window before it wait one TTL, like the locks that were held.
@@ -265,6 +274,8 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_waiters_per_principal: args.max_waiters_per_principal,
         max_waiters_per_lock: args.max_waiters_per_lock,
         max_locks: usize::try_from(args.max_locks).context("--max-locks is too large")?,
+        max_lock_delay_ms: args.max_lock_delay_ms,
+        max_sessions: args.max_sessions,
     };
     config.store_limits = palisade_storage::StoreLimits {
         max_keys_per_namespace: args.max_keys_per_namespace,

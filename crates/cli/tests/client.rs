@@ -15,6 +15,7 @@ async fn guard_renews_in_background_and_errors_are_typed() {
     let opts = AcquireOptions {
         ttl: Duration::from_millis(300),
         wait: None,
+        ..AcquireOptions::default()
     };
     let a = client.acquire("jobs", "a", opts.clone()).await.unwrap();
     assert_eq!(a.epoch(), 1);
@@ -35,6 +36,7 @@ async fn guard_renews_in_background_and_errors_are_typed() {
         let opts = AcquireOptions {
             ttl: Duration::from_secs(10),
             wait: Some(Duration::from_secs(5)),
+            ..AcquireOptions::default()
         };
         tokio::spawn(async move { client.acquire("jobs", "b", opts).await })
     };
@@ -79,6 +81,7 @@ async fn lost_resolves_when_the_server_expires_the_lease() {
     let opts = AcquireOptions {
         ttl: Duration::from_millis(300),
         wait: None,
+        ..AcquireOptions::default()
     };
     let guard = client.acquire("pause", "a", opts).await.unwrap();
     // Freeze the server: no renewal can succeed, so the guard must notice by its deadline.

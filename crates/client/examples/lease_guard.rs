@@ -24,6 +24,7 @@ async fn main() -> Result<(), Error> {
         ttl: Duration::from_secs(3),
         // Queue for up to 10 s if someone else holds it.
         wait: Some(Duration::from_secs(10)),
+        ..AcquireOptions::default()
     };
     let guard = client.acquire(&lock, "example", options).await?;
     println!("holding {lock} at epoch {}", guard.epoch());

@@ -24,6 +24,7 @@ async fn main() -> Result<(), Error> {
     let short = AcquireOptions {
         ttl: Duration::from_millis(500),
         wait: None,
+        ..AcquireOptions::default()
     };
 
     let a = client.acquire(&lock, "A", short).await?;
@@ -37,6 +38,7 @@ async fn main() -> Result<(), Error> {
     let waiting = AcquireOptions {
         ttl: Duration::from_secs(10),
         wait: Some(Duration::from_secs(10)),
+        ..AcquireOptions::default()
     };
     let b = client.acquire(&lock, "B", waiting).await?;
     b.fence().await?;

@@ -4,7 +4,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use reqwest::Method;
+
 use crate::client::Client;
+use crate::failover::Retry;
 use crate::Error;
 
 /// Bound on a whole backup download (the snapshot, then its bytes).
@@ -41,11 +44,11 @@ impl Client {
                 out.display()
             )));
         }
-        let req = self
-            .http
-            .post(self.url("/v1/admin/backup"))
-            .timeout(BACKUP_TIMEOUT);
-        let mut response = Client::send(req).await?;
+        let mut response = self
+            .call(Retry::Safe, Method::POST, "/v1/admin/backup", |r| {
+                r.timeout(BACKUP_TIMEOUT)
+            })
+            .await?;
         let header = |name: &str| {
             response
                 .headers()

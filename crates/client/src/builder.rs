@@ -1,6 +1,7 @@
 //! [`ClientBuilder`]: how a [`Client`] reaches its server: the base URL (`http` or
-//! `https`), which CA to trust, a client certificate for mutual TLS, and the bearer key
-//! sent with every request.
+//! `https`) and any further endpoints of the same deployment to fail over to, which CA to
+//! trust, a client certificate for mutual TLS, and the bearer key sent with every
+//! request.
 //!
 //! Files are read when [`ClientBuilder::build`] runs; anything wrong with them is an
 //! [`Error::Config`] that names the file, before any request is made.
@@ -27,6 +28,7 @@ use std::sync::Arc;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 
 use crate::client::{Client, CONNECT_TIMEOUT};
+use crate::failover::Endpoints;
 use crate::paths::normalise_base;
 use crate::{Error, REQUEST_TIMEOUT};
 
@@ -44,6 +46,8 @@ enum Key {
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
     base_url: String,
+    /// More nodes of the same deployment, tried after `base_url` (see `failover`).
+    more: Vec<String>,
     ca_file: Option<PathBuf>,
     identity: Option<(PathBuf, PathBuf)>,
     key: Option<Key>,
@@ -53,10 +57,20 @@ impl ClientBuilder {
     pub(crate) fn new(base_url: &str) -> Self {
         ClientBuilder {
             base_url: base_url.to_owned(),
+            more: Vec::new(),
             ca_file: None,
             identity: None,
             key: None,
         }
+    }
+
+    /// Another node of the same deployment (the stateless nodes of an etcd topology): a
+    /// call that cannot reach a node, or gets 503, is sent to the next one, as far as it
+    /// is safe to resend (see the crate docs). Every endpoint must use the scheme of the
+    /// first, and one CA, certificate and key serve them all.
+    pub fn endpoint(mut self, base_url: &str) -> Self {
+        self.more.push(base_url.to_owned());
+        self
     }
 
     /// Trust only the CA certificates in this PEM file for the server's certificate.
@@ -93,6 +107,19 @@ impl ClientBuilder {
     pub fn build(self) -> Result<Client, Error> {
         let base = normalise_base(&self.base_url)?;
         let https = base.starts_with("https:");
+        let mut bases = vec![base.clone()];
+        for more in &self.more {
+            let other = normalise_base(more)?;
+            if other.starts_with("https:") != https {
+                return Err(Error::Config(format!(
+                    "endpoint {other} does not use the scheme of {base}: every endpoint of \
+                     one client is http:// or every one https://"
+                )));
+            }
+            if !bases.contains(&other) {
+                bases.push(other);
+            }
+        }
         let mut http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
@@ -147,7 +174,7 @@ impl ClientBuilder {
             .map_err(|e| Error::Config(format!("cannot set up the HTTP client: {e}")))?;
         Ok(Client {
             http,
-            base: Arc::from(base),
+            endpoints: Arc::new(Endpoints::new(bases)),
         })
     }
 }

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::{RequestBuilder, Response};
+use reqwest::{Method, Response};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use crate::decode::decode_error;
+use crate::failover::{Endpoints, Retry};
 use crate::lease::LeaseGuard;
 use crate::paths::segment;
 use crate::types::{FenceStatus, KeysBody, LocksBody};
@@ -28,22 +28,30 @@ pub const WAIT_MARGIN: Duration = Duration::from_secs(5);
 /// Bound on establishing a TCP connection, well inside [`REQUEST_TIMEOUT`].
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// A handle to one Palisade server.
+/// A handle to one Palisade deployment: one server, or several nodes of one deployment
+/// to fail over between ([`ClientBuilder::endpoint`], see `failover`).
 ///
 /// Cheap to clone: clones share one pool of persistent (keep-alive) connections, which is
 /// what keeps a hot write path at one round trip per operation.
 #[derive(Debug, Clone)]
 pub struct Client {
     pub(crate) http: reqwest::Client,
-    pub(crate) base: Arc<str>,
+    pub(crate) endpoints: Arc<Endpoints>,
 }
 
 #[derive(Serialize)]
 struct AcquireBody<'a> {
     holder: &'a str,
-    ttl_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     wait_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lock_delay_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -70,24 +78,39 @@ impl Client {
         ClientBuilder::new(base_url)
     }
 
-    /// The server's base URL, without a trailing `/`.
+    /// The base URL calls start from (the one that answered last), without a trailing
+    /// `/`.
     pub fn base_url(&self) -> &str {
-        &self.base
+        self.endpoints.preferred()
     }
 
-    pub(crate) fn url(&self, path: &str) -> String {
-        format!("{}{}", self.base, path)
+    /// Every endpoint this client fails over between, in configuration order.
+    pub fn endpoints(&self) -> &[String] {
+        self.endpoints.bases()
     }
 
-    /// Sends a request; any non-2xx answer becomes the matching [`Error`].
-    pub(crate) async fn send(req: RequestBuilder) -> Result<Response, Error> {
-        let resp = req.send().await?;
-        if resp.status().is_success() {
-            return Ok(resp);
-        }
-        let status = resp.status();
-        let body = resp.bytes().await?;
-        Err(decode_error(status, &body))
+    /// Whether this client has more than one endpoint (and so puts an idempotency key on
+    /// every fenced write, see `failover`).
+    pub(crate) fn fails_over(&self) -> bool {
+        self.endpoints.several()
+    }
+
+    /// A call without body that is safe to resend.
+    pub(crate) async fn get_json<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        Self::json(self.call(Retry::Safe, Method::GET, path, |r| r).await?).await
+    }
+
+    /// A POST that is safe to resend, with an optional JSON body.
+    pub(crate) async fn post_safe<B: Serialize>(
+        &self,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<Response, Error> {
+        self.call(Retry::Safe, Method::POST, path, |r| match body {
+            Some(b) => r.json(b),
+            None => r,
+        })
+        .await
     }
 
     pub(crate) async fn json<T: DeserializeOwned>(resp: Response) -> Result<T, Error> {
@@ -108,87 +131,95 @@ impl Client {
         // The local deadline counts from *before* the request: the server's lease started
         // somewhere between send and receipt, so this errs towards "lost" too early,
         // never too late.
-        let sent_at = Instant::now();
+        let mut sent_at = Instant::now();
         let lease = self.acquire_raw(lock, holder, opts).await?;
+        // After a wait in line the grant may have come long after the send, and a
+        // deadline counted from the send may be (nearly) over already: renew once now, so
+        // the guard's deadline counts from this renewal instead.
+        let ttl = Duration::from_millis(lease.ttl_ms);
+        if sent_at.elapsed() > ttl / 3 {
+            let renewed_at = Instant::now();
+            self.keepalive(&lease.lease_id).await?;
+            sent_at = renewed_at;
+        }
         Ok(LeaseGuard::start(self.clone(), lease, sent_at))
     }
 
     /// Acquires `lock` without background renewal: the caller must call
     /// [`Client::keepalive`] itself, or the lease expires after its TTL.
+    ///
+    /// With several endpoints, an acquire that reached no node (or got 503) is sent to the
+    /// next one; an acquire whose answer was lost is not resent (a second acquire would be
+    /// a second lease) and fails with [`Error::Transport`].
     pub async fn acquire_raw(
         &self,
         lock: &str,
         holder: &str,
         opts: AcquireOptions,
     ) -> Result<Lease, Error> {
-        let url = self.url(&format!(
-            "/v1/locks/{}/acquire",
-            segment("lock name", lock)?
-        ));
-        let wait_ms = opts.wait.map(millis);
+        let path = format!("/v1/locks/{}/acquire", segment("lock name", lock)?);
         let body = AcquireBody {
             holder,
-            ttl_ms: millis(opts.ttl),
-            wait_ms,
+            // A lease in a session has the session's TTL: the server refuses both.
+            ttl_ms: opts.session.is_none().then(|| millis(opts.ttl)),
+            wait_ms: opts.wait.map(millis),
+            value: opts.value.as_deref().map(crate::types::encode_value),
+            lock_delay_ms: opts.lock_delay.map(millis),
+            session: opts.session.as_deref(),
         };
-        let mut req = self.http.post(url).json(&body);
-        if let Some(wait) = opts.wait {
-            req = req.timeout(wait.saturating_add(WAIT_MARGIN));
-        }
-        Self::json(Self::send(req).await?).await
+        let resp = self
+            .call(Retry::UnlessUnknown, Method::POST, &path, |r| {
+                let r = r.json(&body);
+                match opts.wait {
+                    Some(wait) => r.timeout(wait.saturating_add(WAIT_MARGIN)),
+                    None => r,
+                }
+            })
+            .await?;
+        Self::json(resp).await
     }
 
-    /// Renews a lease for a full TTL from now. [`Error::LeaseExpired`] once it is gone.
+    /// Renews a lease for a full TTL from now (a lease in a session: its whole session).
+    /// [`Error::LeaseExpired`] once it is gone.
     pub async fn keepalive(&self, lease_id: &str) -> Result<KeepaliveInfo, Error> {
-        let url = self.url(&format!(
-            "/v1/leases/{}/keepalive",
-            segment("lease id", lease_id)?
-        ));
-        Self::json(Self::send(self.http.post(url)).await?).await
+        let path = format!("/v1/leases/{}/keepalive", segment("lease id", lease_id)?);
+        Self::json(self.post_safe::<()>(&path, None).await?).await
     }
 
     /// Releases a lease; the lock passes to the next waiter at once.
     pub async fn release(&self, lease_id: &str) -> Result<(), Error> {
-        let url = self.url(&format!(
-            "/v1/leases/{}/release",
-            segment("lease id", lease_id)?
-        ));
-        Self::send(self.http.post(url)).await.map(drop)
+        let path = format!("/v1/leases/{}/release", segment("lease id", lease_id)?);
+        self.post_safe::<()>(&path, None).await.map(drop)
     }
 
     /// One lock's status. A lock never acquired answers epoch 0.
     pub async fn lock_status(&self, lock: &str) -> Result<LockStatus, Error> {
-        let url = self.url(&format!("/v1/locks/{}", segment("lock name", lock)?));
-        Self::json(Self::send(self.http.get(url)).await?).await
+        self.get_json(&format!("/v1/locks/{}", segment("lock name", lock)?))
+            .await
     }
 
     /// Every known lock, sorted by name.
     pub async fn locks(&self) -> Result<Vec<LockStatus>, Error> {
-        let body: LocksBody =
-            Self::json(Self::send(self.http.get(self.url("/v1/locks"))).await?).await?;
+        let body: LocksBody = self.get_json("/v1/locks").await?;
         Ok(body.locks)
     }
 
     /// The issuer's public keys, for verifying tokens offline.
     pub async fn keys(&self) -> Result<Vec<PublicKey>, Error> {
-        let body: KeysBody =
-            Self::json(Self::send(self.http.get(self.url("/v1/keys"))).await?).await?;
+        let body: KeysBody = self.get_json("/v1/keys").await?;
         Ok(body.keys)
     }
 
     /// Asks the issuer whether `token` is genuine, current and its lease alive.
     pub async fn check_token(&self, token: &str) -> Result<TokenCheck, Error> {
-        let req = self
-            .http
-            .post(self.url("/v1/tokens/check"))
-            .json(&CheckBody { token });
-        Self::json(Self::send(req).await?).await
+        let body = CheckBody { token };
+        Self::json(self.post_safe("/v1/tokens/check", Some(&body)).await?).await
     }
 
     /// The fenced store's high-water mark for namespace `lock`.
     pub async fn high_water(&self, lock: &str) -> Result<FenceStatus, Error> {
-        let url = self.url(&format!("/v1/fences/{}", segment("lock name", lock)?));
-        Self::json(Self::send(self.http.get(url)).await?).await
+        self.get_json(&format!("/v1/fences/{}", segment("lock name", lock)?))
+            .await
     }
 
     /// Read-only access to namespace `lock`: reads need no token.
@@ -205,7 +236,7 @@ impl Client {
     /// `Ok` if the server answers and its store has not latched a failure
     /// ([`Error::StorageFailed`] if it has).
     pub async fn health(&self) -> Result<(), Error> {
-        Self::send(self.http.get(self.url("/healthz")))
+        self.call(Retry::Safe, Method::GET, "/healthz", |r| r)
             .await
             .map(drop)
     }

@@ -97,6 +97,7 @@ fn from_body(status: StatusCode, body: Body) -> Error {
             _ => None,
         },
         ErrorCode::LeaseExpired => Some(Error::LeaseExpired),
+        ErrorCode::SessionExpired => Some(Error::SessionExpired),
         ErrorCode::NotFound => Some(Error::NotFound),
         ErrorCode::MissingToken => Some(Error::MissingToken),
         ErrorCode::InvalidToken => Some(Error::InvalidToken(body.message.clone())),

@@ -32,6 +32,10 @@ pub enum Error {
     /// `lease_expired`: the lease expired or was released; it cannot be renewed.
     #[error("lease expired or released")]
     LeaseExpired,
+    /// `session_expired`: the session expired or was closed, and every lease in it ended
+    /// with it.
+    #[error("session expired or closed")]
+    SessionExpired,
     /// `not_found`: the key does not exist (only surfaced where absence is an error).
     #[error("not found")]
     NotFound,
@@ -108,6 +112,7 @@ impl Error {
             Error::StaleSequence { .. } => ErrorCode::StaleSequence,
             Error::LockHeld { .. } => ErrorCode::LockHeld,
             Error::LeaseExpired => ErrorCode::LeaseExpired,
+            Error::SessionExpired => ErrorCode::SessionExpired,
             Error::NotFound => ErrorCode::NotFound,
             Error::MissingToken => ErrorCode::MissingToken,
             Error::InvalidToken(_) => ErrorCode::InvalidToken,

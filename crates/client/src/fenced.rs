@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, IF_MATCH, IF_NONE_MATCH};
-use reqwest::{Method, RequestBuilder, Response};
+use reqwest::{Method, Response};
 use serde::Deserialize;
 
+use crate::failover::Retry;
 use crate::paths::segment;
 use crate::{Client, Entry, Error, Kv, WriteOptions, WriteResult};
 
@@ -66,11 +67,19 @@ impl FencedKv {
         value: impl Into<Bytes>,
         opts: &WriteOptions,
     ) -> Result<WriteResult, Error> {
-        let req = self
-            .mutation(Method::PUT, self.reader.key_url(key)?, opts)?
-            .header(CONTENT_TYPE, "application/octet-stream")
-            .body(value.into());
-        write_result(Client::send(req).await?).await
+        let mut headers = self.mutation(opts)?;
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("application/octet-stream"),
+        );
+        let value = value.into();
+        let path = self.reader.key_path(key)?;
+        let call = self
+            .client()
+            .call(retry_of(&headers), Method::PUT, &path, |r| {
+                r.headers(headers.clone()).body(value.clone())
+            });
+        write_result(call.await?).await
     }
 
     /// Deletes `key`, fenced like a put. [`Error::NotFound`] if it is absent.
@@ -80,8 +89,14 @@ impl FencedKv {
 
     /// [`FencedKv::delete`] with preconditions, an idempotency key or a sequence number.
     pub async fn delete_with(&self, key: &str, opts: &WriteOptions) -> Result<WriteResult, Error> {
-        let req = self.mutation(Method::DELETE, self.reader.key_url(key)?, opts)?;
-        write_result(Client::send(req).await?).await
+        let headers = self.mutation(opts)?;
+        let path = self.reader.key_path(key)?;
+        let call = self
+            .client()
+            .call(retry_of(&headers), Method::DELETE, &path, |r| {
+                r.headers(headers.clone())
+            });
+        write_result(call.await?).await
     }
 
     /// Barrier: makes the namespace admit this token's epoch without writing data, so
@@ -95,16 +110,18 @@ impl FencedKv {
 
     /// [`FencedKv::fence`] carrying `Fencing-Seq`, for `sequence` namespaces.
     pub async fn fence_with(&self, seq: Option<u64>) -> Result<u64, Error> {
-        let url = self.reader.client.url(&format!(
-            "/v1/fences/{}",
-            segment("lock name", self.lock())?
-        ));
+        let path = format!("/v1/fences/{}", segment("lock name", self.lock())?);
         let opts = WriteOptions {
             seq,
             ..WriteOptions::default()
         };
-        let req = self.mutation(Method::POST, url, &opts)?;
-        let body: FenceBody = Client::json(Client::send(req).await?).await?;
+        let headers = self.mutation(&opts)?;
+        let call = self
+            .client()
+            .call(retry_of(&headers), Method::POST, &path, |r| {
+                r.headers(headers.clone())
+            });
+        let body: FenceBody = Client::json(call.await?).await?;
         Ok(body.high_water)
     }
 
@@ -118,15 +135,16 @@ impl FencedKv {
         self.reader.list(prefix).await
     }
 
-    /// A request carrying the token and every header `opts` asks for. Header values are
-    /// validated here so a malformed token fails locally and visibly, not as a transport
-    /// error.
-    fn mutation(
-        &self,
-        method: Method,
-        url: String,
-        opts: &WriteOptions,
-    ) -> Result<RequestBuilder, Error> {
+    fn client(&self) -> &Client {
+        &self.reader.client
+    }
+
+    /// The headers of a mutation: the token and every header `opts` asks for, plus a
+    /// fresh idempotency key when the client fails over between endpoints and `opts` has
+    /// none (so that resending it to another node cannot apply it twice). Header values
+    /// are validated here so a malformed token fails locally and visibly, not as a
+    /// transport error.
+    fn mutation(&self, opts: &WriteOptions) -> Result<HeaderMap, Error> {
         let mut headers = HeaderMap::new();
         let token = HeaderValue::from_str(&self.token).map_err(|_| {
             Error::InvalidToken("token contains characters not allowed in an HTTP header".into())
@@ -135,7 +153,9 @@ impl FencedKv {
         if let Some(seq) = opts.seq {
             headers.insert(FENCING_SEQ, HeaderValue::from(seq));
         }
-        if let Some(key) = &opts.idempotency_key {
+        let fresh = (opts.idempotency_key.is_none() && self.client().fails_over())
+            .then(new_idempotency_key);
+        if let Some(key) = opts.idempotency_key.as_ref().or(fresh.as_ref()) {
             let value = HeaderValue::from_str(key)
                 .map_err(|_| Error::BadRequest("idempotency key must be visible ASCII".into()))?;
             headers.insert(IDEMPOTENCY_KEY, value);
@@ -148,13 +168,24 @@ impl FencedKv {
         if opts.if_absent {
             headers.insert(IF_NONE_MATCH, HeaderValue::from_static("*"));
         }
-        Ok(self
-            .reader
-            .client
-            .http
-            .request(method, url)
-            .headers(headers))
+        Ok(headers)
     }
+}
+
+/// A write with an idempotency key is safe to resend; without one, only when it surely
+/// reached no node.
+fn retry_of(headers: &HeaderMap) -> Retry {
+    if headers.contains_key(IDEMPOTENCY_KEY) {
+        Retry::Safe
+    } else {
+        Retry::OnlyUnreachable
+    }
+}
+
+/// A fresh key for one logical write: 128 random bits.
+fn new_idempotency_key() -> String {
+    let bits: u128 = rand::random();
+    format!("rs-{bits:032x}")
 }
 
 async fn write_result(resp: Response) -> Result<WriteResult, Error> {
@@ -175,57 +206,64 @@ async fn write_result(resp: Response) -> Result<WriteResult, Error> {
 mod tests {
     use super::*;
 
-    fn handle(token: &str) -> FencedKv {
-        Client::new("http://127.0.0.1:1")
-            .unwrap()
-            .fenced_kv("orders", token)
+    fn handle(url: &str, token: &str) -> FencedKv {
+        Client::new(url).unwrap().fenced_kv("orders", token)
     }
 
     #[test]
     fn mutation_carries_token_and_options() {
-        let kv = handle("pal1.abc.def");
+        let kv = handle("http://127.0.0.1:1", "pal1.abc.def");
         let opts = WriteOptions {
             if_match: Some(5),
             if_absent: true,
             idempotency_key: Some("op-1".into()),
             seq: Some(9),
         };
-        let url = kv.reader.key_url("a/b c").unwrap();
-        let req = kv
-            .mutation(Method::PUT, url, &opts)
-            .unwrap()
-            .build()
-            .unwrap();
         assert_eq!(
-            req.url().as_str(),
-            "http://127.0.0.1:1/v1/kv/orders/a/b%20c"
+            kv.reader.key_path("a/b c").unwrap(),
+            "/v1/kv/orders/a/b%20c"
         );
-        let h = req.headers();
+        let h = kv.mutation(&opts).unwrap();
         assert_eq!(h["fencing-token"], "pal1.abc.def");
         assert_eq!(h["fencing-seq"], "9");
         assert_eq!(h["idempotency-key"], "op-1");
         assert_eq!(h["if-match"], "\"5\"");
         assert_eq!(h["if-none-match"], "*");
+        assert_eq!(retry_of(&h), Retry::Safe);
     }
 
     #[test]
     fn plain_mutation_sends_only_the_token() {
-        let kv = handle("t");
-        let url = kv.reader.key_url("k").unwrap();
-        let req = kv
-            .mutation(Method::DELETE, url, &WriteOptions::default())
-            .unwrap()
+        let h = handle("http://127.0.0.1:1", "t")
+            .mutation(&WriteOptions::default())
+            .unwrap();
+        assert_eq!(h.len(), 1);
+        assert_eq!(retry_of(&h), Retry::OnlyUnreachable);
+    }
+
+    #[test]
+    fn with_several_endpoints_every_write_gets_its_own_idempotency_key() {
+        let client = Client::builder("http://127.0.0.1:1")
+            .endpoint("http://127.0.0.1:2")
             .build()
             .unwrap();
-        assert_eq!(req.headers().len(), 1);
+        let kv = client.fenced_kv("orders", "t");
+        let a = kv.mutation(&WriteOptions::default()).unwrap();
+        let b = kv.mutation(&WriteOptions::default()).unwrap();
+        assert_ne!(a["idempotency-key"], b["idempotency-key"]);
+        assert_eq!(retry_of(&a), Retry::Safe);
+        // The caller's own key wins.
+        let own = WriteOptions {
+            idempotency_key: Some("mine".into()),
+            ..WriteOptions::default()
+        };
+        assert_eq!(kv.mutation(&own).unwrap()["idempotency-key"], "mine");
     }
 
     #[test]
     fn unsendable_token_fails_locally() {
-        let kv = handle("line\nbreak");
-        let url = kv.reader.key_url("k").unwrap();
-        let err = kv
-            .mutation(Method::PUT, url, &WriteOptions::default())
+        let err = handle("http://127.0.0.1:1", "line\nbreak")
+            .mutation(&WriteOptions::default())
             .unwrap_err();
         assert_eq!(err.code(), "invalid_token");
     }

@@ -6,6 +6,9 @@
 use std::sync::Arc;
 
 use reqwest::header::{HeaderMap, ETAG};
+use reqwest::Method;
+
+use crate::failover::Retry;
 use serde::Deserialize;
 
 use crate::paths::{key_path, segment};
@@ -36,17 +39,17 @@ impl Kv {
         &self.lock
     }
 
-    pub(crate) fn key_url(&self, key: &str) -> Result<String, Error> {
+    /// The path of `key` (after the base URL).
+    pub(crate) fn key_path(&self, key: &str) -> Result<String, Error> {
         let lock = segment("lock name", &self.lock)?;
-        Ok(self
-            .client
-            .url(&format!("/v1/kv/{lock}/{}", key_path(key)?)))
+        Ok(format!("/v1/kv/{lock}/{}", key_path(key)?))
     }
 
     /// The value of `key` with its revision and the epoch that wrote it; `None` if absent.
     pub async fn get(&self, key: &str) -> Result<Option<Entry>, Error> {
-        let req = self.client.http.get(self.key_url(key)?);
-        let resp = match Client::send(req).await {
+        let path = self.key_path(key)?;
+        let call = self.client.call(Retry::Safe, Method::GET, &path, |r| r);
+        let resp = match call.await {
             Ok(resp) => resp,
             Err(Error::NotFound) => return Ok(None),
             Err(e) => return Err(e),
@@ -63,14 +66,16 @@ impl Kv {
 
     /// Keys starting with `prefix`, in key order, at most [`LIST_LIMIT`] of them.
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>, Error> {
-        let url = self
-            .client
-            .url(&format!("/v1/kv/{}", segment("lock name", &self.lock)?));
-        let mut req = self.client.http.get(url).query(&[("limit", LIST_LIMIT)]);
-        if !prefix.is_empty() {
-            req = req.query(&[("prefix", prefix)]);
-        }
-        let body: ListBody = Client::json(Client::send(req).await?).await?;
+        let path = format!("/v1/kv/{}", segment("lock name", &self.lock)?);
+        let call = self.client.call(Retry::Safe, Method::GET, &path, |r| {
+            let r = r.query(&[("limit", LIST_LIMIT)]);
+            if prefix.is_empty() {
+                r
+            } else {
+                r.query(&[("prefix", prefix)])
+            }
+        });
+        let body: ListBody = Client::json(call.await?).await?;
         Ok(body.keys)
     }
 }

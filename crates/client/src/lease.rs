@@ -19,13 +19,58 @@ use tokio::time::{sleep_until, timeout_at, Instant};
 
 use crate::{Client, Error, FencedKv, KeepaliveInfo, Lease};
 
-/// What the renewal task publishes about the lease.
+/// What the renewal task publishes about the lease (or session).
 #[derive(Debug, Clone, Copy)]
-struct LeaseState {
+pub(crate) struct LeaseState {
     /// No successful renewal means the lease may be gone from this instant on.
-    deadline: Instant,
+    pub(crate) deadline: Instant,
     /// The server said `lease_expired`, or the deadline passed without a renewal.
-    lost: bool,
+    pub(crate) lost: bool,
+}
+
+/// A successful renewal's answer: how long from its handling the lease now runs.
+pub(crate) trait Renewed {
+    fn ttl_ms(&self) -> u64;
+}
+
+impl Renewed for KeepaliveInfo {
+    fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
+}
+
+impl Renewed for crate::SessionInfo {
+    fn ttl_ms(&self) -> u64 {
+        self.ttl_ms
+    }
+}
+
+/// Whether `state` says lost (by the server's word or the local deadline).
+pub(crate) fn is_lost(state: &watch::Receiver<LeaseState>) -> bool {
+    let state = *state.borrow();
+    state.lost || Instant::now() >= state.deadline
+}
+
+/// Resolves once `state` says lost: see [`LeaseGuard::lost`].
+pub(crate) async fn lost(state: &watch::Receiver<LeaseState>) {
+    let mut state = state.clone();
+    loop {
+        let current = *state.borrow_and_update();
+        if current.lost || Instant::now() >= current.deadline {
+            return;
+        }
+        tokio::select! {
+            // The deadline is checked here too, so a stalled renewal task cannot
+            // delay the verdict.
+            () = sleep_until(current.deadline) => {}
+            changed = state.changed() => {
+                if changed.is_err() {
+                    // The renewal task is gone without publishing: nothing renews.
+                    return;
+                }
+            }
+        }
+    }
 }
 
 /// A lease held by this process, renewed in the background every `ttl / 3`.
@@ -109,8 +154,7 @@ impl LeaseGuard {
     /// True once the lease is known or presumed lost. `false` is not a promise: the
     /// lease can be lost the moment after this returns.
     pub fn is_lost(&self) -> bool {
-        let state = *self.state.borrow();
-        state.lost || Instant::now() >= state.deadline
+        is_lost(&self.state)
     }
 
     /// Resolves when the lease is lost: the server answered `lease_expired`, or no
@@ -118,24 +162,13 @@ impl LeaseGuard {
     ///
     /// Use it to stop work promptly (e.g. in `tokio::select!`); it is cancel-safe.
     pub async fn lost(&self) {
-        let mut state = self.state.clone();
-        loop {
-            let current = *state.borrow_and_update();
-            if current.lost || Instant::now() >= current.deadline {
-                return;
-            }
-            tokio::select! {
-                // The deadline is checked here too, so a stalled renewal task cannot
-                // delay the verdict.
-                () = sleep_until(current.deadline) => {}
-                changed = state.changed() => {
-                    if changed.is_err() {
-                        // The renewal task is gone without publishing: nothing renews.
-                        return;
-                    }
-                }
-            }
-        }
+        lost(&self.state).await
+    }
+
+    /// Replaces the value this lease advertises (`None` clears it); lock status shows it
+    /// from now on. Nothing else about the lease changes.
+    pub async fn proclaim(&self, value: Option<&[u8]>) -> Result<crate::Proclaimed, Error> {
+        self.client.proclaim(&self.lease.lease_id, value).await
     }
 
     /// A fenced handle on the namespace guarded by this lock, carrying this token.
@@ -168,14 +201,15 @@ impl Drop for LeaseGuard {
 /// renewals quickly until the deadline, and gives up for good on `lease_expired` or when
 /// the deadline passes. It never re-acquires: a new lease would be a new epoch, and
 /// silently switching epochs under a holder is exactly what fencing exists to expose.
-async fn renew<F, Fut>(
+pub(crate) async fn renew<F, Fut, R>(
     mut keepalive: F,
     ttl: Duration,
     sent_at: Instant,
     tx: watch::Sender<LeaseState>,
 ) where
     F: FnMut() -> Fut,
-    Fut: Future<Output = Result<KeepaliveInfo, Error>>,
+    Fut: Future<Output = Result<R, Error>>,
+    R: Renewed,
 {
     let period = ttl / 3;
     let retry = (ttl / 10).max(Duration::from_millis(10));
@@ -189,11 +223,11 @@ async fn renew<F, Fut>(
         }
         match timeout_at(deadline, keepalive()).await {
             Ok(Ok(info)) => {
-                deadline = sent + Duration::from_millis(info.ttl_ms).min(ttl);
+                deadline = sent + Duration::from_millis(info.ttl_ms()).min(ttl);
                 next = sent + period;
                 tx.send_modify(|s| s.deadline = deadline);
             }
-            Ok(Err(Error::LeaseExpired)) | Err(_) => break,
+            Ok(Err(Error::LeaseExpired | Error::SessionExpired)) | Err(_) => break,
             // Transport trouble or a server hiccup: the lease may still be alive.
             Ok(Err(_)) => next = Instant::now() + retry,
         }
@@ -218,6 +252,9 @@ mod tests {
             token: "t".into(),
             lease_id: "id".into(),
             ttl_ms: TTL_MS,
+            value: None,
+            lock_delay_ms: 0,
+            session: None,
         }
     }
 

@@ -29,9 +29,21 @@
 //! writes), `--example lost_lease` (a paused holder's late write is refused).
 //!
 //! ## Pieces
-//! - [`Client`]: one pooled HTTP/1.1 connection set to one server; lock, lease, key and
-//!   token calls. [`ClientBuilder`] sets how it connects: `https`, the CA to trust, a
-//!   client certificate for mutual TLS, and the bearer key sent with every request.
+//! - [`Client`]: one pooled HTTP/1.1 connection set to one server, or to the nodes of one
+//!   deployment to fail over between; lock, lease, key and token calls.
+//!   [`ClientBuilder`] sets how it connects: further endpoints, `https`, the CA to trust,
+//!   a client certificate for mutual TLS, and the bearer key sent with every request.
+//! - Recipes: lock values ([`AcquireOptions::value`], [`LeaseGuard::proclaim`]), a
+//!   lock-delay per lock ([`AcquireOptions::lock_delay`]), sessions ([`SessionGuard`]: one
+//!   keepalive for many locks) and leader election ([`Election`], docs/election.md).
+//!
+//! ## Failover
+//! Given several endpoints, a call that cannot reach a node, or gets 503, is sent to the
+//! next one, but never in a way that could apply it twice: reads, renewals, releases and
+//! proclaims are safe to resend; every fenced write carries an idempotency key (a fresh
+//! one unless given), so its resend is answered with the first outcome (S9); an acquire
+//! or session creation whose answer was lost is not resent (it would be a second lease)
+//! and fails with [`Error::Transport`].
 //! - [`LeaseGuard`]: a held lease renewed every `ttl / 3` by a background task, with
 //!   [`LeaseGuard::lost`] to learn when it is gone.
 //! - [`Kv`] (reads, no token) and [`FencedKv`] (reads and token-carrying writes). There is
@@ -72,25 +84,30 @@ mod backup;
 mod builder;
 mod client;
 mod decode;
+pub mod election;
 mod error;
+mod failover;
 mod fenced;
 mod keys;
 mod kv;
 mod lease;
 mod paths;
+mod session;
 mod types;
 pub mod watch;
 
 pub use backup::{BackupFile, BACKUP_TIMEOUT};
 pub use builder::ClientBuilder;
 pub use client::{Client, REQUEST_TIMEOUT, WAIT_MARGIN};
+pub use election::{Election, Leader, LeaderInfo, Observer};
 pub use error::Error;
 pub use fenced::FencedKv;
 pub use keys::{IssuerKeys, MIN_REFRESH_GAP};
 pub use kv::{Kv, LIST_LIMIT};
 pub use lease::LeaseGuard;
+pub use session::{SessionGuard, SessionLock};
 pub use types::{
-    AcquireOptions, Entry, FenceStatus, KeepaliveInfo, Lease, LockStatus, PublicKey, TokenCheck,
-    WriteOptions, WriteResult,
+    AcquireOptions, Entry, FenceStatus, KeepaliveInfo, Lease, LockStatus, Proclaimed, PublicKey,
+    SessionInfo, SessionLease, TokenCheck, WriteOptions, WriteResult,
 };
 pub use watch::LockEvent;

@@ -16,6 +16,18 @@ pub struct AcquireOptions {
     /// Wait in the server's first-come first-served queue for up to this long (server
     /// maximum 300 s). `None` answers `lock_held` at once if the lock is taken.
     pub wait: Option<Duration>,
+    /// A value the lease carries while it is held (at most
+    /// [`palisade_api::recipes::MAX_LOCK_VALUE_BYTES`]): what a leader advertises. Lock
+    /// status shows it; the holder replaces it with [`crate::Client::proclaim`].
+    pub value: Option<Vec<u8>>,
+    /// This lease's lock-delay (the server's `--lock-delay-ms` when `None`, at most its
+    /// `--max-lock-delay-ms`): if the lease *expires*, the lock stays ungrantable this
+    /// long, for resources that cannot check tokens.
+    pub lock_delay: Option<Duration>,
+    /// Acquire in this session (its id): the lease has the session's TTL, is renewed by
+    /// the session's keepalive and ends with the session. `ttl` is not sent. Prefer
+    /// [`crate::SessionGuard::acquire`].
+    pub session: Option<String>,
 }
 
 impl Default for AcquireOptions {
@@ -23,7 +35,39 @@ impl Default for AcquireOptions {
         AcquireOptions {
             ttl: Duration::from_secs(10),
             wait: None,
+            value: None,
+            lock_delay: None,
+            session: None,
         }
+    }
+}
+
+/// A lock value as the API carries it: standard base64 with padding.
+pub(crate) fn encode_value(value: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(value)
+}
+
+/// Reads a base64 lock value as the server sends it.
+mod value_b64 {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(value: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => s.serialize_some(&super::encode_value(v)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| {
+            base64::engine::general_purpose::STANDARD
+                .decode(t)
+                .map_err(serde::de::Error::custom)
+        })
+        .transpose()
     }
 }
 
@@ -38,6 +82,15 @@ pub struct Lease {
     pub token: String,
     pub lease_id: String,
     pub ttl_ms: u64,
+    /// The value the lease carries (absent from servers before lock values).
+    #[serde(default, with = "value_b64", skip_serializing_if = "Option::is_none")]
+    pub value: Option<Vec<u8>>,
+    /// The lock-delay that applies if the lease expires.
+    #[serde(default)]
+    pub lock_delay_ms: u64,
+    /// The session the lease belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
 }
 
 /// `POST /v1/leases/{lease_id}/keepalive` → 200.
@@ -62,6 +115,48 @@ pub struct LockStatus {
     pub remaining_ms: Option<u64>,
     /// How many acquirers are queued.
     pub waiters: u64,
+    /// The live lease's epoch (its token's); `epoch` is the last one issued, which can be
+    /// higher after a restart of the embedded issuer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_epoch: Option<u64>,
+    /// What the holder advertises (`None` while free or when it advertises nothing).
+    #[serde(default, with = "value_b64", skip_serializing_if = "Option::is_none")]
+    pub value: Option<Vec<u8>>,
+    /// The lock-delay that applies if the live lease expires.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
+    /// The live lease's session (shown to its owner only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// `POST /v1/leases/{lease_id}/proclaim` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proclaimed {
+    pub lease_id: String,
+    pub lock: String,
+    pub epoch: u64,
+    #[serde(default, with = "value_b64")]
+    pub value: Option<Vec<u8>>,
+}
+
+/// A session, from `POST /v1/sessions` and the session routes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub holder: String,
+    pub ttl_ms: u64,
+    pub remaining_ms: u64,
+    /// Its live leases (for a close: the ones the close released).
+    pub leases: Vec<SessionLease>,
+}
+
+/// A lease of a session, as [`SessionInfo`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionLease {
+    pub lease_id: String,
+    pub lock: String,
+    pub epoch: u64,
 }
 
 /// An issuer public key, from `GET /v1/keys`.

@@ -18,7 +18,10 @@ use bytes::{Buf, BytesMut};
 use futures::Stream;
 use serde::Deserialize;
 
+use reqwest::Method;
+
 use crate::client::Client;
+use crate::failover::Retry;
 use crate::paths::segment;
 use crate::Error;
 
@@ -146,7 +149,7 @@ impl Parser {
 
 struct Watch {
     client: Client,
-    url: String,
+    path: String,
     last_id: Option<u64>,
     response: Option<reqwest::Response>,
     parser: Parser,
@@ -157,16 +160,18 @@ struct Watch {
 
 impl Watch {
     async fn connect(&mut self) -> Result<(), Error> {
-        let mut req = self
+        let last_id = self.last_id;
+        let response = self
             .client
-            .http
-            .get(&self.url)
-            // The stream has no end; `IDLE_LIMIT` is what bounds a dead one.
-            .timeout(Duration::from_secs(365 * 24 * 3600));
-        if let Some(id) = self.last_id {
-            req = req.header(palisade_api::headers::LAST_EVENT_ID, id.to_string());
-        }
-        let response = Client::send(req).await?;
+            .call(Retry::Safe, Method::GET, &self.path, |req| {
+                // The stream has no end; `IDLE_LIMIT` is what bounds a dead one.
+                let req = req.timeout(Duration::from_secs(365 * 24 * 3600));
+                match last_id {
+                    Some(id) => req.header(palisade_api::headers::LAST_EVENT_ID, id.to_string()),
+                    None => req,
+                }
+            })
+            .await?;
         self.parser = Parser::default();
         self.response = Some(response);
         Ok(())
@@ -239,10 +244,10 @@ impl Client {
         lock: &str,
         last_id: Option<u64>,
     ) -> Result<impl Stream<Item = Result<LockEvent, Error>>, Error> {
-        let url = self.url(&format!("/v1/locks/{}/events", segment("lock name", lock)?));
+        let path = format!("/v1/locks/{}/events", segment("lock name", lock)?);
         let watch = Watch {
             client: self.clone(),
-            url,
+            path,
             last_id,
             response: None,
             parser: Parser::default(),

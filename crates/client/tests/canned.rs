@@ -66,6 +66,7 @@ async fn acquire_sends_holder_ttl_and_wait() {
     let opts = AcquireOptions {
         ttl: Duration::from_secs(2),
         wait: Some(Duration::from_millis(1500)),
+        ..AcquireOptions::default()
     };
     let lease = client.acquire_raw("jobs", "w1", opts).await.unwrap();
     assert_eq!((lease.epoch, lease.token.as_str()), (3, "pal1.x.y"));

@@ -27,6 +27,24 @@
 //! active is ungrantable for its `max_ttl_ms` and its epochs continue above the ceiling
 //! ([`LockTable::restore_reservations`]).
 //!
+//! ## Recipes: lock values, per-lock lock-delay, sessions
+//! - A lease may carry a **value** (what its holder advertises, e.g. a leader's address),
+//!   set at acquisition and replaced by its holder with [`LockTable::proclaim`]. The table
+//!   keeps it; how large it may be is the caller's rule.
+//! - Each lease carries its own **lock-delay** ([`AcquireRequest::lock_delay_ms`], the
+//!   table's [`TableConfig::lock_delay_ms`] when not given), applied when *that* lease
+//!   expires. A restart blocks a lock for its reservation's `max_ttl_ms` plus the default
+//!   lock-delay, so a grant whose delay is longer than the default needs a reservation
+//!   that covers the difference too: its `max_ttl_ms` is at least the lease's TTL plus
+//!   that difference (see [`Grant::reserve`]).
+//! - A **session** (module `sessions`) is one keepalive for many leases: leases acquired
+//!   in it have the session's TTL and its deadline, a session keepalive renews them all,
+//!   and when the session expires they all expire at that same instant (and when it is
+//!   closed they are all released). Session leases are ordinary leases to everything
+//!   else here: exclusivity, epochs, reservations, idle markers and lock-delay apply
+//!   unchanged, because a session lease's deadline never lies further than its TTL
+//!   (the session's) from the last renewal, exactly like a lease of its own.
+//!
 //! ## Invariants
 //! - At most one live lease per lock; a lock is granted only when it has no live lease,
 //!   its lock-delay has passed and no earlier waiter is queued for it.
@@ -51,6 +69,9 @@ pub type LeaseId = String;
 /// Identifies a queued waiter.
 pub type Ticket = u64;
 
+/// Identifies a session; chosen by the caller, unique across restarts.
+pub type SessionId = String;
+
 /// Table settings.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TableConfig {
@@ -73,6 +94,9 @@ pub struct TableConfig {
     pub max_locks: usize,
     /// Most acquisitions waiting in one lock's line (0: no limit).
     pub max_waiters_per_lock: u32,
+    /// Most sessions kept at once (0: no limit). A session is also one lease against its
+    /// owner's quota.
+    pub max_sessions: usize,
 }
 
 /// The durable promise about one lock; see the module docs.
@@ -99,7 +123,7 @@ impl Reservation {
 }
 
 /// A request to acquire a lock.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AcquireRequest {
     pub lock: String,
     pub holder: String,
@@ -110,6 +134,13 @@ pub struct AcquireRequest {
     pub lease_id: LeaseId,
     /// Whose quota the lease and the wait count against (None: nobody's).
     pub owner: Option<Owner>,
+    /// What the holder advertises while it holds the lock (see [`LockTable::proclaim`]).
+    pub value: Option<Vec<u8>>,
+    /// Lock-delay after this lease expires (None: [`TableConfig::lock_delay_ms`]).
+    pub lock_delay_ms: Option<Millis>,
+    /// Acquire inside this session: the lease takes the session's TTL and deadline
+    /// (`ttl_ms` is ignored) and ends with it.
+    pub session: Option<SessionId>,
 }
 
 /// Who asks, with their limits: live leases and waiting acquisitions at once.
@@ -121,7 +152,7 @@ pub struct Owner {
 }
 
 /// A lease handed out by the table (not yet durable).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Grant {
     pub lock: String,
     pub holder: String,
@@ -134,6 +165,12 @@ pub struct Grant {
     /// How many times the lock had fallen idle when `reserve` was made; passed back to
     /// [`LockTable::confirm`], which ignores a reservation an idle marker came after.
     pub generation: u32,
+    /// The lease's value, if it carries one.
+    pub value: Option<Vec<u8>>,
+    /// The lock-delay that applies if this lease expires.
+    pub lock_delay_ms: Millis,
+    /// The session the lease belongs to, if any.
+    pub session: Option<SessionId>,
 }
 
 /// The immediate answer to an acquisition.
@@ -153,6 +190,9 @@ pub enum AcquireOutcome {
         resource: &'static str,
         limit: u64,
     },
+    /// Refused, nothing changed: the request names a session that has ended or never
+    /// existed.
+    NoSession,
 }
 
 /// Something that happened as a consequence of a call or of time passing.
@@ -180,6 +220,15 @@ pub enum Event {
         lock: String,
         reservation: Reservation,
     },
+    /// A session ran past its deadline without renewal; every lease in it has expired
+    /// (an [`Event::Expired`] each, before this one).
+    SessionExpired {
+        session_id: SessionId,
+        holder: String,
+    },
+    /// A queued waiter's session ended (expired or closed) before its turn came; it is out
+    /// of the line.
+    SessionGone { ticket: Ticket },
     /// These idle locks left the table to make room. No epoch of theirs is above `floor`,
     /// and from now on a lock the table does not know starts above `floor`. Their records
     /// may stay on disk (a restart then knows them again) or be dropped once the floor
@@ -193,7 +242,7 @@ pub enum Event {
 pub struct LeaseExpired;
 
 /// A live lease, as seen from outside.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeaseView {
     pub lease_id: LeaseId,
     pub lock: String,
@@ -201,6 +250,12 @@ pub struct LeaseView {
     pub epoch: Epoch,
     pub ttl_ms: Millis,
     pub remaining_ms: Millis,
+    /// What the holder advertises, if anything.
+    pub value: Option<Vec<u8>>,
+    /// The lock-delay that applies if this lease expires.
+    pub lock_delay_ms: Millis,
+    /// The session the lease belongs to, if any.
+    pub session: Option<SessionId>,
 }
 
 /// A lock, as seen from outside.
@@ -223,6 +278,9 @@ struct Lease {
     deadline: Millis,
     /// The quota it counts against.
     owner: Option<Box<str>>,
+    value: Option<Vec<u8>>,
+    lock_delay_ms: Millis,
+    session: Option<SessionId>,
 }
 
 #[derive(Debug)]
@@ -233,6 +291,9 @@ struct Waiter {
     ttl_ms: Millis,
     give_up_at: Millis,
     owner: Option<Box<str>>,
+    value: Option<Vec<u8>>,
+    lock_delay_ms: Millis,
+    session: Option<SessionId>,
 }
 
 /// What one owner holds now.
@@ -360,6 +421,10 @@ pub struct LockTable {
     owners: HashMap<Box<str>, Held>,
     /// No sweep for idle locks before this time (see [`LockTable::forget_idle`]).
     next_sweep_at: Millis,
+    /// Live sessions (see the `sessions` module).
+    sessions: HashMap<SessionId, sessions::Session>,
+    /// (deadline, session): when a session needs another look; stale entries are harmless.
+    session_timers: BinaryHeap<Reverse<(Millis, SessionId)>>,
 }
 
 impl LockTable {
@@ -392,8 +457,21 @@ impl LockTable {
             }
             if let Some(old) = lock.lease.take() {
                 self.leases.remove(&old.id);
+                sessions::forget_lease(&mut self.sessions, &old);
             }
-            let deadline = now.saturating_add(grant.ttl_ms);
+            // A lease of a restored session lives as long as the session (restored first,
+            // with a full TTL from `now`); one whose session record is gone is honoured for
+            // its own TTL and cannot be renewed through a session any more.
+            let session = grant
+                .session
+                .filter(|id| self.sessions.contains_key(id.as_str()));
+            let deadline = match session.as_ref().and_then(|id| self.sessions.get_mut(id)) {
+                Some(s) => {
+                    s.leases.push(grant.lease_id.clone());
+                    s.deadline
+                }
+                None => now.saturating_add(grant.ttl_ms),
+            };
             lock.lease = Some(Box::new(Lease {
                 id: grant.lease_id.clone(),
                 holder: grant.holder,
@@ -403,6 +481,9 @@ impl LockTable {
                 // Restored leases count against nobody's quota: the records do not say
                 // whose quota they were taken under.
                 owner: None,
+                value: grant.value,
+                lock_delay_ms: grant.lock_delay_ms,
+                session,
             }));
             self.leases.insert(grant.lease_id, grant.lock.clone());
             self.timers.push(Reverse((deadline, grant.lock)));
@@ -462,6 +543,14 @@ impl LockTable {
     /// Tries to acquire a lock; grants at once, queues (if `wait_ms > 0`) or refuses.
     pub fn acquire(&mut self, now: Millis, req: AcquireRequest) -> AcquireOutcome {
         self.settle(now, &req.lock);
+        // In a session: the session's TTL, and it must be live.
+        let mut ttl_ms = req.ttl_ms;
+        if let Some(id) = &req.session {
+            match self.live_session(now, id) {
+                Some(s) => ttl_ms = s.ttl_ms,
+                None => return AcquireOutcome::NoSession,
+            }
+        }
         let max_locks = self.config.max_locks;
         if max_locks > 0 && self.locks.len() >= max_locks && !self.locks.contains_key(&*req.lock) {
             self.forget_idle(now);
@@ -486,27 +575,32 @@ impl LockTable {
             }
         }
         let owner = req.owner.map(|o| o.name);
+        let lock_delay_ms = req.lock_delay_ms.unwrap_or(self.config.lock_delay_ms);
         let lock = lock_entry(&mut self.locks, self.epoch_floor, req.lock.clone());
         let free = lock.lease.is_none() && lock.delay_until <= now && lock.queue.is_empty();
         if free {
+            let deadline = sessions::deadline(&self.sessions, req.session.as_deref(), now, ttl_ms);
             let grant = Self::grant(
                 lock,
-                self.config.epoch_block,
+                &self.config,
                 &req.lock,
                 Waiting {
                     lease_id: req.lease_id,
                     holder: req.holder,
-                    ttl_ms: req.ttl_ms,
+                    ttl_ms,
                     owner,
+                    deadline,
+                    value: req.value,
+                    lock_delay_ms,
+                    session: req.session,
                 },
-                now,
             );
             if let Some(name) = grant_owner(lock) {
                 count(&mut self.owners, name, 1, 0);
             }
+            sessions::adopt(&mut self.sessions, &grant);
             self.leases.insert(grant.lease_id.clone(), req.lock.clone());
-            self.timers
-                .push(Reverse((now.saturating_add(grant.ttl_ms), req.lock)));
+            self.timers.push(Reverse((deadline, req.lock)));
             return AcquireOutcome::Granted(grant);
         }
         if req.wait_ms == 0 {
@@ -537,20 +631,31 @@ impl LockTable {
         let ticket = self.next_ticket;
         self.next_ticket += 1;
         let give_up_at = now.saturating_add(req.wait_ms);
+        if let Some(s) = req
+            .session
+            .as_ref()
+            .and_then(|id| self.sessions.get_mut(id))
+        {
+            s.tickets.push(ticket);
+        }
         lock.queue.push_back(Waiter {
             ticket,
             lease_id: req.lease_id,
             holder: req.holder,
-            ttl_ms: req.ttl_ms,
+            ttl_ms,
             give_up_at,
             owner,
+            value: req.value,
+            lock_delay_ms,
+            session: req.session,
         });
         self.waiters.insert(ticket, req.lock.clone());
         self.timers.push(Reverse((give_up_at, req.lock)));
         AcquireOutcome::Queued(ticket)
     }
 
-    /// Renews a lease for a full TTL from `now`.
+    /// Renews a lease for a full TTL from `now`. A lease in a session renews its whole
+    /// session (one keepalive for all of them).
     pub fn keepalive(&mut self, now: Millis, lease_id: &str) -> Result<LeaseView, LeaseExpired> {
         let name = self.leases.get(lease_id).cloned().ok_or(LeaseExpired)?;
         self.settle(now, &name);
@@ -560,6 +665,11 @@ impl LockTable {
             .as_mut()
             .filter(|l| l.id == lease_id)
             .ok_or(LeaseExpired)?;
+        if let Some(session) = lease.session.clone() {
+            self.keepalive_session(now, &session)
+                .map_err(|_| LeaseExpired)?;
+            return self.lease(now, lease_id).ok_or(LeaseExpired);
+        }
         lease.deadline = now.saturating_add(lease.ttl_ms);
         let deadline = lease.deadline;
         let view = Self::lease_view(&name, lease, now);
@@ -577,12 +687,33 @@ impl LockTable {
         }
         let lease = lock.lease.take().ok_or(LeaseExpired)?;
         self.leases.remove(lease_id);
+        sessions::forget_lease(&mut self.sessions, &lease);
         if let Some(owner) = &lease.owner {
             count(&mut self.owners, owner, -1, 0);
         }
         let view = Self::lease_view(&name, &lease, now);
         self.settle(now, &name);
         Ok(view)
+    }
+
+    /// Replaces a live lease's value (`None` clears it). Nothing else about the lease or
+    /// its lock changes: not its deadline, not its epoch.
+    pub fn proclaim(
+        &mut self,
+        now: Millis,
+        lease_id: &str,
+        value: Option<Vec<u8>>,
+    ) -> Result<LeaseView, LeaseExpired> {
+        let name = self.leases.get(lease_id).cloned().ok_or(LeaseExpired)?;
+        self.settle(now, &name);
+        let lock = self.locks.get_mut(name.as_str()).ok_or(LeaseExpired)?;
+        let lease = lock
+            .lease
+            .as_mut()
+            .filter(|l| l.id == lease_id)
+            .ok_or(LeaseExpired)?;
+        lease.value = value;
+        Ok(Self::lease_view(&name, lease, now))
     }
 
     /// The first waiter in line for `lock`, with the epoch it will get if the lock is
@@ -599,10 +730,14 @@ impl LockTable {
         if let Some(name) = self.waiters.remove(&ticket) {
             if let Some(lock) = self.locks.get_mut(name.as_str()) {
                 let owners = &mut self.owners;
+                let sessions = &mut self.sessions;
                 lock.queue.retain(|w| {
                     let gone = w.ticket == ticket;
                     if let (true, Some(owner)) = (gone, &w.owner) {
                         count(owners, owner, 0, -1);
+                    }
+                    if gone {
+                        sessions::forget_ticket(sessions, w);
                     }
                     !gone
                 });
@@ -612,6 +747,9 @@ impl LockTable {
 
     /// Processes every deadline that has passed.
     pub fn poll(&mut self, now: Millis) {
+        // Sessions first: a session's leases then expire in the lock pass below, at the
+        // same `now`, whichever timer comes first.
+        self.poll_sessions(now);
         while let Some(Reverse((when, _))) = self.timers.peek() {
             if *when > now {
                 break;
@@ -624,7 +762,12 @@ impl LockTable {
 
     /// When [`poll`](Self::poll) next has something to do.
     pub fn next_wakeup(&self) -> Option<Millis> {
-        self.timers.peek().map(|Reverse((when, _))| *when)
+        let lock = self.timers.peek().map(|Reverse((when, _))| *when);
+        let session = self.session_timers.peek().map(|Reverse((when, _))| *when);
+        match (lock, session) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Takes the events produced since the last call.
@@ -665,19 +808,25 @@ impl LockTable {
     /// Brings one lock up to date: expire its lease, drop waiters whose wait ran out, end
     /// its lock-delay, and hand it to the first waiter if it is free.
     fn settle(&mut self, now: Millis, name: &str) {
+        // A lease whose session has run out ends with the whole session, and the
+        // session's end comes first (see the `sessions` module).
+        if let Some(session) = self.ended_session_of(now, name) {
+            self.expire_session(now, &session);
+        }
         let Some(lock) = self.locks.get_mut(name) else {
             return;
         };
         if let Some(lease) = lock.lease.take_if(|l| l.deadline <= now) {
             self.leases.remove(&lease.id);
+            sessions::forget_lease(&mut self.sessions, &lease);
             if let Some(owner) = &lease.owner {
                 count(&mut self.owners, owner, -1, 0);
             }
             lock.expired_unsynced = true;
-            if self.config.lock_delay_ms > 0 {
+            if lease.lock_delay_ms > 0 {
                 // Never shorten a longer block: after a restart a restored lease can expire
                 // while the lock still waits out its reservation's TTL.
-                let delay_end = lease.deadline.saturating_add(self.config.lock_delay_ms);
+                let delay_end = lease.deadline.saturating_add(lease.lock_delay_ms);
                 lock.delay_until = lock.delay_until.max(delay_end);
                 self.timers
                     .push(Reverse((lock.delay_until, name.to_owned())));
@@ -699,6 +848,7 @@ impl LockTable {
             lock.queue = Queue::from_deque(kept);
             for waiter in gone {
                 self.waiters.remove(&waiter.ticket);
+                sessions::forget_ticket(&mut self.sessions, &waiter);
                 if let Some(owner) = &waiter.owner {
                     count(&mut self.owners, owner, 0, -1);
                 }
@@ -710,28 +860,46 @@ impl LockTable {
             }
         }
         if lock.lease.is_none() && lock.delay_until <= now {
-            if let Some(w) = lock.queue.pop_front() {
+            while let Some(w) = lock.queue.pop_front() {
                 self.waiters.remove(&w.ticket);
                 let ticket = w.ticket;
+                sessions::forget_ticket(&mut self.sessions, &w);
+                // A waiter whose session ended (its timer not handled yet) is out of line.
+                if w.session
+                    .as_ref()
+                    .is_some_and(|id| !sessions::is_live(&self.sessions, id, now))
+                {
+                    if let Some(owner) = &w.owner {
+                        count(&mut self.owners, owner, 0, -1);
+                    }
+                    self.events.push(Event::SessionGone { ticket });
+                    continue;
+                }
+                let deadline =
+                    sessions::deadline(&self.sessions, w.session.as_deref(), now, w.ttl_ms);
                 let grant = Self::grant(
                     lock,
-                    self.config.epoch_block,
+                    &self.config,
                     name,
                     Waiting {
                         lease_id: w.lease_id,
                         holder: w.holder,
                         ttl_ms: w.ttl_ms,
                         owner: w.owner,
+                        deadline,
+                        value: w.value,
+                        lock_delay_ms: w.lock_delay_ms,
+                        session: w.session,
                     },
-                    now,
                 );
                 if let Some(owner) = grant_owner(lock) {
                     count(&mut self.owners, owner, 1, -1);
                 }
+                sessions::adopt(&mut self.sessions, &grant);
                 self.leases.insert(grant.lease_id.clone(), name.to_owned());
-                self.timers
-                    .push(Reverse((now.saturating_add(grant.ttl_ms), name.to_owned())));
+                self.timers.push(Reverse((deadline, name.to_owned())));
                 self.events.push(Event::Granted { ticket, grant });
+                break;
             }
         }
         if lock.lease.is_none() && lock.queue.is_empty() && lock.delay_until <= now {
@@ -778,12 +946,16 @@ impl LockTable {
         }
     }
 
-    fn grant(lock: &mut Lock, epoch_block: Epoch, name: &str, who: Waiting, now: Millis) -> Grant {
+    fn grant(lock: &mut Lock, config: &TableConfig, name: &str, who: Waiting) -> Grant {
         let Waiting {
             lease_id,
             holder,
             ttl_ms,
             owner,
+            deadline,
+            value,
+            lock_delay_ms,
+            session,
         } = who;
         lock.last_epoch += 1;
         lock.idle_since = NOT_IDLE;
@@ -792,16 +964,23 @@ impl LockTable {
             holder: holder.clone(),
             epoch: lock.last_epoch,
             ttl_ms,
-            deadline: now.saturating_add(ttl_ms),
+            deadline,
             owner,
+            value: value.clone(),
+            lock_delay_ms,
+            session: session.clone(),
         }));
-        let covered = lock.durable.covers(lock.last_epoch, ttl_ms) && !lock.expired_unsynced;
+        // How long this lease may keep the lock from being granted after a restart: its
+        // TTL, plus its lock-delay where that is longer than the default one a restart
+        // adds anyway (see the module docs).
+        let block = ttl_ms.saturating_add(lock_delay_ms.saturating_sub(config.lock_delay_ms));
+        let covered = lock.durable.covers(lock.last_epoch, block) && !lock.expired_unsynced;
         // This grant's durable write comes after the expired lease's queued removal, and
         // it is answered only once that write is done.
         lock.expired_unsynced = false;
         let reserve = (!covered).then(|| Reservation {
-            ceiling: lock.last_epoch + epoch_block.max(1) - 1,
-            max_ttl_ms: ttl_ms.max(lock.durable.max_ttl_ms),
+            ceiling: lock.last_epoch + config.epoch_block.max(1) - 1,
+            max_ttl_ms: block.max(lock.durable.max_ttl_ms),
             active: true,
         });
         Grant {
@@ -812,6 +991,9 @@ impl LockTable {
             ttl_ms,
             reserve,
             generation: lock.generation,
+            value,
+            lock_delay_ms,
+            session,
         }
     }
 
@@ -878,6 +1060,9 @@ impl LockTable {
             epoch: lease.epoch,
             ttl_ms: lease.ttl_ms,
             remaining_ms: lease.deadline.saturating_sub(now),
+            value: lease.value.clone(),
+            lock_delay_ms: lease.lock_delay_ms,
+            session: lease.session.clone(),
         }
     }
 
@@ -901,6 +1086,11 @@ struct Waiting {
     holder: String,
     ttl_ms: Millis,
     owner: Option<Box<str>>,
+    /// Now + TTL, or its session's deadline.
+    deadline: Millis,
+    value: Option<Vec<u8>>,
+    lock_delay_ms: Millis,
+    session: Option<SessionId>,
 }
 
 /// The owner of a lock's (just granted) lease.
@@ -932,6 +1122,9 @@ fn lock_entry(locks: &mut HashMap<Box<str>, Box<Lock>>, floor: Epoch, name: Stri
         })
     })
 }
+
+mod sessions;
+pub use sessions::{SessionError, SessionRequest, SessionView};
 
 #[cfg(test)]
 mod tests;

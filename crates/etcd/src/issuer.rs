@@ -15,18 +15,25 @@
 //! never granted twice for overlapping leases, and epochs never repeat, whichever node
 //! serves. After an etcd leader change, etcd extends every lease by an election timeout,
 //! so a failover never shortens a lease (the safe direction).
+//!
+//! The recipes (lock values, per-lock lock-delay, sessions) add to the same transaction:
+//! a lock-delay marker that must be absent, a session key that must be present, and the
+//! keys they write (see `crate::recipes`).
 
 use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, TxnOp};
-use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView};
-use palisade_issuer::{AcquireError, Granted, LeaseError, LockService};
+use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView, SessionView};
+use palisade_issuer::{
+    AcquireError, Granted, LeaseError, LockService, SessionError, SessionRequest,
+};
 use palisade_storage::StorageError;
 use palisade_token::{ActiveSigner, Epoch};
 
 use crate::error::is_lease_not_found;
-use crate::keys::{self, from_json, json, HolderRecord};
+use crate::keys::{self, from_json, json, DelayRecord, HolderRecord};
+use crate::recipes::Plan;
 use crate::txn::{backoff, contended, MAX_ATTEMPTS};
 use crate::waiting::{self, EtcdLease};
 use crate::{Etcd, Resend};
@@ -35,6 +42,8 @@ use crate::{Etcd, Resend};
 pub struct EtcdIssuer {
     pub(crate) etcd: Etcd,
     signer: ActiveSigner,
+    /// Lock-delay of a lease that does not choose one.
+    pub(crate) default_lock_delay_ms: u64,
 }
 
 /// One lock as read in one snapshot.
@@ -48,10 +57,14 @@ pub(crate) struct LockSnapshot {
     pub first_waiter: Option<Vec<u8>>,
     /// Whether the waiter key asked about is in the line.
     pub queued: bool,
+    /// The lock's lock-delay marker, if it is in a lock-delay (or held with one).
+    pub delay: Option<DelayRecord>,
+    /// Whether the session asked about still exists (true when none was asked about).
+    pub session_alive: bool,
 }
 
 /// etcd leases count whole seconds: round up.
-fn ttl_seconds(ttl_ms: u64) -> i64 {
+pub(crate) fn ttl_seconds(ttl_ms: u64) -> i64 {
     i64::try_from(ttl_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX)
 }
 
@@ -65,10 +78,16 @@ fn grant_of(record: &HolderRecord) -> Grant {
         // etcd holds the epoch and the lease itself: nothing else to make durable.
         reserve: None,
         generation: 0,
+        value: record
+            .value
+            .as_deref()
+            .and_then(palisade_issuer::value::decode),
+        lock_delay_ms: record.lock_delay_ms,
+        session: record.session.clone(),
     }
 }
 
-fn view_of(record: &HolderRecord, remaining_ms: u64) -> LeaseView {
+pub(crate) fn view_of(record: &HolderRecord, remaining_ms: u64) -> LeaseView {
     LeaseView {
         lease_id: record.lease_id.clone(),
         lock: record.lock.clone(),
@@ -76,6 +95,12 @@ fn view_of(record: &HolderRecord, remaining_ms: u64) -> LeaseView {
         epoch: record.epoch,
         ttl_ms: record.ttl_ms,
         remaining_ms,
+        value: record
+            .value
+            .as_deref()
+            .and_then(palisade_issuer::value::decode),
+        lock_delay_ms: record.lock_delay_ms,
+        session: record.session.clone(),
     }
 }
 
@@ -87,7 +112,14 @@ impl EtcdIssuer {
         EtcdIssuer {
             etcd,
             signer: signer.into(),
+            default_lock_delay_ms: 0,
         }
+    }
+
+    /// The lock-delay of leases that do not choose one (default 0).
+    pub fn with_lock_delay(mut self, lock_delay_ms: u64) -> Self {
+        self.default_lock_delay_ms = lock_delay_ms;
+        self
     }
 
     /// The signer whose key signs this node's tokens.
@@ -95,12 +127,14 @@ impl EtcdIssuer {
         &self.signer
     }
 
-    /// Reads a lock's epoch, holder and waiting line in one snapshot, and whether the
-    /// waiter key `ours` (if given) is still in the line.
+    /// Reads a lock's epoch, holder, waiting line and lock-delay marker in one snapshot,
+    /// whether the waiter key `ours` (if given) is still in the line, and whether the
+    /// session `session` (if given) still exists.
     pub(crate) async fn read_lock(
         &self,
         lock: &str,
         ours: Option<&[u8]>,
+        session: Option<&str>,
     ) -> Result<LockSnapshot, StorageError> {
         let keys = &self.etcd.keys;
         let line = GetOptions::new()
@@ -108,12 +142,16 @@ impl EtcdIssuer {
             .with_keys_only()
             .with_sort(SortTarget::Create, SortOrder::Ascend)
             .with_limit(1);
+        let keys_only = || Some(GetOptions::new().with_keys_only());
         let mut gets = vec![
             TxnOp::get(keys.epoch(lock), None),
             TxnOp::get(keys.holder(lock), None),
             TxnOp::get(keys.waiters(lock), Some(line)),
+            TxnOp::get(keys.delay(lock), None),
+            // Absent keys answer nothing: the same get stands in when none is asked about.
+            TxnOp::get(keys.session(session.unwrap_or("-")), keys_only()),
         ];
-        gets.extend(ours.map(|key| TxnOp::get(key, Some(GetOptions::new().with_keys_only()))));
+        gets.extend(ours.map(|key| TxnOp::get(key, keys_only())));
         let snap = self.etcd.read("read lock", gets).await?;
         let (epoch, epoch_rev) = match snap.first(0) {
             Some(kv) => (keys::decode_epoch(kv.key(), kv.value())?, kv.mod_revision()),
@@ -130,7 +168,12 @@ impl EtcdIssuer {
             holder,
             waiters: usize::try_from(snap.count(2)).unwrap_or(0),
             first_waiter: snap.first(2).map(|kv| kv.key().to_vec()),
-            queued: ours.is_some() && snap.first(3).is_some(),
+            delay: match snap.first(3) {
+                Some(kv) => Some(from_json::<DelayRecord>(kv.key(), kv.value())?),
+                None => None,
+            },
+            session_alive: session.is_none() || snap.first(4).is_some(),
+            queued: ours.is_some() && snap.first(5).is_some(),
         })
     }
 
@@ -141,6 +184,17 @@ impl EtcdIssuer {
                 holder: Some(record.holder.clone()),
                 retry_after_ms: self.remaining_ms(record).await,
             }),
+            // In its lock-delay: no holder, and free once the marker's lease runs out.
+            None if snap.delay.is_some() => {
+                let left = match &snap.delay {
+                    Some(d) => self.lease_remaining_ms(d.delay_lease).await,
+                    None => 0,
+                };
+                Some(AcquireError::Held {
+                    holder: None,
+                    retry_after_ms: left,
+                })
+            }
             // Free, but someone queued first: they are about to take it (first come,
             // first served), so this is `lock_held` with no holder yet.
             None if snap.waiters > 0 => Some(AcquireError::Held {
@@ -148,6 +202,19 @@ impl EtcdIssuer {
                 retry_after_ms: 0,
             }),
             None => None,
+        }
+    }
+
+    /// What is left of an etcd lease, by etcd's count (whole seconds); 0 if etcd cannot
+    /// say or the lease is gone.
+    pub(crate) async fn lease_remaining_ms(&self, id: i64) -> u64 {
+        let ttl = self.etcd.call("lease ttl", Resend::IfUnavailable, || {
+            let mut lease = self.etcd.client.lease_client();
+            async move { lease.time_to_live(id, None).await }
+        });
+        match ttl.await {
+            Ok(answer) => u64::try_from(answer.ttl()).map_or(0, |s| s * 1000),
+            Err(_) => 0,
         }
     }
 
@@ -171,7 +238,9 @@ impl EtcdIssuer {
     pub(crate) async fn try_grant(
         &self,
         req: &AcquireRequest,
+        plan: &Plan,
         lease: &EtcdLease,
+        shadow: Option<&EtcdLease>,
         snap: &LockSnapshot,
         queued: Option<(&[u8], i64)>,
     ) -> Result<Option<HolderRecord>, StorageError> {
@@ -183,19 +252,47 @@ impl EtcdIssuer {
             epoch: snap.epoch + 1,
             ttl_ms: lease.ttl_ms(),
             etcd_lease: lease.id(),
+            value: req.value.as_deref().map(palisade_issuer::value::encode),
+            lock_delay_ms: plan.lock_delay_ms,
+            session: plan.session.as_ref().map(|s| s.session_id.clone()),
+            delay_lease: shadow.map(EtcdLease::id),
         };
         let epoch_key = keys.epoch(&req.lock);
         let line = keys.waiters(&req.lock);
         let mut compares = vec![
             Compare::version(keys.holder(&req.lock), CompareOp::Equal, 0),
             Compare::mod_revision(epoch_key.clone(), CompareOp::Equal, snap.epoch_rev),
+            // Not in a lock-delay (nor held with one).
+            Compare::version(keys.delay(&req.lock), CompareOp::Equal, 0),
         ];
         let attached = Some(etcd_client::PutOptions::new().with_lease(lease.id()));
         let mut writes = vec![
             TxnOp::put(epoch_key, keys::encode_epoch(record.epoch), None),
             TxnOp::put(keys.holder(&req.lock), json(&record), attached.clone()),
-            TxnOp::put(keys.lease(&req.lease_id), json(&record), attached),
+            TxnOp::put(keys.lease(&req.lease_id), json(&record), attached.clone()),
         ];
+        if let Some(session) = &plan.session {
+            // The session still exists: its lease is the one we attach to.
+            compares.push(Compare::version(
+                keys.session(&session.session_id),
+                CompareOp::Greater,
+                0,
+            ));
+            writes.push(TxnOp::put(
+                keys.session_lease(&session.session_id, &req.lease_id),
+                json(&record),
+                attached,
+            ));
+        }
+        if let Some(shadow) = shadow {
+            let marker = DelayRecord {
+                lease_id: req.lease_id.clone(),
+                lock_delay_ms: plan.lock_delay_ms,
+                delay_lease: shadow.id(),
+            };
+            let on_shadow = Some(etcd_client::PutOptions::new().with_lease(shadow.id()));
+            writes.push(TxnOp::put(keys.delay(&req.lock), json(&marker), on_shadow));
+        }
         match queued {
             // Nobody may be waiting: a lock with a line goes to the head of the line.
             None => compares.push(Compare::version(line, CompareOp::Equal, 0).with_prefix()),
@@ -213,30 +310,67 @@ impl EtcdIssuer {
     }
 
     /// Acquires without waiting.
-    async fn acquire_now(&self, req: &AcquireRequest) -> Result<HolderRecord, AcquireError> {
-        let mut lease: Option<EtcdLease> = None;
+    async fn acquire_now(
+        &self,
+        req: &AcquireRequest,
+        plan: &Plan,
+    ) -> Result<HolderRecord, AcquireError> {
+        let mut leases: Option<(EtcdLease, Option<EtcdLease>)> = None;
         for attempt in 0..MAX_ATTEMPTS {
-            let snap = self.read_lock(&req.lock, None).await?;
+            let session = plan.session.as_ref().map(|s| s.session_id.as_str());
+            let snap = self.read_lock(&req.lock, None, session).await?;
+            if !snap.session_alive {
+                return Err(AcquireError::NoSession);
+            }
             if let Some(refusal) = self.busy(&snap).await {
                 return Err(refusal);
             }
             // Granted only once the lock looks free, so a refusal costs no lease.
-            let granted = match lease.take() {
+            let (granted, shadow) = match leases.take() {
                 Some(l) => l,
-                None => EtcdLease::grant(&self.etcd, ttl_seconds(req.ttl_ms)).await?,
+                None => plan.leases(&self.etcd).await?,
             };
-            if let Some(record) = self.try_grant(req, &granted, &snap, None).await? {
+            if let Some(record) = self
+                .try_grant(req, plan, &granted, shadow.as_ref(), &snap, None)
+                .await?
+            {
                 granted.keep();
+                if let Some(shadow) = shadow {
+                    shadow.keep();
+                }
                 return Ok(record);
             }
-            lease = Some(granted);
+            leases = Some((granted, shadow));
             backoff(attempt).await;
         }
         Err(contended("acquire").into())
     }
 
+    /// How a request is to be granted: its TTL and etcd lease (its own, or its
+    /// session's) and its lock-delay.
+    async fn plan(&self, req: &AcquireRequest) -> Result<Plan, AcquireError> {
+        let lock_delay_ms = req.lock_delay_ms.unwrap_or(self.default_lock_delay_ms);
+        let session = match &req.session {
+            Some(id) => Some(
+                crate::recipes::session_record(self, id)
+                    .await?
+                    .ok_or(AcquireError::NoSession)?,
+            ),
+            None => None,
+        };
+        let ttl_s = match &session {
+            Some(s) => ttl_seconds(s.ttl_ms),
+            None => ttl_seconds(req.ttl_ms),
+        };
+        Ok(Plan {
+            session,
+            lock_delay_ms,
+            ttl_s,
+        })
+    }
+
     /// Finds a live lease's record by Palisade lease id.
-    async fn lease_record(&self, lease_id: &str) -> Result<HolderRecord, LeaseError> {
+    pub(crate) async fn lease_record(&self, lease_id: &str) -> Result<HolderRecord, LeaseError> {
         let key = self.etcd.keys.lease(lease_id);
         let snap = self
             .etcd
@@ -276,7 +410,7 @@ impl EtcdIssuer {
         let names = self.lock_names(prefix, after, limit).await?;
         // One snapshot per lock keeps this simple; listing is for operators, not hot paths.
         let reads = names.iter().map(|(name, _)| async move {
-            let snap = self.read_lock(name, None).await?;
+            let snap = self.read_lock(name, None, None).await?;
             Ok::<_, StorageError>(self.view(name, snap).await)
         });
         futures::future::try_join_all(reads).await
@@ -329,13 +463,14 @@ impl EtcdIssuer {
 #[async_trait]
 impl LockService for EtcdIssuer {
     async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError> {
+        let plan = self.plan(&req).await?;
         let record = if req.wait_ms == 0 {
-            self.acquire_now(&req).await?
+            self.acquire_now(&req, &plan).await?
         } else {
-            match self.acquire_now(&req).await {
+            match self.acquire_now(&req, &plan).await {
                 Err(AcquireError::Held { .. }) => {
                     let wait = Duration::from_millis(req.wait_ms);
-                    waiting::acquire_in_line(self, &req, ttl_seconds(req.ttl_ms), wait).await?
+                    waiting::acquire_in_line(self, &req, &plan, wait).await?
                 }
                 other => other?,
             }
@@ -351,6 +486,19 @@ impl LockService for EtcdIssuer {
 
     async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
         let record = self.lease_record(lease_id).await?;
+        if let Some(session) = &record.session {
+            // One keepalive for the whole session.
+            return match crate::recipes::keepalive_session(self, session).await {
+                Ok(_) => Ok(view_of(&record, record.ttl_ms)),
+                Err(SessionError::Storage(e)) => Err(e.into()),
+                Err(_) => Err(LeaseError::Expired),
+            };
+        }
+        if let Some(shadow) = record.delay_lease {
+            // The delay lease first: renewed after the holder's, a crash in between could
+            // let it end before the holder's lease and take the lock-delay with it.
+            crate::recipes::renew(&self.etcd, shadow).await?;
+        }
         let id = record.etcd_lease;
         let answer = self.etcd.call_raw("keepalive", Resend::IfUnavailable, || {
             let mut lease = self.etcd.client.lease_client();
@@ -365,6 +513,9 @@ impl LockService for EtcdIssuer {
 
     async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
         let record = self.lease_record(lease_id).await?;
+        if record.session.is_some() || record.delay_lease.is_some() {
+            return crate::recipes::release_keys(self, &record).await;
+        }
         let id = record.etcd_lease;
         let answer = self.etcd.call_raw("release", Resend::IfNeverReceived, || {
             let mut lease = self.etcd.client.lease_client();
@@ -386,7 +537,7 @@ impl LockService for EtcdIssuer {
     }
 
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
-        let snap = self.read_lock(lock, None).await?;
+        let snap = self.read_lock(lock, None, None).await?;
         Ok(self.view(lock, snap).await)
     }
 
@@ -397,5 +548,29 @@ impl LockService for EtcdIssuer {
         limit: usize,
     ) -> Result<Vec<LockView>, StorageError> {
         self.list_page(prefix, after, limit).await
+    }
+
+    async fn proclaim(
+        &self,
+        lease_id: &str,
+        value: Option<Vec<u8>>,
+    ) -> Result<LeaseView, LeaseError> {
+        crate::recipes::proclaim(self, lease_id, value).await
+    }
+
+    async fn create_session(&self, req: SessionRequest) -> Result<SessionView, SessionError> {
+        crate::recipes::create_session(self, req).await
+    }
+
+    async fn keepalive_session(&self, session_id: &str) -> Result<SessionView, SessionError> {
+        crate::recipes::keepalive_session(self, session_id).await
+    }
+
+    async fn session(&self, session_id: &str) -> Result<Option<SessionView>, StorageError> {
+        crate::recipes::session_view(self, session_id).await
+    }
+
+    async fn close_session(&self, session_id: &str) -> Result<SessionView, SessionError> {
+        crate::recipes::close_session(self, session_id).await
     }
 }

@@ -8,6 +8,9 @@
 //! | `P holder/<lock>` | JSON [`HolderRecord`] | attached to the holder's etcd lease |
 //! | `P lease/<lease id>` | the same JSON record, found by lease id | attached to the same lease |
 //! | `P wait/<lock>/<lease id>` | holder name | attached to a short waiter lease |
+//! | `P delay/<lock>` | JSON [`DelayRecord`] | attached to the holder's *delay lease*: outlives the holder's lease by its lock-delay (see `crate::recipes`) |
+//! | `P session/<session id>` | JSON [`SessionRecord`] | attached to the session's etcd lease |
+//! | `P slease/<session id>/<lease id>` | the lease's [`HolderRecord`], found by session | attached to the session's etcd lease |
 //! | `P fence/<ns>` | JSON high-water mark | forever |
 //! | `P kv/<ns>/<key>` | `0x01`, epoch (8 bytes, big endian), value | until deleted |
 //! | `P idem/<ns>/<idempotency key>` | JSON [`IdemRecord`] | forever |
@@ -76,6 +79,20 @@ impl Keys {
     pub(crate) fn waiter(&self, lock: &str, lease_id: &str) -> Vec<u8> {
         self.key(&["wait/", lock, "/", lease_id])
     }
+    /// The lock-delay marker of `lock` (see `crate::recipes`).
+    pub(crate) fn delay(&self, lock: &str) -> Vec<u8> {
+        self.key(&["delay/", lock])
+    }
+    pub(crate) fn session(&self, session_id: &str) -> Vec<u8> {
+        self.key(&["session/", session_id])
+    }
+    /// The leases of a session (a prefix).
+    pub(crate) fn session_leases(&self, session_id: &str) -> Vec<u8> {
+        self.key(&["slease/", session_id, "/"])
+    }
+    pub(crate) fn session_lease(&self, session_id: &str, lease_id: &str) -> Vec<u8> {
+        self.key(&["slease/", session_id, "/", lease_id])
+    }
     pub(crate) fn fence(&self, namespace: &str) -> Vec<u8> {
         self.key(&["fence/", namespace])
     }
@@ -118,6 +135,39 @@ pub(crate) struct HolderRecord {
     pub lock: String,
     pub holder: String,
     pub epoch: Epoch,
+    /// The TTL etcd granted, in milliseconds (whole seconds).
+    pub ttl_ms: u64,
+    pub etcd_lease: i64,
+    /// The value the holder advertises (standard base64), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The lock-delay that applies if the lease expires (0: none).
+    #[serde(default)]
+    pub lock_delay_ms: u64,
+    /// The session the lease belongs to; its etcd lease is then the session's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    /// The etcd lease the lock's [`DelayRecord`] is attached to, when the lease has a
+    /// lock-delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delay_lease: Option<i64>,
+}
+
+/// The lock-delay marker of a lock: while it exists the lock is not granted. Written with
+/// the grant of a lease that has a lock-delay, deleted with its release, and left to its
+/// own etcd lease (which outlives the holder's by the lock-delay) when the lease expires.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct DelayRecord {
+    pub lease_id: String,
+    pub lock_delay_ms: u64,
+    pub delay_lease: i64,
+}
+
+/// A session: one etcd lease that every lease acquired in it is attached to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SessionRecord {
+    pub session_id: String,
+    pub holder: String,
     /// The TTL etcd granted, in milliseconds (whole seconds).
     pub ttl_ms: u64,
     pub etcd_lease: i64,

@@ -48,9 +48,11 @@
 //! - **Millisecond TTLs.** etcd leases count whole seconds: a TTL is rounded up to whole
 //!   seconds and etcd raises it to its own minimum (1.5 × the election timeout, rounded up:
 //!   2 s with etcd's defaults). The granted TTL is what acquisitions report.
-//! - **Lock-delay.** etcd deletes an expired lease's keys without saying whether it expired
-//!   or was revoked, so lock-delay is not offered; the server refuses
-//!   `--lock-delay-ms > 0` with this backend.
+//! - **Lock-delay at millisecond precision.** etcd deletes an expired lease's keys without
+//!   saying whether it expired or was revoked, so the delay is kept by a second etcd lease
+//!   that outlives the holder's (see `recipes`): at least the delay, counted in whole
+//!   seconds, and at most one second more.
+//! - **Per-principal quotas** on leases and sessions: not counted in etcd.
 //! - Fencing itself is unchanged: issuing an epoch does not notify resources (S10), equal
 //!   epochs are not deduplicated (S8, S9), and tokens are not access control (S14).
 
@@ -58,6 +60,7 @@ mod error;
 mod issuer;
 mod key_set;
 mod keys;
+mod recipes;
 mod store;
 mod txn;
 mod waiting;

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 use crate::error::storage;
 use crate::issuer::EtcdIssuer;
 use crate::keys::HolderRecord;
+use crate::recipes::Plan;
 use crate::txn::{backoff, contended, MAX_ATTEMPTS};
 use crate::{Etcd, Resend};
 
@@ -68,8 +69,24 @@ impl EtcdLease {
         })
     }
 
+    /// A lease this request did not grant and must not revoke (a session's): dropping the
+    /// handle leaves it alone.
+    pub(crate) fn borrowed(etcd: &Etcd, id: i64, ttl_s: i64) -> EtcdLease {
+        EtcdLease {
+            etcd: etcd.clone(),
+            id,
+            ttl_s,
+            renewer: None,
+            keep: true,
+        }
+    }
+
     pub(crate) fn id(&self) -> i64 {
         self.id
+    }
+
+    pub(crate) fn ttl_s(&self) -> i64 {
+        self.ttl_s
     }
 
     pub(crate) fn ttl_ms(&self) -> u64 {
@@ -130,17 +147,22 @@ impl Drop for EtcdLease {
 pub(crate) async fn acquire_in_line(
     issuer: &EtcdIssuer,
     req: &AcquireRequest,
-    ttl_s: i64,
+    plan: &Plan,
     wait: Duration,
 ) -> Result<HolderRecord, AcquireError> {
     let deadline = Instant::now() + wait;
     let etcd = &issuer.etcd;
     let ours = etcd.keys.waiter(&req.lock, &req.lease_id);
+    let session = plan.session.as_ref().map(|s| s.session_id.as_str());
     let mut place = Place::join(etcd, req, &ours).await?;
-    let mut lease: Option<EtcdLease> = None;
+    let mut leases: Option<(EtcdLease, Option<EtcdLease>)> = None;
     let mut lost_races = 0;
     loop {
-        let snap = issuer.read_lock(&req.lock, Some(&ours)).await?;
+        let snap = issuer.read_lock(&req.lock, Some(&ours), session).await?;
+        if !snap.session_alive {
+            // The session ended while we waited: out of line (dropping our place).
+            return Err(AcquireError::NoSession);
+        }
         if !snap.queued && Instant::now() < deadline {
             // Our waiter lease lapsed (etcd was out of reach for longer than its TTL):
             // join again, at the back of the line.
@@ -149,17 +171,23 @@ pub(crate) async fn acquire_in_line(
         }
         let created = place.created;
         let at_head = snap.first_waiter.as_deref() == Some(ours.as_slice());
-        if at_head && snap.holder.is_none() {
-            let granted = match lease.take() {
+        if at_head && snap.holder.is_none() && snap.delay.is_none() {
+            let (granted, shadow) = match leases.take() {
                 Some(l) => l,
-                None => EtcdLease::grant(etcd, ttl_s).await?,
+                None => plan.leases(etcd).await?,
             };
             let queued = Some((ours.as_slice(), created));
-            if let Some(record) = issuer.try_grant(req, &granted, &snap, queued).await? {
+            if let Some(record) = issuer
+                .try_grant(req, plan, &granted, shadow.as_ref(), &snap, queued)
+                .await?
+            {
                 granted.keep();
+                if let Some(shadow) = shadow {
+                    shadow.keep();
+                }
                 return Ok(record);
             }
-            lease = Some(granted);
+            leases = Some((granted, shadow));
             lost_races += 1;
             if lost_races >= MAX_ATTEMPTS {
                 return Err(contended("acquire from the line").into());
@@ -174,7 +202,7 @@ pub(crate) async fn acquire_in_line(
                 retry_after_ms: 0,
             });
         }
-        wait_for_change(etcd, &req.lock, snap.revision, deadline).await?;
+        wait_for_change(etcd, &req.lock, session, snap.revision, deadline).await?;
     }
 }
 
@@ -204,11 +232,12 @@ impl Place {
     }
 }
 
-/// Returns after the holder key or a waiter key of `lock` was deleted after `revision`, or
-/// at `deadline`.
+/// Returns after the holder key, the lock-delay marker or a waiter key of `lock` (or the
+/// key of `session`) was deleted after `revision`, or at `deadline`.
 async fn wait_for_change(
     etcd: &Etcd,
     lock: &str,
+    session: Option<&str>,
     revision: i64,
     deadline: Instant,
 ) -> Result<(), StorageError> {
@@ -228,6 +257,16 @@ async fn wait_for_change(
         .watch(line, Some(deletions().with_prefix()))
         .await
         .map_err(|e| storage("watch", e))?;
+    stream
+        .watch(etcd.keys.delay(lock), Some(deletions()))
+        .await
+        .map_err(|e| storage("watch", e))?;
+    if let Some(session) = session {
+        stream
+            .watch(etcd.keys.session(session), Some(deletions()))
+            .await
+            .map_err(|e| storage("watch", e))?;
+    }
     loop {
         tokio::select! {
             message = stream.message() => match message {

@@ -20,7 +20,7 @@ fn request(lock: &str, holder: &str, ttl_ms: u64, wait_ms: u64) -> AcquireReques
         ttl_ms,
         wait_ms,
         lease_id: format!("{holder}-{}", support::rand_suffix()),
-        owner: None,
+        ..AcquireRequest::default()
     }
 }
 

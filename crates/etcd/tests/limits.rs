@@ -216,7 +216,7 @@ async fn locks_are_listed_page_by_page_in_name_order() {
                 ttl_ms: 5_000,
                 wait_ms: 0,
                 lease_id: format!("{lock}-lease"),
-                owner: None,
+                ..AcquireRequest::default()
             })
             .await
             .unwrap();

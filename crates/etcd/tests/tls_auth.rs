@@ -132,7 +132,7 @@ async fn palisade_works_over_tls_with_a_client_certificate_and_a_user() {
         ttl_ms: 5000,
         wait_ms: 0,
         lease_id: format!("{holder}-lease"),
-        owner: None,
+        ..AcquireRequest::default()
     };
     let first = issuer.acquire(request("a")).await.unwrap();
     assert_eq!(first.grant.epoch, 1);

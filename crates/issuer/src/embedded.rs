@@ -18,6 +18,30 @@
 //! locks over. If a waiter went away (its HTTP request was dropped), its ticket is
 //! cancelled, and a grant that finds nobody to deliver to is released at once.
 //!
+//! ## Recipes: what of them is durable, and when
+//! - **Lock values** live in the lease record. A value given at acquisition is on disk
+//!   exactly when the lease record is (with the reservation when the grant needed one,
+//!   lazily otherwise); a [`Issuer::proclaim`] answers only once the record carrying the
+//!   new value is on disk. After a restart a lease comes back with the last value that
+//!   reached the disk with its record, or does not come back at all (its lock then waits
+//!   out its reservation, as for any lease whose record was lost).
+//! - **Per-lock lock-delay** is recorded in the lease record and, where it exceeds the
+//!   server's default, in the reservation's TTL (see `palisade_core::lock_table`), so a
+//!   restart never shortens it.
+//! - **Sessions** are recorded as a session record (a lease record with no lock, see
+//!   [`LeaseRecord`]) written before [`Issuer::create_session`] answers, and every lease
+//!   granted in a session is on disk before its grant is answered (the fast path of a
+//!   hand-off waits for the disk too when the new holder is in a session). So a restart
+//!   brings a session back with all of its leases, each honoured for a full session TTL.
+//!   Renewals are not written (as for leases). When a session ends, its record's removal
+//!   is queued before its leases' removals: whatever part of that reaches the disk, a
+//!   restart never finds the session with only some of its leases; leases without their
+//!   session are honoured for one TTL and expire. [`Issuer::close_session`] answers once
+//!   all of it is on disk.
+//! - "On disk" for a record queued lazily means: a later request the writer answers has
+//!   committed. The writer keeps the order of what it is given, so `Issuer::flush` (the
+//!   removal of a lease id no lease can have) is a barrier for everything queued before it.
+//!
 //! Tokens are signed with an [`ActiveSigner`], which a key rotation replaces while the
 //! issuer runs. A token signed ahead for a waiter remembers the key that signed it and is
 //! used only if that key is still the one signing when the waiter is granted; otherwise
@@ -31,7 +55,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use palisade_core::lock_table::{
     AcquireOutcome, AcquireRequest, Event, Grant, LeaseExpired, LeaseView, LockTable, LockView,
-    TableConfig, Ticket,
+    SessionView, TableConfig, Ticket,
 };
 use palisade_core::Millis;
 use palisade_storage::{IssuerLog, LazyRecord, LeaseRecord, StorageError};
@@ -39,10 +63,14 @@ use palisade_token::{ActiveSigner, Epoch, KeyId};
 use tokio::sync::{oneshot, Notify};
 
 use crate::observe::{Census, LeaseChange, LeaseEvent, LeaseObserver};
-use crate::{AcquireError, Granted, LeaseError, LockService};
+use crate::{AcquireError, Granted, LeaseError, LockService, SessionError, SessionRequest};
 
 /// Epochs covered by one durable reservation when the configuration does not say.
 pub const DEFAULT_EPOCH_BLOCK: u64 = 1024;
+
+/// The lease id [`Issuer::flush`] removes: no lease has it (lease ids are the server's
+/// hex strings), so removing it changes nothing on disk.
+const BARRIER_ID: &str = "\u{0}barrier";
 
 type WaitReply = oneshot::Sender<Result<Grant, AcquireError>>;
 
@@ -112,12 +140,20 @@ impl Issuer {
             config.epoch_block = DEFAULT_EPOCH_BLOCK;
         }
         let mut table = LockTable::new(config);
+        let (sessions, leases): (Vec<LeaseRecord>, Vec<LeaseRecord>) =
+            state.leases.into_iter().partition(LeaseRecord::is_session);
+        let default_delay = config.lock_delay_ms;
         let active = state.reservations.iter().filter(|(_, r)| r.active);
         let recovered = Recovered {
-            leases: state.leases.len(),
+            leases: leases.len(),
             blocked_locks: active.clone().count(),
+            // A lease that chose its own lock-delay keeps its lock that much longer.
             blocked_for_ms: active
-                .map(|(_, r)| r.max_ttl_ms.saturating_add(config.lock_delay_ms))
+                .map(|(_, r)| r.max_ttl_ms.saturating_add(default_delay))
+                .chain(leases.iter().map(|r| {
+                    r.ttl_ms
+                        .saturating_add(r.lock_delay_ms.unwrap_or(default_delay))
+                }))
                 .max()
                 .unwrap_or(0),
             locks: state.epochs.len().max(state.reservations.len()),
@@ -130,7 +166,10 @@ impl Issuer {
                 .unwrap_or(0),
             epoch_floor: state.epoch_floor,
         };
-        let leases = state.leases.into_iter().map(|r| Grant {
+        let leases = leases.into_iter().map(|r| Grant {
+            value: r.value.as_deref().and_then(crate::value::decode),
+            lock_delay_ms: r.lock_delay_ms.unwrap_or(default_delay),
+            session: r.session,
             lock: r.lock,
             holder: r.holder,
             epoch: r.epoch,
@@ -140,6 +179,13 @@ impl Issuer {
             generation: 0,
         });
         table.set_epoch_floor(state.epoch_floor);
+        // Sessions first: their leases join them.
+        table.restore_sessions(
+            0,
+            sessions
+                .into_iter()
+                .map(|r| (r.lease_id, r.holder, r.ttl_ms)),
+        );
         table.restore(0, state.epochs, leases);
         table.restore_reservations(0, state.reservations);
         let issuer = Arc::new(Issuer {
@@ -277,8 +323,13 @@ impl Issuer {
                 // The new lease's deadline may be earlier than the deadline task's sleep.
                 self.wake.notify_one();
                 self.persist(&grant).await?;
+                if grant.session.is_some() {
+                    // A session's leases are on disk before they are answered.
+                    self.flush().await?;
+                }
                 grant
             }
+            AcquireOutcome::NoSession => return Err(AcquireError::NoSession),
             AcquireOutcome::Held {
                 holder,
                 retry_after_ms,
@@ -434,15 +485,128 @@ impl Issuer {
         Ok(views)
     }
 
+    /// Replaces a live lease's value; answers once the lease record carrying it is on
+    /// disk.
+    pub async fn proclaim(
+        self: &Arc<Self>,
+        lease_id: &str,
+        value: Option<Vec<u8>>,
+    ) -> Result<LeaseView, LeaseError> {
+        let now = self.now();
+        let (result, events) = {
+            let mut inner = self.lock();
+            let result = inner.table.proclaim(now, lease_id, value);
+            if let Ok(view) = &result {
+                // Queued while the table is locked: a release or expiry that follows
+                // queues its removal after this record, never before it.
+                self.backend
+                    .record_lazily(LazyRecord::Lease(record_of_view(view)));
+            }
+            (result, self.take_events(&mut inner))
+        };
+        self.handle(events);
+        let view = result.map_err(|LeaseExpired| LeaseError::Expired)?;
+        self.flush().await?;
+        Ok(view)
+    }
+
+    /// Creates a session; answers once its record is on disk.
+    pub async fn create_session(
+        self: &Arc<Self>,
+        req: SessionRequest,
+    ) -> Result<SessionView, SessionError> {
+        let now = self.now();
+        let session_id = req.session_id.clone();
+        let (result, events) = {
+            let mut inner = self.lock();
+            let result = inner.table.create_session(now, req);
+            if let Ok(view) = &result {
+                self.backend.record_lazily(LazyRecord::Lease(LeaseRecord {
+                    lease_id: view.session_id.clone(),
+                    holder: view.holder.clone(),
+                    ttl_ms: view.ttl_ms,
+                    session: Some(view.session_id.clone()),
+                    ..LeaseRecord::default()
+                }));
+            }
+            (result, self.take_events(&mut inner))
+        };
+        self.handle(events);
+        let view = result.map_err(session_error)?;
+        // The session's deadline may be earlier than the deadline task's sleep.
+        self.wake.notify_one();
+        if let Err(e) = self.flush().await {
+            // Unrecorded: nobody may use it (the store has failed anyway).
+            let _ = self.close_session(&session_id).await;
+            return Err(e.into());
+        }
+        Ok(view)
+    }
+
+    /// Renews a session and every lease in it. Not written to disk, like a keepalive.
+    pub fn keepalive_session(
+        self: &Arc<Self>,
+        session_id: &str,
+    ) -> Result<SessionView, SessionError> {
+        let now = self.now();
+        let (result, events) = {
+            let mut inner = self.lock();
+            let result = inner.table.keepalive_session(now, session_id);
+            (result, self.take_events(&mut inner))
+        };
+        self.handle(events);
+        result.map_err(session_error)
+    }
+
+    /// A live session with its leases.
+    pub fn session(self: &Arc<Self>, session_id: &str) -> Option<SessionView> {
+        let now = self.now();
+        let (view, events) = {
+            let mut inner = self.lock();
+            let view = inner.table.session(now, session_id);
+            (view, self.take_events(&mut inner))
+        };
+        self.handle(events);
+        view
+    }
+
+    /// Ends a session, releasing its leases; answers once their removal is on disk.
+    pub async fn close_session(
+        self: &Arc<Self>,
+        session_id: &str,
+    ) -> Result<SessionView, SessionError> {
+        let now = self.now();
+        let (result, events) = {
+            let mut inner = self.lock();
+            let result = inner.table.close_session(now, session_id);
+            if let Ok(view) = &result {
+                // The session's record first, then its leases' (module docs); queued
+                // before anything the releases set off (a hand-off's lease record).
+                self.backend
+                    .record_lazily(LazyRecord::RemoveLease(session_id.to_owned()));
+                for lease in &view.leases {
+                    self.backend
+                        .record_lazily(LazyRecord::RemoveLease(lease.lease_id.clone()));
+                    self.note_released(lease);
+                }
+            }
+            (result, self.take_events(&mut inner))
+        };
+        self.handle(events);
+        let view = result.map_err(session_error)?;
+        self.flush().await?;
+        Ok(view)
+    }
+
+    /// Waits until everything queued for the writer so far is on disk: the writer keeps
+    /// order, so the answer to a removal queued now comes after all of it committed.
+    async fn flush(&self) -> Result<(), StorageError> {
+        self.backend.remove_lease(BARRIER_ID).await
+    }
+
     /// Durably records a grant; withdraws it from the table if that fails.
     async fn persist(self: &Arc<Self>, grant: &Grant) -> Result<(), StorageError> {
-        let record = LeaseRecord {
-            lease_id: grant.lease_id.clone(),
-            lock: grant.lock.clone(),
-            holder: grant.holder.clone(),
-            epoch: grant.epoch,
-            ttl_ms: grant.ttl_ms,
-        };
+        let record = record_of(grant);
         let Some(reservation) = grant.reserve else {
             // Covered by a durable reservation: the epoch cannot be reissued and the lock
             // waits out the reservation's TTL after a crash; the lease record only lets
@@ -535,6 +699,14 @@ impl Issuer {
                 });
                 false
             }
+            Event::SessionExpired { session_id, .. } => {
+                tracing::info!(session = %session_id, "session expired");
+                // Queued before its leases' removals (the table emits it first): see the
+                // module docs.
+                self.backend
+                    .record_lazily(LazyRecord::RemoveLease(session_id.clone()));
+                false
+            }
             Event::Forgotten { locks, floor } => {
                 // Their records stay on disk, so a restart still knows each one's epoch;
                 // in memory, a lock met again starts above `floor`.
@@ -552,7 +724,7 @@ impl Issuer {
                 );
                 true
             }
-            Event::TimedOut { .. } => true,
+            Event::TimedOut { .. } | Event::SessionGone { .. } => true,
         });
         events
     }
@@ -565,17 +737,13 @@ impl Issuer {
                     self.wake.notify_one();
                     let reply = self.lock().waiters.remove(&ticket);
                     self.sign_ahead(&grant.lock);
-                    if grant.reserve.is_none() {
+                    // A session's lease waits for the disk (module docs), so it takes the
+                    // slow path below even when its reservation covers it.
+                    if grant.reserve.is_none() && grant.session.is_none() {
                         // The hand-off fast path: nothing to wait for.
                         let lease_id = grant.lease_id.clone();
-                        let record = LeaseRecord {
-                            lease_id: grant.lease_id.clone(),
-                            lock: grant.lock.clone(),
-                            holder: grant.holder.clone(),
-                            epoch: grant.epoch,
-                            ttl_ms: grant.ttl_ms,
-                        };
-                        self.backend.record_lazily(LazyRecord::Lease(record));
+                        self.backend
+                            .record_lazily(LazyRecord::Lease(record_of(&grant)));
                         let delivered = reply.is_some_and(|r| r.send(Ok(grant)).is_ok());
                         if !delivered {
                             self.withdraw(&lease_id);
@@ -584,7 +752,10 @@ impl Issuer {
                     }
                     let this = self.clone();
                     tokio::spawn(async move {
-                        let persisted = this.persist(&grant).await;
+                        let mut persisted = this.persist(&grant).await;
+                        if persisted.is_ok() && grant.session.is_some() {
+                            persisted = this.flush().await;
+                        }
                         let delivered = match reply {
                             Some(reply) => match &persisted {
                                 Ok(()) => reply.send(Ok(grant.clone())).is_ok(),
@@ -617,8 +788,21 @@ impl Issuer {
                         }));
                     }
                 }
+                Event::SessionGone { ticket } => {
+                    let reply = {
+                        let mut inner = self.lock();
+                        inner.presigned.remove(&ticket);
+                        inner.waiters.remove(&ticket)
+                    };
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(AcquireError::NoSession));
+                    }
+                }
                 // Recorded by `take_events`.
-                Event::Expired { .. } | Event::Idle { .. } | Event::Forgotten { .. } => {}
+                Event::Expired { .. }
+                | Event::Idle { .. }
+                | Event::Forgotten { .. }
+                | Event::SessionExpired { .. } => {}
             }
         }
     }
@@ -695,6 +879,30 @@ impl LockService for Arc<Issuer> {
         Issuer::list(self, prefix, after, limit).await
     }
 
+    async fn proclaim(
+        &self,
+        lease_id: &str,
+        value: Option<Vec<u8>>,
+    ) -> Result<LeaseView, LeaseError> {
+        Issuer::proclaim(self, lease_id, value).await
+    }
+
+    async fn create_session(&self, req: SessionRequest) -> Result<SessionView, SessionError> {
+        Issuer::create_session(self, req).await
+    }
+
+    async fn keepalive_session(&self, session_id: &str) -> Result<SessionView, SessionError> {
+        Issuer::keepalive_session(self, session_id)
+    }
+
+    async fn session(&self, session_id: &str) -> Result<Option<SessionView>, StorageError> {
+        Ok(Issuer::session(self, session_id))
+    }
+
+    async fn close_session(&self, session_id: &str) -> Result<SessionView, SessionError> {
+        Issuer::close_session(self, session_id).await
+    }
+
     async fn close(&self) {
         Issuer::close(self)
     }
@@ -705,6 +913,47 @@ impl LockService for Arc<Issuer> {
 
     async fn census(&self) -> Option<Census> {
         Some(Issuer::census(self))
+    }
+}
+
+/// The record of a grant, as the store keeps it.
+fn record_of(grant: &Grant) -> LeaseRecord {
+    LeaseRecord {
+        lease_id: grant.lease_id.clone(),
+        lock: grant.lock.clone(),
+        holder: grant.holder.clone(),
+        epoch: grant.epoch,
+        ttl_ms: grant.ttl_ms,
+        value: grant.value.as_deref().map(crate::value::encode),
+        lock_delay_ms: Some(grant.lock_delay_ms),
+        session: grant.session.clone(),
+    }
+}
+
+/// The record of a live lease, as the store keeps it.
+fn record_of_view(view: &LeaseView) -> LeaseRecord {
+    LeaseRecord {
+        lease_id: view.lease_id.clone(),
+        lock: view.lock.clone(),
+        holder: view.holder.clone(),
+        epoch: view.epoch,
+        ttl_ms: view.ttl_ms,
+        value: view.value.as_deref().map(crate::value::encode),
+        lock_delay_ms: Some(view.lock_delay_ms),
+        session: view.session.clone(),
+    }
+}
+
+fn session_error(e: palisade_core::lock_table::SessionError) -> SessionError {
+    use palisade_core::lock_table::SessionError as Table;
+    match e {
+        Table::Expired => SessionError::Expired,
+        // Ids are 128 random bits chosen by the server: a clash is a broken invariant
+        // upstream, refused without changing anything.
+        Table::Duplicate => {
+            SessionError::Storage(StorageError::Failed("session id already in use".to_owned()))
+        }
+        Table::QuotaExceeded { resource, limit } => SessionError::QuotaExceeded { resource, limit },
     }
 }
 
@@ -721,7 +970,7 @@ mod tests {
             ttl_ms: 60_000,
             wait_ms,
             lease_id: format!("lease-{holder}"),
-            owner: None,
+            ..Default::default()
         }
     }
 

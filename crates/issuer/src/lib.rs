@@ -13,6 +13,14 @@
 //! `palisade-core`) and records grants through a storage [`IssuerLog`]: one node. A
 //! distributed implementation keeps the table in a replicated store instead.
 //!
+//! ## Recipes
+//! Both issuers offer the same recipes on top of plain leases: a **value** a lease
+//! carries and its holder replaces ([`LockService::proclaim`]), a **lock-delay per
+//! lease** ([`AcquireRequest::lock_delay_ms`]), and **sessions** (one keepalive for many
+//! leases that expire or are released together: [`LockService::create_session`]).
+//! Leader election is built from these by the clients (docs/election.md); the server
+//! has nothing election-specific.
+//!
 //! ## What an issuer does not do
 //! - It does not tell resources about new epochs: a resource learns an epoch only by
 //!   seeing it (S10).
@@ -22,12 +30,13 @@
 
 use async_trait::async_trait;
 
-use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView};
+use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView, SessionView};
 use palisade_core::Millis;
 use palisade_storage::StorageError;
 
 pub mod embedded;
 pub mod observe;
+pub mod value;
 
 pub use embedded::Issuer;
 pub use observe::{Census, LeaseChange, LeaseEvent, LeaseObserver};
@@ -50,6 +59,9 @@ pub enum AcquireError {
     /// A quota would be exceeded (`resource` is limited to `limit`); nothing changed.
     #[error("quota exceeded: {resource} is limited to {limit}")]
     QuotaExceeded { resource: &'static str, limit: u64 },
+    /// The acquisition names a session that has ended or never existed; nothing changed.
+    #[error("session expired or unknown")]
+    NoSession,
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -62,6 +74,23 @@ pub enum LeaseError {
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
+
+/// Why a session call did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SessionError {
+    /// The session expired, was closed or never existed.
+    #[error("session expired or unknown")]
+    Expired,
+    /// A quota would be exceeded (`resource` is limited to `limit`); nothing changed.
+    #[error("quota exceeded: {resource} is limited to {limit}")]
+    QuotaExceeded { resource: &'static str, limit: u64 },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// A session to create: its id (chosen by the caller, unique), holder and TTL, and whose
+/// lease quota it counts against.
+pub type SessionRequest = palisade_core::lock_table::SessionRequest;
 
 /// The lock service, as the API layer sees it.
 #[async_trait]
@@ -86,6 +115,23 @@ pub trait LockService: Send + Sync + 'static {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<LockView>, StorageError>;
+    /// Replaces the value of a live lease (`None` clears it). Answers once the new value
+    /// is as durable as the lease itself (see each issuer).
+    async fn proclaim(
+        &self,
+        lease_id: &str,
+        value: Option<Vec<u8>>,
+    ) -> Result<LeaseView, LeaseError>;
+    /// Creates a session: one keepalive for every lease acquired in it
+    /// ([`AcquireRequest::session`]).
+    async fn create_session(&self, req: SessionRequest) -> Result<SessionView, SessionError>;
+    /// Renews a session and every lease in it for a full TTL from now.
+    async fn keepalive_session(&self, session_id: &str) -> Result<SessionView, SessionError>;
+    /// A live session with its leases (to check who owns it before acting on it).
+    async fn session(&self, session_id: &str) -> Result<Option<SessionView>, StorageError>;
+    /// Ends a session: releases every lease in it at once (no lock-delay) and answers
+    /// the leases it released.
+    async fn close_session(&self, session_id: &str) -> Result<SessionView, SessionError>;
     /// The server is stopping: answer every acquisition waiting in line now, and any
     /// that would start waiting from now on, with [`StorageError::Closed`] (HTTP 503
     /// `unavailable`),

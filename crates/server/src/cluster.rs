@@ -9,8 +9,8 @@
 //! start creates it from its `--signing-key-file` (a compare-and-create, so nodes starting
 //! together agree); later nodes read it, and need the flag only if none exists yet.
 //! Rotations and retirements through any node's API reach every node (see
-//! [`crate::keys`]). Trusted keys (`--trust-key-file`) are per node. Refused here:
-//! `--lock-delay-ms > 0`, which etcd's leases cannot express (see `palisade_etcd`).
+//! [`crate::keys`]). Trusted keys (`--trust-key-file`) are per node. Lock-delay is kept
+//! by a second etcd lease per lease (see `palisade_etcd`), in whole seconds.
 
 use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdKeySet, EtcdStore, EtcdTls, EtcdUser};
 use palisade_storage::FencedStore;
@@ -39,13 +39,6 @@ pub(crate) async fn serve(
     if endpoints.is_empty() {
         return Err(ServerError::Config(
             "the etcd backend needs --etcd-endpoints (comma-separated client URLs)".to_owned(),
-        ));
-    }
-    if config.lock_delay_ms > 0 {
-        return Err(ServerError::Config(
-            "--lock-delay-ms is not supported with the etcd backend: etcd does not say whether \
-             a lease expired or was released, so the delay cannot be applied; use 0"
-                .to_owned(),
         ));
     }
     let seed = match config.signing_key_file.as_deref() {
@@ -96,7 +89,7 @@ pub(crate) async fn serve(
     keys.spawn_poll();
     let state = front.state(
         &config,
-        Arc::new(EtcdIssuer::new(etcd, keys.signer())),
+        Arc::new(EtcdIssuer::new(etcd, keys.signer()).with_lock_delay(config.lock_delay_ms)),
         backend,
         keys,
     );

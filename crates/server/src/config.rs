@@ -27,6 +27,11 @@ pub struct Limits {
     /// Locks the issuer keeps in memory at once (idle locks whose state is on disk leave
     /// memory to make room; a lock that cannot get a place is refused).
     pub max_locks: usize,
+    /// Longest lock-delay an acquisition may choose (`lock_delay_ms`).
+    pub max_lock_delay_ms: u64,
+    /// Sessions the embedded issuer keeps at once (each is also one lease of its
+    /// principal's quota).
+    pub max_sessions: usize,
 }
 
 impl Limits {
@@ -64,6 +69,8 @@ impl Default for Limits {
             max_waiters_per_principal: 10_000,
             max_waiters_per_lock: 1_000,
             max_locks: 1_000_000,
+            max_lock_delay_ms: palisade_api::recipes::DEFAULT_MAX_LOCK_DELAY_MS,
+            max_sessions: 100_000,
         }
     }
 }

@@ -205,6 +205,13 @@ fn reload_on_sighup(auth: std::sync::Weak<Auth>) {
 /// Nothing is written anywhere before the port is bound and the directory is locked: a
 /// start refused for its settings, its directory or a port in use leaves no trace.
 pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
+    if config.lock_delay_ms > config.limits.max_lock_delay_ms {
+        return Err(ServerError::Config(format!(
+            "--lock-delay-ms {} is above --max-lock-delay-ms {}: the default lock-delay must \
+             be one an acquisition could choose",
+            config.lock_delay_ms, config.limits.max_lock_delay_ms
+        )));
+    }
     let front = Front::prepare(&config)?;
     if let BackendConfig::Etcd { .. } = config.backend {
         #[cfg(feature = "etcd")]
@@ -287,6 +294,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
             idle_grace_ms: config.idle_grace_ms,
             max_locks: config.limits.max_locks,
             max_waiters_per_lock: config.limits.max_waiters_per_lock,
+            max_sessions: config.limits.max_sessions,
             ..Default::default()
         },
     )

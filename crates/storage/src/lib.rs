@@ -57,13 +57,33 @@ pub mod redb_backend;
 pub use decide::{decide, Decision, IdemRecord, KeyState, Seen, Usage};
 
 /// A lease as the issuer records it, so it can be honoured after a restart.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// A record whose `lock` is empty (no lock has an empty name) is a **session's** record:
+/// `lease_id` is then the session id, `session` names it too, and `epoch` is 0. The fields
+/// after `ttl_ms` are absent from records written before they existed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeaseRecord {
     pub lease_id: String,
     pub lock: String,
     pub holder: String,
     pub epoch: Epoch,
     pub ttl_ms: u64,
+    /// The value the holder advertises (standard base64), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The lease's own lock-delay, if it chose one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
+    /// The session the lease belongs to (for a session's own record: its id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+impl LeaseRecord {
+    /// Whether this is a session's record rather than a lease's.
+    pub fn is_session(&self) -> bool {
+        self.lock.is_empty()
+    }
 }
 
 /// What the issuer needs back after a restart.

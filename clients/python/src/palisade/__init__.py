@@ -16,6 +16,9 @@ package is the Python side of it:
           lease.kv.put("invoice-17", b"paid")        # fenced write
           lease.kv.get("invoice-17")                 # -> b"paid" (None if absent)
 
+- Recipes: lock values (``value=``, :meth:`Lease.proclaim`), a lock-delay per lock
+  (``lock_delay_ms=``), sessions (:meth:`Client.session`: one keepalive for many locks)
+  and leader election (:class:`Election`); the same under :mod:`palisade.aio`.
 - :mod:`palisade.tokens`: offline verification of tokens with the issuer's public keys,
   byte for byte the Rust verifier's rules.
 - :mod:`palisade.gates`: the gate inside PostgreSQL (psycopg 3) and SQLite (``sqlite3``),
@@ -41,14 +44,18 @@ What this package does not guarantee:
 from ._errors import *  # noqa: F403 - every error class is part of the surface
 from ._errors import __all__ as _error_names
 from ._protocol import CONNECT_TIMEOUT, LIST_LIMIT, REQUEST_TIMEOUT, WAIT_MARGIN
-from ._sync import Client, FencedKv, Kv, Lease, LockContext
+from ._election import Election, Leader, LeaderInfo, Observer
+from ._sync import Client, FencedKv, Kv, Lease, LockContext, Session, SessionLock
 from ._types import (
     Entry,
     FenceStatus,
     Grant,
     KeepaliveInfo,
     LockStatus,
+    Proclaimed,
     PublicKey,
+    SessionInfo,
+    SessionLease,
     TokenCheck,
     WriteResult,
 )
@@ -61,6 +68,15 @@ __all__ = [
     "LockContext",
     "Kv",
     "FencedKv",
+    "Session",
+    "SessionLock",
+    "Election",
+    "Leader",
+    "LeaderInfo",
+    "Observer",
+    "Proclaimed",
+    "SessionInfo",
+    "SessionLease",
     "Grant",
     "KeepaliveInfo",
     "LockStatus",

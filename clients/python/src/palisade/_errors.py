@@ -23,6 +23,7 @@ __all__ = [
     "StaleSequenceError",
     "LockHeldError",
     "LeaseLostError",
+    "SessionExpiredError",
     "NotFoundError",
     "MissingTokenError",
     "InvalidTokenError",
@@ -132,6 +133,14 @@ class LeaseLostError(PalisadeError):
     behind your back."""
 
     code = "lease_expired"
+
+
+class SessionExpiredError(LeaseLostError):
+    """``session_expired``: the session expired or was closed, and every lease in it
+    ended with it. A :class:`LeaseLostError`, since that is what it means for each of
+    the session's locks."""
+
+    code = "session_expired"
 
 
 class NotFoundError(PalisadeError):
@@ -358,6 +367,7 @@ def _decode_known(status: int, code: str, message: str, extra: Mapping[str, Any]
         return QuotaExceededError(message, resource, limit, status=status)
     simple: Dict[str, Type[PalisadeError]] = {
         "lease_expired": LeaseLostError,
+        "session_expired": SessionExpiredError,
         "not_found": NotFoundError,
         "missing_token": MissingTokenError,
         "invalid_token": InvalidTokenError,

@@ -12,6 +12,7 @@ unless the caller gave one), which is what makes resending it to another node sa
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import socket
@@ -31,7 +32,9 @@ from ._types import (
     Grant,
     KeepaliveInfo,
     LockStatus,
+    Proclaimed,
     PublicKey,
+    SessionInfo,
     TokenCheck,
     WriteResult,
     parse_json,
@@ -53,6 +56,8 @@ MAX_IDEMPOTENCY_KEY_LEN = 128
 #: The server's fixed bounds on an acquire (docs/api.md); checked here too, so a mistake
 #: fails before any request.
 MIN_TTL_MS, MAX_WAIT_MS = 50, 300_000
+#: Largest lock value, in bytes (the server's bound; sent as base64).
+MAX_LOCK_VALUE_BYTES = 4096
 _U64_MAX = 2**64 - 1
 
 FENCING_TOKEN = "Fencing-Token"
@@ -90,24 +95,55 @@ def _json_body(value: Dict[str, Any]) -> bytes:
 # ---- locks and leases (the issuer) ---------------------------------------------------
 
 
-def acquire(lock: str, holder: Optional[str], ttl_ms: int, wait_ms: int) -> Call:
+def _value_text(value: Any) -> Optional[str]:
+    """A lock value as the API carries it: standard base64 of at most 4096 bytes."""
+    if value is None:
+        return None
+    raw = _value_bytes(value)
+    if len(raw) > MAX_LOCK_VALUE_BYTES:
+        raise BadRequestError(f"a lock value may be at most {MAX_LOCK_VALUE_BYTES} bytes, not {len(raw)}")
+    return base64.b64encode(raw).decode("ascii")
+
+
+def acquire(
+    lock: str,
+    holder: Optional[str],
+    ttl_ms: int,
+    wait_ms: int,
+    value: Any = None,
+    lock_delay_ms: Optional[int] = None,
+    session: Optional[str] = None,
+) -> Call:
     """``holder=None`` sends no holder: with authentication on, the lease's holder is
-    then the caller's principal (with a label, ``<principal>/<label>``)."""
+    then the caller's principal (with a label, ``<principal>/<label>``). In a
+    ``session`` the session's TTL applies and ``ttl_ms`` is not sent."""
     ttl_ms = _u64("ttl_ms", ttl_ms) or 0
     wait_ms = _u64("wait_ms", wait_ms) or 0
     # The upper bound of a TTL is the server's (per principal with authentication on):
     # it answers quota_exceeded.
-    if ttl_ms < MIN_TTL_MS:
+    if session is None and ttl_ms < MIN_TTL_MS:
         raise BadRequestError(f"ttl_ms must be at least {MIN_TTL_MS}")
     if wait_ms > MAX_WAIT_MS:
         raise BadRequestError(f"wait_ms must be at most {MAX_WAIT_MS}")
     if holder is not None and not isinstance(holder, str):
         raise BadRequestError("holder must be a string")
-    body: Dict[str, Any] = {"ttl_ms": ttl_ms}
+    body: Dict[str, Any] = {}
+    if session is None:
+        body["ttl_ms"] = ttl_ms
+    else:
+        if not isinstance(session, str) or not session:
+            raise BadRequestError("session must be a session id (a non-empty string)")
+        body["session"] = session
     if holder is not None:
         body["holder"] = holder
     if wait_ms:
         body["wait_ms"] = wait_ms
+    text = _value_text(value)
+    if text is not None:
+        body["value"] = text
+    delay = _u64("lock_delay_ms", lock_delay_ms)
+    if delay is not None:
+        body["lock_delay_ms"] = delay
     return Call(
         "POST",
         f"/v1/locks/{segment('lock name', lock)}/acquire",
@@ -124,6 +160,43 @@ def keepalive(lease_id: str, timeout: Optional[float] = None) -> Call:
 
 def release(lease_id: str) -> Call:
     return Call("POST", f"/v1/leases/{segment('lease id', lease_id)}/release")
+
+
+def proclaim(lease_id: str, value: Any) -> Call:
+    """Replacing a value twice leaves what replacing it once does: safe to resend."""
+    return Call(
+        "POST",
+        f"/v1/leases/{segment('lease id', lease_id)}/proclaim",
+        {"Content-Type": "application/json"},
+        _json_body({"value": _value_text(value)}),
+    )
+
+
+def create_session(holder: Optional[str], ttl_ms: int) -> Call:
+    """Like an acquire, a creation whose answer was lost is not resent (it would make a
+    second session)."""
+    ttl_ms = _u64("ttl_ms", ttl_ms) or 0
+    if ttl_ms < MIN_TTL_MS:
+        raise BadRequestError(f"ttl_ms must be at least {MIN_TTL_MS}")
+    body: Dict[str, Any] = {"ttl_ms": ttl_ms}
+    if holder is not None:
+        body["holder"] = holder
+    return Call(
+        "POST", "/v1/sessions", {"Content-Type": "application/json"}, _json_body(body),
+        retry=Retry.UNLESS_UNKNOWN,
+    )
+
+
+def keepalive_session(session_id: str, timeout: Optional[float] = None) -> Call:
+    return Call("POST", f"/v1/sessions/{segment('session id', session_id)}/keepalive", timeout=timeout)
+
+
+def session_info(session_id: str) -> Call:
+    return Call("GET", f"/v1/sessions/{segment('session id', session_id)}")
+
+
+def close_session(session_id: str) -> Call:
+    return Call("POST", f"/v1/sessions/{segment('session id', session_id)}/close")
 
 
 def lock_status(lock: str) -> Call:
@@ -260,6 +333,14 @@ def body(response: httpx.Response) -> Dict[str, Any]:
 
 def grant(response: httpx.Response) -> Grant:
     return Grant.parse(body(response))
+
+
+def proclaimed(response: httpx.Response) -> Proclaimed:
+    return Proclaimed.parse(body(response))
+
+
+def session_of(response: httpx.Response) -> SessionInfo:
+    return SessionInfo.parse(body(response))
 
 
 def keepalive_info(response: httpx.Response) -> KeepaliveInfo:

@@ -15,12 +15,12 @@ import threading
 import time
 import weakref
 from types import TracebackType
-from typing import Any, List, Optional, Sequence, Type, Union
+from typing import Any, Callable, List, Optional, Sequence, Type, Union
 
 import httpx
 
 from . import _protocol as proto
-from ._errors import LeaseLostError, StaleTokenError
+from ._errors import LeaseLostError, SessionExpiredError, StaleTokenError
 from ._failover import Attempts, Call, Endpoints
 from ._lease import LeaseBase
 from ._paths import normalise_bases
@@ -32,13 +32,24 @@ from ._types import (
     Grant,
     KeepaliveInfo,
     LockStatus,
+    Proclaimed,
     PublicKey,
+    SessionInfo,
     TokenCheck,
     WriteResult,
 )
 
-__all__ = ["Client", "Lease", "LockContext", "Kv", "FencedKv"]
+__all__ = ["Client", "Lease", "LockContext", "Kv", "FencedKv", "Session", "SessionLock"]
 
+#: A lock value: bytes, or str sent as UTF-8.
+Value = Union[bytes, str]
+
+
+def _gone(e: LeaseLostError) -> str:
+    """Why a renewal ended it all, as ``lost_reason`` says it."""
+    if isinstance(e, SessionExpiredError):
+        return "the server says the session expired or was closed"
+    return "the server says the lease expired or was released"
 
 class Client:
     """A handle to one Palisade deployment: one server URL, or several for failover.
@@ -97,7 +108,14 @@ class Client:
     # ---- locks and leases ------------------------------------------------------------
 
     def lock(
-        self, name: str, *, holder: Optional[str] = None, ttl_ms: int = 10_000, wait_ms: int = 0
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        ttl_ms: int = 10_000,
+        wait_ms: int = 0,
+        value: Optional[Value] = None,
+        lock_delay_ms: Optional[int] = None,
     ) -> "LockContext":
         """A context manager that acquires ``name`` on entry (waiting in the server's queue
         up to ``wait_ms``), renews the lease in the background every ``ttl_ms / 3``, and
@@ -107,30 +125,93 @@ class Client:
                 lease.fence()
                 lease.kv.put("invoice-17", b"paid")
 
+        ``value`` (at most 4 KiB) is what the lease advertises in lock status (see
+        :meth:`Lease.proclaim`); ``lock_delay_ms`` is this lease's own lock-delay.
         Raises :class:`LockHeldError` on entry if the lock stays taken.
         """
-        return LockContext(self, name, holder, ttl_ms, wait_ms)
+        return LockContext(self, name, holder, ttl_ms, wait_ms, value, lock_delay_ms)
 
     def acquire(
-        self, name: str, *, holder: Optional[str] = None, ttl_ms: int = 10_000, wait_ms: int = 0
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        ttl_ms: int = 10_000,
+        wait_ms: int = 0,
+        value: Optional[Value] = None,
+        lock_delay_ms: Optional[int] = None,
     ) -> "Lease":
         """Acquires ``name`` and starts renewing it; release it with :meth:`Lease.release`
         (or use the lease as a context manager)."""
         # The lease's local deadline counts from before the request: the server's lease
         # started somewhere between send and answer, so this errs towards "lost" early.
         sent_at = time.monotonic()
-        grant = self.acquire_grant(name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        grant = self.acquire_grant(
+            name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms, value=value, lock_delay_ms=lock_delay_ms
+        )
+        if time.monotonic() - sent_at > grant.ttl_ms / 3000:
+            # After a wait in line the grant may have come long after the send: renew
+            # once now, so the deadline counts from this renewal instead.
+            renewed_at = time.monotonic()
+            self.keepalive(grant.lease_id)
+            sent_at = renewed_at
         lease = Lease(self, grant, sent_at)
         self._leases.add(lease)
         return lease
 
     def acquire_grant(
-        self, name: str, *, holder: Optional[str] = None, ttl_ms: int = 10_000, wait_ms: int = 0
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        ttl_ms: int = 10_000,
+        wait_ms: int = 0,
+        value: Optional[Value] = None,
+        lock_delay_ms: Optional[int] = None,
+        session: Optional[str] = None,
     ) -> Grant:
         """Acquires ``name`` without background renewal: call :meth:`keepalive` yourself,
-        or the lease ends after ``ttl_ms``."""
+        or the lease ends after ``ttl_ms``. With ``session`` (an id) the lease is the
+        session's: its TTL, renewed and ended with it (prefer :meth:`Session.acquire`)."""
         holder = proto.holder_for(holder, self._authenticated)
-        return proto.grant(self._send(proto.acquire(name, holder, ttl_ms, wait_ms)))
+        call = proto.acquire(name, holder, ttl_ms, wait_ms, value, lock_delay_ms, session)
+        return proto.grant(self._send(call))
+
+    def proclaim(self, lease_id: str, value: Optional[Value]) -> Proclaimed:
+        """Replaces what lease ``lease_id`` advertises (``None`` clears it); its owner only."""
+        return proto.proclaimed(self._send(proto.proclaim(lease_id, value)))
+
+    # ---- sessions ------------------------------------------------------------------
+
+    def session(self, *, ttl_ms: int = 10_000, holder: Optional[str] = None) -> "Session":
+        """Creates a session, renewed in the background every ``ttl_ms / 3``: one keepalive
+        for every lock acquired in it (:meth:`Session.acquire`). When it expires or is
+        closed, every lock in it is released at once. A context manager that closes it::
+
+            with client.session(ttl_ms=5000) as session:
+                a = session.acquire("a")
+                b = session.acquire("b")
+        """
+        sent_at = time.monotonic()
+        info = self.create_session(ttl_ms=ttl_ms, holder=holder)
+        return Session(self, info, sent_at)
+
+    def create_session(self, *, ttl_ms: int = 10_000, holder: Optional[str] = None) -> SessionInfo:
+        """Creates a session without background renewal."""
+        holder = proto.holder_for(holder, self._authenticated)
+        return proto.session_of(self._send(proto.create_session(holder, ttl_ms)))
+
+    def keepalive_session(self, session_id: str, *, timeout: Optional[float] = None) -> SessionInfo:
+        """Renews a session and every lock in it; :class:`SessionExpiredError` once gone."""
+        return proto.session_of(self._send(proto.keepalive_session(session_id, timeout)))
+
+    def session_info(self, session_id: str) -> SessionInfo:
+        """A live session and its locks."""
+        return proto.session_of(self._send(proto.session_info(session_id)))
+
+    def close_session(self, session_id: str) -> SessionInfo:
+        """Ends a session: every lock in it is released at once. Answers those locks."""
+        return proto.session_of(self._send(proto.close_session(session_id)))
 
     def keepalive(self, lease_id: str, *, timeout: Optional[float] = None) -> KeepaliveInfo:
         """Renews a lease for a full TTL from now; :class:`LeaseLostError` once it is gone."""
@@ -197,10 +278,13 @@ class Client:
         self.close()
 
 
-def _renew(client: Client, lease_id: str, renewal: Renewal, cond: threading.Condition, stop: threading.Event) -> None:
-    """The renewal thread of one lease: the only writer of its schedule besides
-    :meth:`Lease._lose`. Holds no reference to the :class:`Lease` itself, so a lease
-    nobody holds any more is collected, and its finaliser stops this thread."""
+def _renew(
+    keepalive: Callable[[float], int], renewal: Renewal, cond: threading.Condition, stop: threading.Event
+) -> None:
+    """The renewal thread of one lease (or session): the only writer of its schedule
+    besides :meth:`Lease._lose`. ``keepalive(timeout)`` renews and answers the TTL
+    granted. Holds no reference to the :class:`Lease` itself, so a lease nobody holds any
+    more is collected, and its finaliser stops this thread."""
     while True:
         with cond:
             wait = renewal.due() - time.monotonic()
@@ -215,10 +299,10 @@ def _renew(client: Client, lease_id: str, renewal: Renewal, cond: threading.Cond
                 return
             timeout = renewal.timeout(sent)
         try:
-            info = client.keepalive(lease_id, timeout=timeout)
-        except LeaseLostError:
+            ttl_ms = keepalive(timeout)
+        except LeaseLostError as e:
             with cond:
-                renewal.lose("the server says the lease expired or was released")
+                renewal.lose(_gone(e))
                 cond.notify_all()
             return
         except Exception:  # noqa: BLE001 - any failure leaves the lease possibly alive
@@ -226,8 +310,12 @@ def _renew(client: Client, lease_id: str, renewal: Renewal, cond: threading.Cond
                 renewal.failed(time.monotonic())
             continue
         with cond:
-            renewal.renewed(sent, info.ttl_ms)
+            renewal.renewed(sent, ttl_ms)
             cond.notify_all()
+
+
+def _lease_keepalive(client: Client, lease_id: str) -> Callable[[float], int]:
+    return lambda timeout: client.keepalive(lease_id, timeout=timeout).ttl_ms
 
 
 class Lease(LeaseBase):
@@ -249,7 +337,7 @@ class Lease(LeaseBase):
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=_renew,
-            args=(client, grant.lease_id, self._renewal, self._cond, self._stop),
+            args=(_lease_keepalive(client, grant.lease_id), self._renewal, self._cond, self._stop),
             name=f"palisade-renew-{grant.lock}",
             daemon=True,
         )
@@ -294,6 +382,12 @@ class Lease(LeaseBase):
         older holder before any data is written (S10). Returns the high-water mark."""
         return self.kv.fence(seq=seq)
 
+    def proclaim(self, value: Optional[Value]) -> Proclaimed:
+        """Replaces what this lease advertises (``None`` clears it); lock status shows it
+        from now on. Nothing else about the lease changes."""
+        self.ensure_alive()
+        return self._client.proclaim(self.lease_id, value)
+
     def check(self) -> TokenCheck:
         """The issuer's view of this lease's token (genuine, current, lease alive)."""
         self.ensure_alive()
@@ -333,14 +427,25 @@ def _release_on_exit(lease: Lease, body_failed: bool) -> None:
 class LockContext:
     """``with client.lock(...) as lease``: acquires on entry, releases on exit."""
 
-    def __init__(self, client: Client, name: str, holder: Optional[str], ttl_ms: int, wait_ms: int) -> None:
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        holder: Optional[str],
+        ttl_ms: int,
+        wait_ms: int,
+        value: Optional[Value] = None,
+        lock_delay_ms: Optional[int] = None,
+    ) -> None:
         self._client = client
-        self._args = (name, holder, ttl_ms, wait_ms)
+        self._args = (name, holder, ttl_ms, wait_ms, value, lock_delay_ms)
         self._lease: Optional[Lease] = None
 
     def __enter__(self) -> Lease:
-        name, holder, ttl_ms, wait_ms = self._args
-        self._lease = self._client.acquire(name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        name, holder, ttl_ms, wait_ms, value, lock_delay_ms = self._args
+        self._lease = self._client.acquire(
+            name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms, value=value, lock_delay_ms=lock_delay_ms
+        )
         return self._lease
 
     def __exit__(
@@ -450,3 +555,139 @@ class FencedKv(Kv):
         if self._lease is not None:
             self._lease.ensure_alive()
         return super().list(prefix)
+
+
+class Session:
+    """A session held by this process, renewed in the background every ``ttl / 3``: one
+    keepalive for every lock acquired in it.
+
+    When the session expires (the process paused, the network failed) or is closed, every
+    lock in it is released at once, on the server; :attr:`lost` says so here, and every
+    call through its locks then raises :class:`LeaseLostError`. Dropping the session
+    stops the renewals without closing it: its locks then end after its TTL.
+    """
+
+    def __init__(self, client: Client, info: SessionInfo, sent_at: float) -> None:
+        self._client = client
+        self._info = info
+        self._cond = threading.Condition()
+        self._renewal = Renewal(info.ttl_ms, sent_at)
+        self._stop = threading.Event()
+        session_id = info.session_id
+        keepalive = lambda timeout: client.keepalive_session(session_id, timeout=timeout).ttl_ms  # noqa: E731
+        self._thread = threading.Thread(
+            target=_renew,
+            args=(keepalive, self._renewal, self._cond, self._stop),
+            name=f"palisade-session-{session_id[:8]}",
+            daemon=True,
+        )
+        self._thread.start()
+        weakref.finalize(self, self._stop.set)
+
+    @property
+    def session_id(self) -> str:
+        return self._info.session_id
+
+    @property
+    def ttl_ms(self) -> int:
+        """The TTL the server granted (etcd rounds up to whole seconds)."""
+        return self._info.ttl_ms
+
+    @property
+    def lost(self) -> bool:
+        """True once the session is known or presumed lost, and every lock in it with it."""
+        with self._cond:
+            return self._renewal.is_lost(time.monotonic())
+
+    def ensure_alive(self) -> None:
+        with self._cond:
+            reason = self._renewal.reason(time.monotonic())
+        if reason is not None:
+            raise LeaseLostError(f"session {self.session_id} is lost: {reason}")
+
+    def acquire(
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        wait_ms: int = 0,
+        value: Optional[Value] = None,
+        lock_delay_ms: Optional[int] = None,
+    ) -> "SessionLock":
+        """Acquires ``name`` in this session: it needs no renewal of its own."""
+        self.ensure_alive()
+        if holder is None and not self._client._authenticated:
+            # The session's own holder (with authentication on the server names it).
+            holder = self._info.holder
+        grant = self._client.acquire_grant(
+            name, holder=holder, wait_ms=wait_ms, value=value, lock_delay_ms=lock_delay_ms,
+            session=self.session_id,
+        )
+        return SessionLock(self, grant)
+
+    def info(self) -> SessionInfo:
+        """The session's live locks, as the server sees them now."""
+        return self._client.session_info(self.session_id)
+
+    def close(self) -> SessionInfo:
+        """Stops the renewals and closes the session: every lock in it is released at
+        once (no lock-delay). Answers the released locks."""
+        self._stop.set()
+        with self._cond:
+            self._renewal.lose("closed")
+            self._cond.notify_all()
+        return self._client.close_session(self.session_id)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            self.close()
+        except LeaseLostError:
+            pass
+        except Exception:
+            if exc is None:
+                raise
+
+
+class SessionLock(LeaseBase):
+    """A lock held in a :class:`Session`: renewed by the session, ended with it. Its
+    ``lost`` is the session's."""
+
+    def __init__(self, session: Session, grant: Grant) -> None:
+        # The session's schedule is this lock's: one keepalive for all of them.
+        super().__init__(grant, time.monotonic(), session._cond)
+        self._renewal = session._renewal
+        self._session = session
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def kv(self) -> "FencedKv":
+        """The namespace guarded by this lock, every write carrying this lock's token."""
+        return FencedKv(self._session._client, self.lock, self.token, self)  # type: ignore[arg-type]
+
+    def fence(self, *, seq: Optional[int] = None) -> int:
+        """Barrier: fences off every older holder of this lock's namespace (S10)."""
+        return self.kv.fence(seq=seq)
+
+    def proclaim(self, value: Optional[Value]) -> Proclaimed:
+        """Replaces what this lock advertises."""
+        self.ensure_alive()
+        return self._session._client.proclaim(self.lease_id, value)
+
+    def release(self) -> None:
+        """Releases this one lock; the session and its other locks live on."""
+        self._session._client.release(self.lease_id)
+
+    def _stop_renewing(self, reason: str) -> None:
+        """A write through this lock was refused as stale: only this lock is lost, but
+        the schedule is the session's, so nothing is stopped here."""

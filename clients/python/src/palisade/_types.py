@@ -7,6 +7,8 @@ a guessed value) and ignores fields it does not know, so a newer server can add 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional
@@ -15,6 +17,9 @@ from ._errors import DecodeError
 
 __all__ = [
     "Grant",
+    "Proclaimed",
+    "SessionInfo",
+    "SessionLease",
     "KeepaliveInfo",
     "LockStatus",
     "PublicKey",
@@ -73,6 +78,16 @@ class _Fields:
     def opt_flag(self, name: str) -> Optional[bool]:
         return None if self.body.get(name) is None else self.flag(name)
 
+    def opt_value(self, name: str) -> Optional[bytes]:
+        """A lock value: standard base64 on the wire, bytes here."""
+        text = self.opt_text(name)
+        if text is None:
+            return None
+        try:
+            return base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise self._bad(name, "base64") from None
+
     def items(self, name: str) -> List[Any]:
         value = self.body.get(name)
         if isinstance(value, list):
@@ -97,6 +112,12 @@ class Grant:
     token: str
     lease_id: str
     ttl_ms: int
+    #: What the lease advertises (lock values), if anything.
+    value: Optional[bytes] = None
+    #: The lock-delay that applies if the lease expires (0 from servers before it).
+    lock_delay_ms: int = 0
+    #: The session the lease belongs to, if any.
+    session: Optional[str] = None
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "Grant":
@@ -108,6 +129,9 @@ class Grant:
             token=f.text("token"),
             lease_id=f.text("lease_id"),
             ttl_ms=f.num("ttl_ms"),
+            value=f.opt_value("value"),
+            lock_delay_ms=f.opt_num("lock_delay_ms") or 0,
+            session=f.opt_text("session"),
         )
 
 
@@ -138,6 +162,15 @@ class LockStatus:
     remaining_ms: Optional[int]
     #: How many acquirers are queued.
     waiters: int
+    #: The live lease's own epoch (its token's); ``epoch`` is the last one issued, which
+    #: a restart of the embedded issuer raises to the lock's reservation ceiling.
+    lease_epoch: Optional[int] = None
+    #: What the holder advertises, if anything.
+    value: Optional[bytes] = None
+    #: The lock-delay that applies if the live lease expires.
+    lock_delay_ms: Optional[int] = None
+    #: The live lease's session (shown to its owner only).
+    session: Optional[str] = None
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "LockStatus":
@@ -149,6 +182,10 @@ class LockStatus:
             lease_id=f.opt_text("lease_id"),
             remaining_ms=f.opt_num("remaining_ms"),
             waiters=f.num("waiters"),
+            lease_epoch=f.opt_num("lease_epoch"),
+            value=f.opt_value("value"),
+            lock_delay_ms=f.opt_num("lock_delay_ms"),
+            session=f.opt_text("session"),
         )
 
     @staticmethod
@@ -262,3 +299,50 @@ class WriteResult:
     def parse(body: Mapping[str, Any], replayed: bool) -> "WriteResult":
         f = _Fields("write answer", body)
         return WriteResult(f.num("revision"), f.num("epoch"), replayed)
+
+
+@dataclass(frozen=True)
+class Proclaimed:
+    """A lease's new value, from ``POST /v1/leases/{lease_id}/proclaim``."""
+
+    lease_id: str
+    lock: str
+    epoch: int
+    value: Optional[bytes]
+
+    @staticmethod
+    def parse(body: Mapping[str, Any]) -> "Proclaimed":
+        f = _Fields("proclaim answer", body)
+        return Proclaimed(f.text("lease_id"), f.text("lock"), f.num("epoch"), f.opt_value("value"))
+
+
+@dataclass(frozen=True)
+class SessionLease:
+    """One lease of a session, as :class:`SessionInfo` lists it."""
+
+    lease_id: str
+    lock: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A session: its holder, TTL, time left and live leases (for a close: the leases
+    it released)."""
+
+    session_id: str
+    holder: str
+    ttl_ms: int
+    remaining_ms: int
+    leases: List[SessionLease]
+
+    @staticmethod
+    def parse(body: Mapping[str, Any]) -> "SessionInfo":
+        f = _Fields("session", body)
+        leases = []
+        for item in f.items("leases"):
+            lf = f.obj(item, "leases")
+            leases.append(SessionLease(lf.text("lease_id"), lf.text("lock"), lf.num("epoch")))
+        return SessionInfo(
+            f.text("session_id"), f.text("holder"), f.num("ttl_ms"), f.num("remaining_ms"), leases
+        )

@@ -22,13 +22,13 @@ import contextlib
 import time
 import weakref
 from types import TracebackType
-from typing import Any, List, Optional, Sequence, Type, Union
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Type, Union
 
 import httpx
 
 from . import _protocol as proto
 from ._errors import *  # noqa: F401,F403 - the same error classes, importable from here
-from ._errors import LeaseLostError, StaleTokenError
+from ._errors import LeaseLostError, SessionExpiredError, StaleTokenError
 from ._failover import Attempts, Call, Endpoints
 from ._errors import __all__ as _error_names
 from ._lease import LeaseBase
@@ -41,7 +41,9 @@ from ._types import (
     Grant,
     KeepaliveInfo,
     LockStatus,
+    Proclaimed,
     PublicKey,
+    SessionInfo,
     TokenCheck,
     WriteResult,
 )
@@ -52,6 +54,13 @@ __all__ = [
     "LockContext",
     "Kv",
     "FencedKv",
+    "Session",
+    "SessionLock",
+    "Election",
+    "Leader",
+    "Observer",
+    "Proclaimed",
+    "SessionInfo",
     "Grant",
     "KeepaliveInfo",
     "LockStatus",
@@ -63,6 +72,12 @@ __all__ = [
     *_error_names,
 ]
 
+
+def _gone(e: LeaseLostError) -> str:
+    """Why a renewal ended it all, as ``lost_reason`` says it."""
+    if isinstance(e, SessionExpiredError):
+        return "the server says the session expired or was closed"
+    return "the server says the lease expired or was released"
 
 class Client:
     """The asyncio twin of :class:`palisade.Client`; same arguments, same failover.
@@ -108,28 +123,81 @@ class Client:
         raise attempts.exhausted()
 
     def lock(
-        self, name: str, *, holder: Optional[str] = None, ttl_ms: int = 10_000, wait_ms: int = 0
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        ttl_ms: int = 10_000,
+        wait_ms: int = 0,
+        value: Optional[Union[bytes, str]] = None,
+        lock_delay_ms: Optional[int] = None,
     ) -> "LockContext":
         """``async with client.lock(...) as lease``: acquires on entry, renews in the
         background, releases on exit."""
-        return LockContext(self, name, holder, ttl_ms, wait_ms)
+        return LockContext(self, name, holder, ttl_ms, wait_ms, value, lock_delay_ms)
 
     async def acquire(
-        self, name: str, *, holder: Optional[str] = None, ttl_ms: int = 10_000, wait_ms: int = 0
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        ttl_ms: int = 10_000,
+        wait_ms: int = 0,
+        value: Optional[Union[bytes, str]] = None,
+        lock_delay_ms: Optional[int] = None,
     ) -> "Lease":
         """Acquires ``name`` and starts renewing it in a task on the running loop."""
         sent_at = time.monotonic()
-        grant = await self.acquire_grant(name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        grant = await self.acquire_grant(
+            name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms, value=value, lock_delay_ms=lock_delay_ms
+        )
+        if time.monotonic() - sent_at > grant.ttl_ms / 3000:
+            # After a wait in line: renew once now (see the blocking client).
+            renewed_at = time.monotonic()
+            await self.keepalive(grant.lease_id)
+            sent_at = renewed_at
         lease = Lease(self, grant, sent_at)
         self._leases.add(lease)
         return lease
 
     async def acquire_grant(
-        self, name: str, *, holder: Optional[str] = None, ttl_ms: int = 10_000, wait_ms: int = 0
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        ttl_ms: int = 10_000,
+        wait_ms: int = 0,
+        value: Optional[Union[bytes, str]] = None,
+        lock_delay_ms: Optional[int] = None,
+        session: Optional[str] = None,
     ) -> Grant:
-        """Acquires ``name`` without background renewal."""
+        """Acquires ``name`` without background renewal (in ``session``, if given)."""
         holder = proto.holder_for(holder, self._authenticated)
-        return proto.grant(await self._send(proto.acquire(name, holder, ttl_ms, wait_ms)))
+        call = proto.acquire(name, holder, ttl_ms, wait_ms, value, lock_delay_ms, session)
+        return proto.grant(await self._send(call))
+
+    async def proclaim(self, lease_id: str, value: Optional[Union[bytes, str]]) -> Proclaimed:
+        return proto.proclaimed(await self._send(proto.proclaim(lease_id, value)))
+
+    async def session(self, *, ttl_ms: int = 10_000, holder: Optional[str] = None) -> "Session":
+        """Creates a session renewed by a task every ``ttl_ms / 3`` (see
+        :meth:`palisade.Client.session`); ``async with`` closes it."""
+        sent_at = time.monotonic()
+        info = await self.create_session(ttl_ms=ttl_ms, holder=holder)
+        return Session(self, info, sent_at)
+
+    async def create_session(self, *, ttl_ms: int = 10_000, holder: Optional[str] = None) -> SessionInfo:
+        holder = proto.holder_for(holder, self._authenticated)
+        return proto.session_of(await self._send(proto.create_session(holder, ttl_ms)))
+
+    async def keepalive_session(self, session_id: str, *, timeout: Optional[float] = None) -> SessionInfo:
+        return proto.session_of(await self._send(proto.keepalive_session(session_id, timeout)))
+
+    async def session_info(self, session_id: str) -> SessionInfo:
+        return proto.session_of(await self._send(proto.session_info(session_id)))
+
+    async def close_session(self, session_id: str) -> SessionInfo:
+        return proto.session_of(await self._send(proto.close_session(session_id)))
 
     async def keepalive(self, lease_id: str, *, timeout: Optional[float] = None) -> KeepaliveInfo:
         return proto.keepalive_info(await self._send(proto.keepalive(lease_id, timeout)))
@@ -180,8 +248,10 @@ class Client:
         await self.aclose()
 
 
-async def _renew(client: Client, lease_id: str, renewal: Renewal, changed: asyncio.Event) -> None:
-    """The renewal task of one lease (see the blocking client's ``_renew``)."""
+async def _renew(
+    keepalive: Callable[[float], Awaitable[int]], renewal: Renewal, changed: asyncio.Event
+) -> None:
+    """The renewal task of one lease or session (see the blocking client's ``_renew``)."""
     try:
         while True:
             await asyncio.sleep(max(renewal.due() - time.monotonic(), 0.0))
@@ -191,14 +261,14 @@ async def _renew(client: Client, lease_id: str, renewal: Renewal, changed: async
                 renewal.lose(reason)
                 return
             try:
-                info = await client.keepalive(lease_id, timeout=renewal.timeout(sent))
-            except LeaseLostError:
-                renewal.lose("the server says the lease expired or was released")
+                ttl_ms = await keepalive(renewal.timeout(sent))
+            except LeaseLostError as e:
+                renewal.lose(_gone(e))
                 return
             except Exception:  # noqa: BLE001 - any failure leaves the lease possibly alive
                 renewal.failed(time.monotonic())
                 continue
-            renewal.renewed(sent, info.ttl_ms)
+            renewal.renewed(sent, ttl_ms)
             changed.set()
     finally:
         changed.set()
@@ -218,7 +288,12 @@ class Lease(LeaseBase):
         self._client = client
         self._changed = asyncio.Event()
         loop = asyncio.get_running_loop()
-        self._task = loop.create_task(_renew(client, grant.lease_id, self._renewal, self._changed))
+        lease_id = grant.lease_id
+
+        async def keepalive(timeout: float) -> int:
+            return (await client.keepalive(lease_id, timeout=timeout)).ttl_ms
+
+        self._task = loop.create_task(_renew(keepalive, self._renewal, self._changed))
         weakref.finalize(self, _cancel, loop, self._task)
 
     async def wait_lost(self, timeout: Optional[float] = None) -> bool:
@@ -255,6 +330,11 @@ class Lease(LeaseBase):
         self.ensure_alive()
         return await self._client.check_token(self.token)
 
+    async def proclaim(self, value: Optional[Union[bytes, str]]) -> Proclaimed:
+        """Replaces what this lease advertises (``None`` clears it)."""
+        self.ensure_alive()
+        return await self._client.proclaim(self.lease_id, value)
+
     async def release(self) -> None:
         self._stop_renewing("released")
         await self._client.release(self.lease_id)
@@ -284,14 +364,25 @@ async def _release_on_exit(lease: Lease, body_failed: bool) -> None:
 class LockContext:
     """``async with client.lock(...) as lease``."""
 
-    def __init__(self, client: Client, name: str, holder: Optional[str], ttl_ms: int, wait_ms: int) -> None:
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        holder: Optional[str],
+        ttl_ms: int,
+        wait_ms: int,
+        value: Optional[Union[bytes, str]] = None,
+        lock_delay_ms: Optional[int] = None,
+    ) -> None:
         self._client = client
-        self._args = (name, holder, ttl_ms, wait_ms)
+        self._args = (name, holder, ttl_ms, wait_ms, value, lock_delay_ms)
         self._lease: Optional[Lease] = None
 
     async def __aenter__(self) -> Lease:
-        name, holder, ttl_ms, wait_ms = self._args
-        self._lease = await self._client.acquire(name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms)
+        name, holder, ttl_ms, wait_ms, value, lock_delay_ms = self._args
+        self._lease = await self._client.acquire(
+            name, holder=holder, ttl_ms=ttl_ms, wait_ms=wait_ms, value=value, lock_delay_ms=lock_delay_ms
+        )
         return self._lease
 
     async def __aexit__(
@@ -382,3 +473,119 @@ class FencedKv(Kv):
         if self._lease is not None:
             self._lease.ensure_alive()
         return await super().list(prefix)
+
+
+class Session:
+    """The asyncio twin of :class:`palisade.Session`: one keepalive (a task on the loop
+    that created it) for every lock acquired in it; ``async with`` closes it."""
+
+    def __init__(self, client: Client, info: SessionInfo, sent_at: float) -> None:
+        self._client = client
+        self._info = info
+        self._renewal = Renewal(info.ttl_ms, sent_at)
+        self._changed = asyncio.Event()
+        session_id = info.session_id
+
+        async def keepalive(timeout: float) -> int:
+            return (await client.keepalive_session(session_id, timeout=timeout)).ttl_ms
+
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(_renew(keepalive, self._renewal, self._changed))
+        weakref.finalize(self, _cancel, loop, self._task)
+
+    @property
+    def session_id(self) -> str:
+        return self._info.session_id
+
+    @property
+    def ttl_ms(self) -> int:
+        return self._info.ttl_ms
+
+    @property
+    def lost(self) -> bool:
+        return self._renewal.is_lost(time.monotonic())
+
+    def ensure_alive(self) -> None:
+        reason = self._renewal.reason(time.monotonic())
+        if reason is not None:
+            raise LeaseLostError(f"session {self.session_id} is lost: {reason}")
+
+    async def acquire(
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        wait_ms: int = 0,
+        value: Optional[Union[bytes, str]] = None,
+        lock_delay_ms: Optional[int] = None,
+    ) -> "SessionLock":
+        self.ensure_alive()
+        if holder is None and not self._client._authenticated:
+            # The session's own holder (with authentication on the server names it).
+            holder = self._info.holder
+        grant = await self._client.acquire_grant(
+            name, holder=holder, wait_ms=wait_ms, value=value, lock_delay_ms=lock_delay_ms,
+            session=self.session_id,
+        )
+        return SessionLock(self, grant)
+
+    async def info(self) -> SessionInfo:
+        return await self._client.session_info(self.session_id)
+
+    async def close(self) -> SessionInfo:
+        self._task.cancel()
+        self._renewal.lose("closed")
+        self._changed.set()
+        return await self._client.close_session(self.session_id)
+
+    async def __aenter__(self) -> "Session":
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        try:
+            await self.close()
+        except LeaseLostError:
+            pass
+        except Exception:
+            if exc is None:
+                raise
+
+
+class SessionLock(LeaseBase):
+    """A lock held in a :class:`Session`; its ``lost`` is the session's."""
+
+    def __init__(self, session: Session, grant: Grant) -> None:
+        super().__init__(grant, time.monotonic(), contextlib.nullcontext())
+        self._renewal = session._renewal
+        self._session = session
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def kv(self) -> "FencedKv":
+        return FencedKv(self._session._client, self.lock, self.token, self)  # type: ignore[arg-type]
+
+    async def fence(self, *, seq: Optional[int] = None) -> int:
+        return await self.kv.fence(seq=seq)
+
+    async def proclaim(self, value: Optional[Union[bytes, str]]) -> Proclaimed:
+        self.ensure_alive()
+        return await self._session._client.proclaim(self.lease_id, value)
+
+    async def release(self) -> None:
+        await self._session._client.release(self.lease_id)
+
+    def _stop_renewing(self, reason: str) -> None:
+        """The schedule is the session's: a stale write stops nothing here."""
+
+
+from ._election import AsyncElection as Election  # noqa: E402 - needs the classes above
+from ._election import AsyncLeader as Leader  # noqa: E402
+from ._election import AsyncObserver as Observer  # noqa: E402

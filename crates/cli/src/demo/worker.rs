@@ -94,6 +94,7 @@ pub async fn run_worker(args: WorkerArgs) -> anyhow::Result<()> {
     let opts = AcquireOptions {
         ttl: Duration::from_millis(args.ttl_ms),
         wait: Some(Duration::from_millis(args.wait_ms)),
+        ..AcquireOptions::default()
     };
     let guard = match client.acquire(&args.lock, &holder, opts).await {
         Ok(guard) => guard,

@@ -8,7 +8,7 @@ fn req(lock: &str, holder: &str, ttl_ms: Millis, wait_ms: Millis, id: &str) -> A
         ttl_ms,
         wait_ms,
         lease_id: id.into(),
-        owner: None,
+        ..Default::default()
     }
 }
 
@@ -175,6 +175,7 @@ fn restore_honours_leases_for_a_full_ttl_and_never_reissues() {
                 ttl_ms: 500,
                 reserve: None,
                 generation: 0,
+                ..Default::default()
             },
             Grant {
                 lock: "L".into(),
@@ -184,6 +185,7 @@ fn restore_honours_leases_for_a_full_ttl_and_never_reissues() {
                 ttl_ms: 500,
                 reserve: None,
                 generation: 0,
+                ..Default::default()
             },
         ],
     );
@@ -278,6 +280,7 @@ fn a_restored_lease_expiring_early_does_not_cut_the_reservation_block_short() {
             ttl_ms: 100,
             reserve: None,
             generation: 0,
+            ..Default::default()
         }],
     );
     let active = Reservation {
@@ -544,25 +547,391 @@ fn a_reservation_confirmed_after_the_idle_marker_that_followed_it_is_ignored() {
     );
 }
 
+fn in_session(lock: &str, session: &str, wait_ms: Millis, id: &str) -> AcquireRequest {
+    AcquireRequest {
+        session: Some(session.into()),
+        // Ignored in a session: the session's TTL applies.
+        ttl_ms: 1,
+        ..req(lock, "s", 0, wait_ms, id)
+    }
+}
+
+fn session(id: &str, ttl_ms: Millis) -> SessionRequest {
+    SessionRequest {
+        session_id: id.into(),
+        holder: "s".into(),
+        ttl_ms,
+        owner: None,
+    }
+}
+
+#[test]
+fn a_value_rides_with_its_lease_and_its_holder_replaces_it() {
+    let mut t = LockTable::new(TableConfig::default());
+    let a = granted(t.acquire(
+        0,
+        AcquireRequest {
+            value: Some(b"10.0.0.1:80".to_vec()),
+            ..req("L", "a", 1000, 0, "l1")
+        },
+    ));
+    assert_eq!(a.value.as_deref(), Some(&b"10.0.0.1:80"[..]));
+    let seen = |t: &mut LockTable, now| t.status(now, "L").lease.and_then(|l| l.value);
+    assert_eq!(seen(&mut t, 1).as_deref(), Some(&b"10.0.0.1:80"[..]));
+    let view = t.proclaim(2, "l1", Some(b"10.0.0.2:80".to_vec())).unwrap();
+    assert_eq!(
+        (view.epoch, view.remaining_ms),
+        (1, 998),
+        "nothing else changes"
+    );
+    assert_eq!(seen(&mut t, 3).as_deref(), Some(&b"10.0.0.2:80"[..]));
+    // A waiter's value arrives with its grant; the old lease cannot proclaim any more.
+    let AcquireOutcome::Queued(_) = t.acquire(
+        4,
+        AcquireRequest {
+            value: Some(b"b".to_vec()),
+            ..req("L", "b", 1000, 5000, "l2")
+        },
+    ) else {
+        panic!()
+    };
+    t.release(5, "l1").unwrap();
+    assert!(
+        matches!(&t.drain_events()[..], [Event::Granted { grant, .. }] if grant.value.as_deref() == Some(&b"b"[..]))
+    );
+    assert_eq!(t.proclaim(6, "l1", None), Err(LeaseExpired));
+    assert_eq!(seen(&mut t, 6).as_deref(), Some(&b"b"[..]));
+    t.proclaim(7, "l2", None).unwrap();
+    assert_eq!(seen(&mut t, 8), None);
+    // An expired lease cannot proclaim either.
+    assert_eq!(t.proclaim(2000, "l2", Some(vec![1])), Err(LeaseExpired));
+}
+
+#[test]
+fn each_lease_brings_its_own_lock_delay() {
+    let mut t = LockTable::new(TableConfig {
+        lock_delay_ms: 100,
+        epoch_block: 10,
+        ..Default::default()
+    });
+    let a = granted(t.acquire(
+        0,
+        AcquireRequest {
+            lock_delay_ms: Some(500),
+            ..req("L", "a", 1000, 0, "l1")
+        },
+    ));
+    assert_eq!(a.lock_delay_ms, 500);
+    assert_eq!(t.status(1, "L").lease.unwrap().lock_delay_ms, 500);
+    // The restart block must cover the TTL and the 400 ms above the default delay.
+    assert_eq!(a.reserve.map(|r| r.max_ttl_ms), Some(1400));
+    t.confirm(0, "L", a.reserve.unwrap(), a.generation);
+    // Expired at 1000: its own delay, not the default, keeps the lock until 1500.
+    assert_eq!(
+        t.acquire(1499, req("L", "b", 1000, 0, "l2")),
+        AcquireOutcome::Held {
+            holder: None,
+            retry_after_ms: 1
+        }
+    );
+    let b = granted(t.acquire(
+        1500,
+        AcquireRequest {
+            lock_delay_ms: Some(0),
+            ..req("L", "b", 1000, 0, "l2")
+        },
+    ));
+    assert_eq!(b.lock_delay_ms, 0);
+    // No delay after b's expiry.
+    granted(t.acquire(2500, req("L", "c", 1000, 0, "l3")));
+    // Without a delay of its own a lease gets the default; a shorter one than the default
+    // needs no more reservation than the TTL.
+    let d = granted(t.acquire(0, req("M", "d", 1000, 0, "l4")));
+    assert_eq!(
+        (d.lock_delay_ms, d.reserve.map(|r| r.max_ttl_ms)),
+        (100, Some(1000))
+    );
+}
+
+#[test]
+fn a_session_renews_its_leases_at_once_and_they_expire_with_it() {
+    let mut t = LockTable::new(TableConfig {
+        lock_delay_ms: 50,
+        ..Default::default()
+    });
+    t.create_session(0, session("s1", 1000)).unwrap();
+    let a = granted(t.acquire(10, in_session("A", "s1", 0, "a")));
+    granted(t.acquire(20, in_session("B", "s1", 0, "b")));
+    assert_eq!((a.ttl_ms, a.session.as_deref()), (1000, Some("s1")));
+    // Both leases share the session's deadline (1000), not their own grant time + TTL.
+    assert_eq!(t.lease(30, "a").unwrap().remaining_ms, 970);
+    assert_eq!(t.lease(30, "b").unwrap().remaining_ms, 970);
+    // One keepalive renews both.
+    let view = t.keepalive_session(900, "s1").unwrap();
+    assert_eq!(view.leases.len(), 2);
+    assert_eq!(t.lease(950, "a").unwrap().remaining_ms, 950);
+    assert_eq!(t.lease(950, "b").unwrap().remaining_ms, 950);
+    // A lease's own keepalive renews its whole session.
+    t.keepalive(1000, "b").unwrap();
+    assert_eq!(t.lease(1000, "a").unwrap().remaining_ms, 1000);
+    // Releasing one leaves the other in the session.
+    t.release(1100, "b").unwrap();
+    assert_eq!(t.session(1100, "s1").unwrap().leases.len(), 1);
+    let b2 = granted(t.acquire(1100, in_session("B", "s1", 0, "b2")));
+    assert_eq!(b2.epoch, 2);
+    t.drain_events();
+    // No renewal: at 2000 the session ends, its end first, then both leases at once.
+    t.poll(1999);
+    assert!(t.drain_events().is_empty());
+    assert_eq!(t.next_wakeup(), Some(2000));
+    t.poll(2000);
+    let events = t.drain_events();
+    assert!(
+        matches!(&events[0], Event::SessionExpired { session_id, .. } if session_id == "s1"),
+        "{events:?}"
+    );
+    let expired: Vec<&str> = events[1..]
+        .iter()
+        .filter_map(|e| match e {
+            Event::Expired { lease_id, .. } => Some(lease_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(expired.len(), 2, "{events:?}");
+    assert!(expired.contains(&"a") && expired.contains(&"b2"));
+    assert_eq!(t.live_leases(), 0);
+    assert_eq!(t.live_sessions(), 0);
+    // Each lock waits out its lock-delay, as after any expiry.
+    assert!(matches!(
+        t.acquire(2049, req("A", "x", 100, 0, "x")),
+        AcquireOutcome::Held { holder: None, .. }
+    ));
+    granted(t.acquire(2050, req("A", "x", 100, 0, "x")));
+    // The session is gone for good.
+    assert_eq!(t.keepalive_session(2050, "s1"), Err(SessionError::Expired));
+    assert_eq!(
+        t.acquire(2050, in_session("C", "s1", 0, "c")),
+        AcquireOutcome::NoSession
+    );
+}
+
+#[test]
+fn a_lock_looked_at_after_its_session_ran_out_ends_the_whole_session_first() {
+    let mut t = LockTable::new(TableConfig::default());
+    t.create_session(0, session("s1", 100)).unwrap();
+    granted(t.acquire(0, in_session("A", "s1", 0, "a")));
+    granted(t.acquire(0, in_session("B", "s1", 0, "b")));
+    // No poll: a status call on A, past the deadline, is the first to notice.
+    assert_eq!(t.status(150, "A").lease, None);
+    let events = t.drain_events();
+    assert!(
+        matches!(&events[0], Event::SessionExpired { .. }),
+        "{events:?}"
+    );
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Expired { .. }))
+            .count(),
+        2,
+        "{events:?}"
+    );
+    assert_eq!(t.live_leases(), 0);
+}
+
+#[test]
+fn closing_a_session_releases_its_leases_and_drops_its_waiters() {
+    let mut t = LockTable::new(TableConfig {
+        lock_delay_ms: 1000,
+        ..Default::default()
+    });
+    t.create_session(0, session("s1", 5000)).unwrap();
+    granted(t.acquire(0, in_session("A", "s1", 0, "a")));
+    granted(t.acquire(0, req("B", "other", 5000, 0, "other")));
+    // s1 waits for B; someone else waits for A.
+    let AcquireOutcome::Queued(mine) = t.acquire(1, in_session("B", "s1", 10_000, "b")) else {
+        panic!()
+    };
+    let AcquireOutcome::Queued(theirs) = t.acquire(2, req("A", "x", 1000, 10_000, "x")) else {
+        panic!()
+    };
+    let closed = t.close_session(3, "s1").unwrap();
+    assert_eq!(closed.leases.len(), 1);
+    assert_eq!(closed.leases[0].lease_id, "a");
+    let events = t.drain_events();
+    // A passes to its next waiter at once (a release: no lock-delay)...
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Granted { ticket, .. } if *ticket == theirs)),
+        "{events:?}"
+    );
+    // ...and the session's waiter for B is out of line.
+    assert!(
+        events.contains(&Event::SessionGone { ticket: mine }),
+        "{events:?}"
+    );
+    assert_eq!(t.status(3, "B").waiters, 0);
+    assert_eq!(t.close_session(4, "s1"), Err(SessionError::Expired));
+    t.release(5, "other").unwrap();
+    assert!(t.drain_events().is_empty(), "nobody left waiting for B");
+}
+
+#[test]
+fn a_waiter_whose_session_ended_is_passed_over() {
+    let mut t = LockTable::new(TableConfig::default());
+    t.create_session(0, session("s1", 100)).unwrap();
+    granted(t.acquire(0, req("L", "a", 1000, 0, "a")));
+    let AcquireOutcome::Queued(mine) = t.acquire(0, in_session("L", "s1", 5000, "m")) else {
+        panic!()
+    };
+    let AcquireOutcome::Queued(next) = t.acquire(0, req("L", "n", 1000, 5000, "n")) else {
+        panic!()
+    };
+    // The session runs out while waiting.
+    t.poll(100);
+    assert!(t
+        .drain_events()
+        .contains(&Event::SessionGone { ticket: mine }));
+    t.release(200, "a").unwrap();
+    assert!(matches!(&t.drain_events()[..], [Event::Granted { ticket, .. }] if *ticket == next));
+}
+
+#[test]
+fn a_session_is_one_lease_of_its_owners_quota_and_sessions_are_bounded() {
+    let mut t = LockTable::new(TableConfig {
+        max_sessions: 2,
+        ..Default::default()
+    });
+    let owner = Some(Owner {
+        name: "p".into(),
+        max_leases: 2,
+        max_waiters: 1,
+    });
+    let mine = |id: &str| SessionRequest {
+        owner: owner.clone(),
+        ..session(id, 1000)
+    };
+    t.create_session(0, mine("s1")).unwrap();
+    granted(t.acquire(
+        0,
+        AcquireRequest {
+            owner: owner.clone(),
+            ..in_session("A", "s1", 0, "a")
+        },
+    ));
+    // The session and its lease: the owner's two.
+    assert_eq!(
+        t.acquire(0, owned("B", "p", 0, "b")),
+        AcquireOutcome::QuotaExceeded {
+            resource: "leases_per_principal",
+            limit: 2
+        }
+    );
+    assert_eq!(
+        t.create_session(0, mine("s2")),
+        Err(SessionError::QuotaExceeded {
+            resource: "leases_per_principal",
+            limit: 2
+        })
+    );
+    // Closing gives both places back.
+    t.close_session(1, "s1").unwrap();
+    granted(t.acquire(1, owned("B", "p", 0, "b")));
+    t.create_session(1, mine("s2")).unwrap();
+    t.create_session(1, session("s3", 1000)).unwrap();
+    assert_eq!(
+        t.create_session(1, session("s4", 1000)),
+        Err(SessionError::QuotaExceeded {
+            resource: "sessions",
+            limit: 2
+        })
+    );
+    // An expired session frees its place.
+    t.poll(1001);
+    t.create_session(1001, session("s4", 1000)).unwrap();
+    assert_eq!(
+        t.create_session(1001, session("s4", 1)),
+        Err(SessionError::Duplicate)
+    );
+}
+
+#[test]
+fn a_restart_brings_back_sessions_with_their_leases_and_orphans_expire_alone() {
+    let mut t = LockTable::new(TableConfig::default());
+    t.restore_sessions(100, [("s1".to_string(), "s".to_string(), 1000)]);
+    let lease = |lock: &str, id: &str, session: Option<&str>| Grant {
+        lock: lock.into(),
+        holder: "s".into(),
+        epoch: 3,
+        lease_id: id.into(),
+        ttl_ms: 1000,
+        value: Some(b"v".to_vec()),
+        lock_delay_ms: 0,
+        session: session.map(str::to_owned),
+        ..Default::default()
+    };
+    t.restore(
+        100,
+        [],
+        [
+            lease("A", "a", Some("s1")),
+            lease("B", "b", Some("s1")),
+            // Its session's record is gone: honoured for its own TTL, on its own.
+            lease("C", "c", Some("gone")),
+        ],
+    );
+    let view = t.session(100, "s1").unwrap();
+    assert_eq!(view.leases.len(), 2);
+    assert_eq!(view.leases[0].value.as_deref(), Some(&b"v"[..]));
+    t.keepalive_session(900, "s1").unwrap();
+    assert_eq!(t.lease(1000, "a").unwrap().remaining_ms, 900);
+    assert_eq!(t.lease(1000, "c").unwrap().session, None);
+    t.poll(1100);
+    assert_eq!(t.lease(1100, "c"), None, "the orphan expired after its TTL");
+    assert!(t.lease(1100, "b").is_some(), "the session's leases live on");
+    assert_eq!(granted(t.acquire(1100, req("C", "x", 10, 0, "x"))).epoch, 4);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
-    Acquire { lock: u8, wait: Millis, ttl: Millis },
+    Acquire {
+        lock: u8,
+        wait: Millis,
+        ttl: Millis,
+        /// A lock-delay of its own (None: the table's).
+        delay: Option<Millis>,
+        /// In the nth session created (if there is one).
+        session: Option<u8>,
+    },
     Release(u8),
     Keepalive(u8),
     Cancel(u8),
     Advance(Millis),
     Crash,
+    CreateSession(Millis),
+    KeepaliveSession(u8),
+    CloseSession(u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        10 => (0u8..3, prop_oneof![Just(0), 1u64..300], 1u64..200)
-            .prop_map(|(lock, wait, ttl)| Op::Acquire { lock, wait, ttl }),
+        10 => (
+            0u8..3,
+            prop_oneof![Just(0), 1u64..300],
+            1u64..200,
+            prop_oneof![Just(None), (0u64..80).prop_map(Some)],
+            prop_oneof![2 => Just(None), 1 => (0u8..4).prop_map(Some)],
+        )
+            .prop_map(|(lock, wait, ttl, delay, session)| Op::Acquire { lock, wait, ttl, delay, session }),
         4 => (0u8..16).prop_map(Op::Release),
         4 => (0u8..16).prop_map(Op::Keepalive),
         2 => (0u8..16).prop_map(Op::Cancel),
         6 => (0u64..150).prop_map(Op::Advance),
         1 => Just(Op::Crash),
+        2 => (1u64..200).prop_map(Op::CreateSession),
+        3 => (0u8..4).prop_map(Op::KeepaliveSession),
+        1 => (0u8..4).prop_map(Op::CloseSession),
     ]
 }
 
@@ -570,13 +939,35 @@ fn op() -> impl Strategy<Value = Op> {
 /// deadline) or None once released, and whether a crash happened since the last grant.
 type Model = HashMap<String, (Epoch, Option<(String, Millis)>, bool)>;
 
+/// The model's sessions: id -> (deadline, TTL), while the model believes it live.
+type Sessions = HashMap<String, (Millis, Millis)>;
+
+/// Moves the deadline of every live lease of `session` in the model to `deadline`.
+fn renew_in_model(
+    model: &mut Model,
+    session_of: &HashMap<String, String>,
+    session: &str,
+    deadline: Millis,
+) {
+    for entry in model.values_mut() {
+        if let Some((id, d)) = &mut entry.1 {
+            if session_of.get(id.as_str()).map(String::as_str) == Some(session) {
+                *d = deadline;
+            }
+        }
+    }
+}
+
 proptest! {
-    /// Random interleavings of acquire/wait/release/keepalive/cancel/time and crashes
-    /// (the table rebuilt from durable reservations only, lazy idle markers possibly
-    /// lost): epochs per lock strictly increase (by one between crashes), a lock is never
-    /// granted while an earlier lease of it may be live, lock-delay is respected, waiters
-    /// are served in arrival order, and every grant answered without a disk write is
-    /// covered by a durable reservation.
+    /// Random interleavings of acquire/wait/release/keepalive/cancel/time, sessions
+    /// (create, acquire in, renew, close, expire) and crashes (the table rebuilt from
+    /// durable reservations only, lazy idle markers possibly lost), with lock-delays
+    /// chosen per lease: epochs per lock strictly increase (by one between crashes), a
+    /// lock is never granted while an earlier lease of it may be live, each lease's own
+    /// lock-delay is respected (across crashes too), waiters are served in arrival order,
+    /// every grant answered without a disk write is covered by a durable reservation
+    /// (its TTL and its lock-delay beyond the default), a session's leases live and die
+    /// with their session (renewed together, expired together, released together).
     #[test]
     fn grants_are_exclusive_and_epochs_increase(
         ops in proptest::collection::vec(op(), 1..300),
@@ -586,7 +977,7 @@ proptest! {
         grace in prop_oneof![Just(0u64), 1u64..40],
         max_locks in 0usize..4,
     ) {
-        let config = TableConfig { lock_delay_ms: delay, epoch_block: block, idle_grace_ms: grace, max_locks, max_waiters_per_lock: 0 };
+        let config = TableConfig { lock_delay_ms: delay, epoch_block: block, idle_grace_ms: grace, max_locks, max_waiters_per_lock: 0, max_sessions: 0 };
         // The floor the lazily recorded `Forgotten` events left on disk, and the table's.
         let mut durable_floor: Epoch = 0;
         let mut floor: Epoch = 0;
@@ -605,42 +996,67 @@ proptest! {
         let mut tickets: Vec<Ticket> = Vec::new();
         let mut queued_order: HashMap<String, Vec<Ticket>> = HashMap::new();
         let mut ttl_of: HashMap<String, Millis> = HashMap::new();
+        // Each lease's lock-delay, and the session of each lease id (granted or asked).
+        let mut delay_of: HashMap<String, Millis> = HashMap::new();
+        let mut session_of: HashMap<String, String> = HashMap::new();
+        let mut sessions: Sessions = HashMap::new();
+        let mut session_ids: Vec<String> = Vec::new();
 
-        let check_grant = |t: &mut LockTable, g: &Grant, now: Millis, model: &mut Model, durable: &mut HashMap<String, Reservation>| -> Result<(), TestCaseError> {
+        let check_grant = |t: &mut LockTable, g: &Grant, now: Millis, model: &mut Model, durable: &mut HashMap<String, Reservation>, delay_of: &HashMap<String, Millis>, sessions: &Sessions| -> Result<(), TestCaseError> {
             let entry = model.entry(g.lock.clone()).or_insert((0, None, false));
             prop_assert!(g.epoch > entry.0, "epoch {} not above {}", g.epoch, entry.0);
             if !entry.2 {
                 prop_assert_eq!(g.epoch, entry.0 + 1, "epochs must count up by one");
             }
-            if let Some((_, deadline)) = &entry.1 {
+            if let Some((prev, deadline)) = &entry.1 {
                 prop_assert!(*deadline <= now, "granted {} while lease live until {}", g.lock, deadline);
-                prop_assert!(deadline + delay <= now, "lock-delay not respected");
+                let prev_delay = delay_of.get(prev).copied().unwrap_or(delay);
+                prop_assert!(deadline + prev_delay <= now, "lock-delay {} of {} not respected", prev_delay, prev);
                 // The previous lease expired (it was not released): its record's removal
                 // is lazy, so this grant must be durable before it is answered.
                 prop_assert!(g.reserve.is_some(), "grant after an expiry answered without a durable write");
             }
+            prop_assert_eq!(g.lock_delay_ms, delay_of.get(&g.lease_id).copied().unwrap_or(delay));
+            let needed = g.ttl_ms + g.lock_delay_ms.saturating_sub(delay);
             let d = durable.entry(g.lock.clone()).or_default();
             match g.reserve {
                 Some(r) => {
-                    prop_assert!(r.active && r.ceiling >= g.epoch && r.max_ttl_ms >= g.ttl_ms);
+                    prop_assert!(r.active && r.ceiling >= g.epoch && r.max_ttl_ms >= needed);
                     d.merge(r);
                     t.confirm(now, &g.lock, r, g.generation);
                 }
-                None => prop_assert!(d.covers(g.epoch, g.ttl_ms), "unrecorded grant {:?} not covered by {:?}", g, d),
+                None => prop_assert!(d.covers(g.epoch, needed), "unrecorded grant {:?} not covered by {:?}", g, d),
             }
-            *entry = (g.epoch, Some((g.lease_id.clone(), now + g.ttl_ms)), false);
+            let deadline = match &g.session {
+                Some(s) => {
+                    let (deadline, ttl) = sessions.get(s).copied().unwrap_or((0, 0));
+                    prop_assert!(deadline > now, "granted in session {} that ended at {}", s, deadline);
+                    prop_assert_eq!(g.ttl_ms, ttl, "a session lease has its session's TTL");
+                    deadline
+                }
+                None => now + g.ttl_ms,
+            };
+            *entry = (g.epoch, Some((g.lease_id.clone(), deadline)), false);
             Ok(())
         };
 
         for op in ops {
             let mut direct: Option<Grant> = None;
             match op {
-                Op::Acquire { lock, wait, ttl } => {
+                Op::Acquire { lock, wait, ttl, delay: own_delay, session } => {
                     let id = format!("lease{next_id}");
                     next_id += 1;
                     ttl_of.insert(id.clone(), ttl);
+                    delay_of.insert(id.clone(), own_delay.unwrap_or(delay));
+                    let session = session.and_then(|i| session_ids.get(i as usize).cloned());
                     let name = format!("L{lock}");
-                    match t.acquire(now, req(&name, "h", ttl, wait, &id)) {
+                    let mut request = req(&name, "h", ttl, wait, &id);
+                    request.lock_delay_ms = own_delay;
+                    if let Some(s) = &session {
+                        session_of.insert(id.clone(), s.clone());
+                        request.session = Some(s.clone());
+                    }
+                    match t.acquire(now, request) {
                         // Checked after the events the call produced (a sweep, an expiry).
                         AcquireOutcome::Granted(g) => direct = Some(g),
                         AcquireOutcome::Queued(ticket) => { tickets.push(ticket); queued_order.entry(name).or_default().push(ticket); }
@@ -648,6 +1064,10 @@ proptest! {
                         AcquireOutcome::QuotaExceeded { resource, .. } => {
                             prop_assert_eq!(resource, "locks");
                             prop_assert!(max_locks > 0 && t.lock_count() >= max_locks);
+                        }
+                        AcquireOutcome::NoSession => {
+                            let s = session.as_deref().unwrap_or("");
+                            prop_assert!(sessions.get(s).is_none_or(|(deadline, _)| *deadline <= now), "live session {} refused", s);
                         }
                     }
                 }
@@ -667,7 +1087,16 @@ proptest! {
                             let (live_id, deadline) = entry.1.as_mut().unwrap();
                             prop_assert_eq!(&*live_id, &id);
                             prop_assert!(*deadline > now, "renewed an expired lease");
-                            *deadline = now + ttl_of[&id];
+                            match session_of.get(&id).cloned() {
+                                // A session lease renews its whole session.
+                                Some(s) => {
+                                    let (deadline, ttl) = sessions.get_mut(&s).unwrap();
+                                    *deadline = now + *ttl;
+                                    let d = *deadline;
+                                    renew_in_model(&mut model, &session_of, &s, d);
+                                }
+                                None => *deadline = now + ttl_of[&id],
+                            }
                         }
                     }
                 }
@@ -686,14 +1115,71 @@ proptest! {
                     tickets.clear();
                     queued_order.clear();
                     lease_ids.clear();
+                    // No session record survives here (records are the issuer's business).
+                    sessions.clear();
+                    session_ids.clear();
                     for entry in model.values_mut() { entry.2 = true; }
                 }
+                Op::CreateSession(ttl) => {
+                    let id = format!("session{next_id}");
+                    next_id += 1;
+                    let view = t.create_session(now, SessionRequest { session_id: id.clone(), holder: "h".into(), ttl_ms: ttl, owner: None });
+                    prop_assert!(view.is_ok());
+                    sessions.insert(id.clone(), (now + ttl, ttl));
+                    session_ids.push(id);
+                }
+                Op::KeepaliveSession(i) => {
+                    if let Some(id) = session_ids.get(i as usize).cloned() {
+                        let was = sessions.get(&id).copied();
+                        match t.keepalive_session(now, &id) {
+                            Ok(view) => {
+                                let (deadline, ttl) = was.unwrap();
+                                prop_assert!(deadline > now, "renewed a session that ended at {}", deadline);
+                                sessions.insert(id.clone(), (now + ttl, ttl));
+                                renew_in_model(&mut model, &session_of, &id, now + ttl);
+                                for lease in &view.leases {
+                                    prop_assert_eq!(lease.remaining_ms, ttl);
+                                    prop_assert_eq!(session_of.get(&lease.lease_id), Some(&id));
+                                }
+                            }
+                            Err(e) => {
+                                prop_assert_eq!(e, SessionError::Expired);
+                                prop_assert!(was.is_none_or(|(deadline, _)| deadline <= now), "live session {} not renewed", id);
+                            }
+                        }
+                    }
+                }
+                Op::CloseSession(i) => {
+                    if let Some(id) = session_ids.get(i as usize).cloned() {
+                        let was = sessions.remove(&id);
+                        match t.close_session(now, &id) {
+                            Ok(view) => {
+                                prop_assert!(was.is_some_and(|(deadline, _)| deadline > now));
+                                // Exactly the session's live leases were released.
+                                let mut live: Vec<String> = model.values().filter_map(|e| e.1.as_ref())
+                                    .filter(|(l, _)| session_of.get(l) == Some(&id)).map(|(l, _)| l.clone()).collect();
+                                let mut released: Vec<String> = view.leases.iter().map(|l| l.lease_id.clone()).collect();
+                                live.sort();
+                                released.sort();
+                                prop_assert_eq!(&live, &released);
+                                for lease in view.leases {
+                                    model.get_mut(&lease.lock).unwrap().1 = None;
+                                }
+                            }
+                            Err(e) => {
+                                prop_assert_eq!(e, SessionError::Expired);
+                                prop_assert!(was.is_none_or(|(deadline, _)| deadline <= now));
+                            }
+                        }
+                    }
+                }
             }
+            let mut ended_sessions = Vec::new();
             for event in t.drain_events() {
                 match event {
                     Event::Granted { ticket, grant } => {
                         meet(&mut model, &grant.lock, floor);
-                        check_grant(&mut t, &grant, now, &mut model, &mut durable)?;
+                        check_grant(&mut t, &grant, now, &mut model, &mut durable, &delay_of, &sessions)?;
                         let q = queued_order.get_mut(&grant.lock).unwrap();
                         prop_assert_eq!(q.first().copied(), Some(ticket), "waiters out of order");
                         q.remove(0);
@@ -701,6 +1187,14 @@ proptest! {
                     }
                     Event::TimedOut { ticket, .. } => {
                         for q in queued_order.values_mut() { q.retain(|&x| x != ticket); }
+                    }
+                    Event::SessionGone { ticket } => {
+                        for q in queued_order.values_mut() { q.retain(|&x| x != ticket); }
+                    }
+                    Event::SessionExpired { session_id, .. } => {
+                        let (deadline, _) = sessions.remove(&session_id).unwrap();
+                        prop_assert!(deadline <= now, "session {} expired early", session_id);
+                        ended_sessions.push(session_id);
                     }
                     Event::Expired { lock, lease_id, .. } => {
                         let entry = model.get_mut(&lock).unwrap();
@@ -741,8 +1235,16 @@ proptest! {
             }
             if let Some(g) = direct {
                 meet(&mut model, &g.lock, floor);
-                check_grant(&mut t, &g, now, &mut model, &mut durable)?;
+                check_grant(&mut t, &g, now, &mut model, &mut durable, &delay_of, &sessions)?;
                 lease_ids.push(g.lease_id);
+            }
+            // A session that ended took every one of its leases with it, in the same call.
+            for ended in ended_sessions {
+                for view in model.keys().cloned().collect::<Vec<_>>() {
+                    let live = t.status(now, &view).lease;
+                    prop_assert!(live.as_ref().and_then(|l| l.session.as_ref()) != Some(&ended), "lease of ended session {} lives on", ended);
+                }
+                prop_assert!(!model.values().any(|e| e.1.as_ref().is_some_and(|(l, d)| session_of.get(l) == Some(&ended) && *d > now)));
             }
         }
     }

@@ -15,7 +15,7 @@ use palisade_core::gate::GateError;
 use palisade_storage::{ApplyError, StorageError};
 use palisade_token::TokenError;
 
-use palisade_issuer::{AcquireError, LeaseError};
+use palisade_issuer::{AcquireError, LeaseError, SessionError};
 
 /// An error answer.
 #[derive(Debug)]
@@ -75,6 +75,10 @@ impl ApiError {
 
     pub fn lease_expired() -> Self {
         Self::new(ErrorCode::LeaseExpired, "lease expired or unknown")
+    }
+
+    pub fn session_expired() -> Self {
+        Self::new(ErrorCode::SessionExpired, "session expired or unknown")
     }
 
     pub fn payload_too_large(limit: usize) -> Self {
@@ -219,6 +223,7 @@ impl From<AcquireError> for ApiError {
             AcquireError::QuotaExceeded { resource, limit } => {
                 ApiError::quota_exceeded(resource, limit)
             }
+            AcquireError::NoSession => ApiError::session_expired(),
             AcquireError::Storage(s) => s.into(),
         }
     }
@@ -229,6 +234,18 @@ impl From<LeaseError> for ApiError {
         match e {
             LeaseError::Expired => ApiError::lease_expired(),
             LeaseError::Storage(s) => s.into(),
+        }
+    }
+}
+
+impl From<SessionError> for ApiError {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Expired => ApiError::session_expired(),
+            SessionError::QuotaExceeded { resource, limit } => {
+                ApiError::quota_exceeded(resource, limit)
+            }
+            SessionError::Storage(s) => s.into(),
         }
     }
 }

@@ -15,7 +15,7 @@ use super::{json_body, lock_name, path, ApiError, AppState};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, LockPattern, Verb};
 
-const MIN_TTL_MS: u64 = 50;
+pub(super) const MIN_TTL_MS: u64 = 50;
 const MAX_WAIT_MS: u64 = 300_000;
 
 #[derive(Deserialize)]
@@ -24,9 +24,16 @@ pub struct AcquireBody {
     /// Who holds the lease. With authentication on, an optional label after the
     /// principal's name.
     holder: Option<String>,
-    ttl_ms: u64,
+    /// Required unless `session` is given (the session's TTL applies then).
+    ttl_ms: Option<u64>,
     #[serde(default)]
     wait_ms: u64,
+    /// What the holder advertises (standard base64, at most 4 KiB decoded).
+    value: Option<String>,
+    /// This lease's lock-delay (default: the server's `--lock-delay-ms`).
+    lock_delay_ms: Option<u64>,
+    /// Acquire inside this session (see `super::recipes`).
+    session: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -37,6 +44,11 @@ pub struct AcquireAnswer {
     token: String,
     lease_id: String,
     ttl_ms: u64,
+    lock_delay_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    session: Option<String>,
 }
 
 pub async fn acquire(
@@ -51,19 +63,34 @@ pub async fn acquire(
     caller.require(Verb::Acquire, &lock)?;
     let body: AcquireBody = json_body(&headers, body).await?;
     let holder = caller.holder(body.holder)?;
-    let max_ttl_ms = state.limits.max_ttl_for(&caller);
-    if body.ttl_ms < MIN_TTL_MS {
-        return Err(ApiError::bad_request(format!(
-            "ttl_ms must be at least {MIN_TTL_MS}"
-        )));
-    }
-    if body.ttl_ms > max_ttl_ms {
-        return Err(ApiError::quota_exceeded("ttl_ms", max_ttl_ms));
-    }
+    let ttl_ms = match (body.ttl_ms, &body.session) {
+        (Some(ttl_ms), None) => check_ttl(&state, &caller, ttl_ms)?,
+        (None, Some(session)) => {
+            // The session must be the caller's; its TTL was checked when it was made.
+            super::recipes::owned_session(&state, &caller, session).await?;
+            0
+        }
+        (None, None) => return Err(ApiError::bad_request("ttl_ms is required")),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "ttl_ms and session exclude each other: a lease in a session has the \
+                 session's TTL",
+            ))
+        }
+    };
     if body.wait_ms > MAX_WAIT_MS {
         return Err(ApiError::bad_request(format!(
             "wait_ms must be at most {MAX_WAIT_MS}"
         )));
+    }
+    let value = body
+        .value
+        .as_deref()
+        .map(super::recipes::decode_value)
+        .transpose()?;
+    let max_delay = state.limits.max_lock_delay_ms;
+    if body.lock_delay_ms.is_some_and(|d| d > max_delay) {
+        return Err(ApiError::quota_exceeded("lock_delay_ms", max_delay));
     }
     let lease_id = hex::encode(rand::random::<[u8; 16]>());
     let granted = state
@@ -71,10 +98,13 @@ pub async fn acquire(
         .acquire(AcquireRequest {
             lock,
             holder,
-            ttl_ms: body.ttl_ms,
+            ttl_ms,
             wait_ms: body.wait_ms,
             lease_id,
             owner: state.limits.owner_for(&caller),
+            value,
+            lock_delay_ms: body.lock_delay_ms,
+            session: body.session,
         })
         .await?;
     let g = granted.grant;
@@ -85,7 +115,24 @@ pub async fn acquire(
         token: granted.token,
         lease_id: g.lease_id,
         ttl_ms: g.ttl_ms,
+        lock_delay_ms: g.lock_delay_ms,
+        value: g.value.as_deref().map(palisade_issuer::value::encode),
+        session: g.session,
     }))
+}
+
+/// A lease or session TTL: at least [`MIN_TTL_MS`], at most what the caller may ask for.
+pub(super) fn check_ttl(state: &AppState, caller: &Caller, ttl_ms: u64) -> Result<u64, ApiError> {
+    let max_ttl_ms = state.limits.max_ttl_for(caller);
+    if ttl_ms < MIN_TTL_MS {
+        return Err(ApiError::bad_request(format!(
+            "ttl_ms must be at least {MIN_TTL_MS}"
+        )));
+    }
+    if ttl_ms > max_ttl_ms {
+        return Err(ApiError::quota_exceeded("ttl_ms", max_ttl_ms));
+    }
+    Ok(ttl_ms)
 }
 
 #[derive(Serialize)]
@@ -100,7 +147,7 @@ pub struct KeepaliveAnswer {
 /// lease's lock and the lease is its own (or the caller is an admin). Lease ids never
 /// change hands, so what this reads stays true for the call that follows. Returns the
 /// lease with authentication on; nothing to look up with it off.
-async fn owned_lease(
+pub(super) async fn owned_lease(
     state: &AppState,
     caller: &Caller,
     lease_id: &str,
@@ -180,21 +227,36 @@ pub struct LockStatus {
     lease_id: Option<String>,
     remaining_ms: Option<u64>,
     waiters: usize,
+    /// The live lease's epoch (its token's). `epoch` is the last one issued, which a
+    /// restart of the embedded issuer raises to the lock's reservation ceiling.
+    lease_epoch: Option<u64>,
+    /// The holder's value (standard base64), if it advertises one.
+    value: Option<String>,
+    /// The lock-delay that applies if the live lease expires.
+    lock_delay_ms: Option<u64>,
+    /// The live lease's session, for its owner (and admins), like `lease_id`.
+    session: Option<String>,
 }
 
 impl LockStatus {
-    /// A lock as `caller` may see it: the lease id only for its owner (and admins).
+    /// A lock as `caller` may see it: the lease id and session only for its owner (and
+    /// admins).
     fn seen_by(v: LockView, caller: &Caller) -> Self {
         let lease = v.lease.as_ref();
+        let own = lease.filter(|l| caller.acts_for(&l.holder));
         LockStatus {
             lock: v.lock.clone(),
             epoch: v.epoch,
             holder: lease.map(|l| l.holder.clone()),
-            lease_id: lease
-                .filter(|l| caller.acts_for(&l.holder))
-                .map(|l| l.lease_id.clone()),
+            lease_id: own.map(|l| l.lease_id.clone()),
             remaining_ms: lease.map(|l| l.remaining_ms),
             waiters: v.waiters,
+            lease_epoch: lease.map(|l| l.epoch),
+            value: lease
+                .and_then(|l| l.value.as_deref())
+                .map(palisade_issuer::value::encode),
+            lock_delay_ms: lease.map(|l| l.lock_delay_ms),
+            session: own.and_then(|l| l.session.clone()),
         }
     }
 }

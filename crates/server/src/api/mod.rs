@@ -9,6 +9,7 @@ pub mod error;
 mod kv;
 mod locks;
 mod observe;
+mod recipes;
 mod tokens;
 
 use std::sync::Arc;
@@ -114,6 +115,17 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/locks/{lock}/acquire", post(locks::acquire))
         .route("/v1/leases/{lease_id}/keepalive", post(locks::keepalive))
         .route("/v1/leases/{lease_id}/release", post(locks::release))
+        .route("/v1/leases/{lease_id}/proclaim", post(recipes::proclaim))
+        .route("/v1/sessions", post(recipes::create_session))
+        .route("/v1/sessions/{session_id}", get(recipes::session))
+        .route(
+            "/v1/sessions/{session_id}/keepalive",
+            post(recipes::keepalive_session),
+        )
+        .route(
+            "/v1/sessions/{session_id}/close",
+            post(recipes::close_session),
+        )
         .route("/v1/keys", get(tokens::keys))
         .route("/v1/tokens/check", post(tokens::check))
         .route("/v1/kv/{lock}", get(kv::list))

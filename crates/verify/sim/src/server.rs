@@ -115,7 +115,7 @@ impl Server {
                     ttl_ms,
                     wait_ms,
                     lease_id,
-                    owner: None,
+                    ..AcquireRequest::default()
                 };
                 let outcome = self.table.acquire(now, req);
                 // The expiries the table settled before deciding come first.
@@ -128,9 +128,10 @@ impl Server {
                         self.waiters.insert(ticket, (client, req_id));
                     }
                     // No quota is configured here, so a refusal is only ever `Held`.
-                    AcquireOutcome::Held { .. } | AcquireOutcome::QuotaExceeded { .. } => {
-                        reply(out, Reply::Held)
-                    }
+                    // The simulation makes no sessions: `NoSession` cannot happen.
+                    AcquireOutcome::Held { .. }
+                    | AcquireOutcome::QuotaExceeded { .. }
+                    | AcquireOutcome::NoSession => reply(out, Reply::Held),
                 }
             }
             Request::Keepalive { lease_id } => match self.table.keepalive(now, &lease_id) {
@@ -275,8 +276,10 @@ impl Server {
                     let job = Job::LazyReservation { lock, reservation };
                     self.submit(now, job, None, out);
                 }
-                // No lock limit is configured here.
-                Event::Forgotten { .. } => {}
+                // No lock limit is configured here, and no session is made.
+                Event::Forgotten { .. }
+                | Event::SessionExpired { .. }
+                | Event::SessionGone { .. } => {}
             }
         }
         if let Some(wake) = self.table.next_wakeup() {

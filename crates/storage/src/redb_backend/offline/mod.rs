@@ -140,7 +140,10 @@ pub(super) fn summarize(view: &View<'_>) -> Result<EpochSummary, Fault> {
     each_row(view, Key::Lease(String::new()), &mut |_, val| {
         if let Val::Text(text) = val {
             let lease: LeaseRecord = serde_json::from_str(&text)?;
-            summary.raise(&lease.lock, lease.epoch);
+            // A session's record names no lock.
+            if !lease.is_session() {
+                summary.raise(&lease.lock, lease.epoch);
+            }
         }
         Ok(())
     })?;

@@ -142,7 +142,10 @@ fn rewrite(txn: &WriteTransaction, plan: &RestorePlan) -> Result<Restored, Fault
     for item in leases.iter()? {
         let (id, record) = item?;
         let lease: crate::LeaseRecord = serde_json::from_str(record.value())?;
-        locks.insert(lease.lock);
+        // A session's record names no lock; it is dropped like every lease record.
+        if !lease.is_session() {
+            locks.insert(lease.lock);
+        }
         dropped.push(id.value().to_owned());
     }
     for id in &dropped {

@@ -66,6 +66,7 @@ pub(super) fn lease(id: &str, lock: &str, epoch: u64) -> LeaseRecord {
         holder: "worker-1".to_string(),
         epoch,
         ttl_ms: 10_000,
+        ..Default::default()
     }
 }
 

@@ -196,6 +196,7 @@ impl Worker {
                 let opts = AcquireOptions {
                     ttl: self.ttl,
                     wait: Some(wait),
+                    ..AcquireOptions::default()
                 };
                 let holder = self.holder.clone();
                 let lease = nodes

@@ -96,6 +96,7 @@ impl Server {
             ttl_ms: r.ttl_ms,
             reserve: None,
             generation: 0,
+            ..Grant::default()
         });
         if self.bug == Some(Bug::ForgetLeasesOnRestart) {
             // Epochs only: neither lease records nor reservations are honoured.

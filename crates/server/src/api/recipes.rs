@@ -1,0 +1,246 @@
+//! Routes of the recipes built on leases: lock values (`proclaim`) and sessions.
+//!
+//! - `POST /v1/leases/{lease_id}/proclaim` `{"value": "<base64>" | null}`: the lease's
+//!   holder replaces what it advertises.
+//! - `POST /v1/sessions` `{"ttl_ms", "holder"?}`: a session, one keepalive for many
+//!   leases (acquire with `"session": "<id>"`).
+//! - `GET /v1/sessions/{id}`, `POST /v1/sessions/{id}/keepalive`,
+//!   `POST /v1/sessions/{id}/close`.
+//!
+//! Ownership (S14): a session belongs to the principal its holder names, as a lease
+//! does; renewing, reading, closing it or acquiring in it by anyone else is 403
+//! `permission_denied` (admins excepted). Creating one needs permission to acquire some
+//! lock; it counts as one lease against the principal's quota, and each lease in it as
+//! one more.
+
+use axum::body::Body;
+use axum::extract::rejection::PathRejection;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use palisade_api::recipes::MAX_LOCK_VALUE_BYTES;
+use palisade_api::ErrorCode;
+use palisade_core::lock_table::{LeaseView, SessionView};
+use palisade_issuer::SessionRequest;
+
+use super::locks::{check_ttl, owned_lease};
+use super::{json_body, path, ApiError, AppState};
+use crate::audit::AuditEvent;
+use crate::auth::{Caller, Verb};
+
+/// Longest session id accepted in a path (the server makes 32 hex characters).
+const MAX_SESSION_ID_LEN: usize = 128;
+
+/// A value from its wire form: standard base64, at most [`MAX_LOCK_VALUE_BYTES`] decoded.
+pub(super) fn decode_value(text: &str) -> Result<Vec<u8>, ApiError> {
+    // Four characters of base64 carry three bytes: refuse a long text before decoding.
+    if text.len() > MAX_LOCK_VALUE_BYTES.div_ceil(3) * 4 {
+        return Err(value_too_large());
+    }
+    let value = palisade_issuer::value::decode(text).ok_or_else(|| {
+        ApiError::bad_request("value must be standard base64 with padding (RFC 4648)")
+    })?;
+    if value.len() > MAX_LOCK_VALUE_BYTES {
+        return Err(value_too_large());
+    }
+    Ok(value)
+}
+
+fn value_too_large() -> ApiError {
+    ApiError::new(
+        ErrorCode::PayloadTooLarge,
+        format!("a lock value may be at most {MAX_LOCK_VALUE_BYTES} bytes"),
+    )
+    .with("limit", MAX_LOCK_VALUE_BYTES)
+}
+
+fn encode(value: Option<&[u8]>) -> Option<String> {
+    value.map(palisade_issuer::value::encode)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProclaimBody {
+    /// The new value (standard base64), or null to clear it. Required.
+    value: Option<String>,
+}
+
+#[derive(Serialize)]
+pub struct ProclaimAnswer {
+    lease_id: String,
+    lock: String,
+    epoch: u64,
+    value: Option<String>,
+}
+
+pub async fn proclaim(
+    State(state): State<AppState>,
+    caller: Caller,
+    lease_id: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<ProclaimAnswer>, ApiError> {
+    let lease_id = path(lease_id)?;
+    // A missing field and `null` both clear: `Option` cannot tell them apart, and
+    // `deny_unknown_fields` keeps typos from passing as a clear.
+    let body: ProclaimBody = json_body(&headers, body).await?;
+    let value = body.value.as_deref().map(decode_value).transpose()?;
+    owned_lease(&state, &caller, &lease_id).await?;
+    let view = state.issuer.proclaim(&lease_id, value).await?;
+    Ok(Json(ProclaimAnswer {
+        lease_id: view.lease_id,
+        lock: view.lock,
+        epoch: view.epoch,
+        value: encode(view.value.as_deref()),
+    }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionBody {
+    /// Who holds the session (as for a lease: with authentication on, an optional label
+    /// after the principal's name).
+    holder: Option<String>,
+    ttl_ms: u64,
+}
+
+/// A lease of a session, as its owner sees it.
+#[derive(Serialize)]
+pub struct SessionLease {
+    lease_id: String,
+    lock: String,
+    epoch: u64,
+}
+
+#[derive(Serialize)]
+pub struct SessionAnswer {
+    session_id: String,
+    holder: String,
+    ttl_ms: u64,
+    remaining_ms: u64,
+    /// The live leases in the session (for a close: the ones it released).
+    leases: Vec<SessionLease>,
+}
+
+impl From<SessionView> for SessionAnswer {
+    fn from(v: SessionView) -> Self {
+        SessionAnswer {
+            session_id: v.session_id,
+            holder: v.holder,
+            ttl_ms: v.ttl_ms,
+            remaining_ms: v.remaining_ms,
+            leases: v.leases.into_iter().map(SessionLease::from).collect(),
+        }
+    }
+}
+
+impl From<LeaseView> for SessionLease {
+    fn from(l: LeaseView) -> Self {
+        SessionLease {
+            lease_id: l.lease_id,
+            lock: l.lock,
+            epoch: l.epoch,
+        }
+    }
+}
+
+pub async fn create_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Json<SessionAnswer>, ApiError> {
+    if !caller.may_any(Verb::Acquire) {
+        return Err(denied(
+            &caller,
+            "may not acquire any lock, so may not hold a session",
+        ));
+    }
+    let body: SessionBody = json_body(&headers, body).await?;
+    let holder = caller.holder(body.holder)?;
+    let ttl_ms = check_ttl(&state, &caller, body.ttl_ms)?;
+    let view = state
+        .issuer
+        .create_session(SessionRequest {
+            session_id: hex::encode(rand::random::<[u8; 16]>()),
+            holder,
+            ttl_ms,
+            owner: state.limits.owner_for(&caller),
+        })
+        .await?;
+    Ok(Json(view.into()))
+}
+
+pub async fn session(
+    State(state): State<AppState>,
+    caller: Caller,
+    session_id: Result<Path<String>, PathRejection>,
+) -> Result<Json<SessionAnswer>, ApiError> {
+    let session_id = session_path(session_id)?;
+    let view = owned_session(&state, &caller, &session_id).await?;
+    Ok(Json(view.into()))
+}
+
+pub async fn keepalive_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    session_id: Result<Path<String>, PathRejection>,
+) -> Result<Json<SessionAnswer>, ApiError> {
+    let session_id = session_path(session_id)?;
+    owned_session(&state, &caller, &session_id).await?;
+    let view = state.issuer.keepalive_session(&session_id).await?;
+    Ok(Json(view.into()))
+}
+
+pub async fn close_session(
+    State(state): State<AppState>,
+    caller: Caller,
+    session_id: Result<Path<String>, PathRejection>,
+) -> Result<Json<SessionAnswer>, ApiError> {
+    let session_id = session_path(session_id)?;
+    owned_session(&state, &caller, &session_id).await?;
+    let view = state.issuer.close_session(&session_id).await?;
+    Ok(Json(view.into()))
+}
+
+/// A session id from a path: visible ASCII without `/`, at most [`MAX_SESSION_ID_LEN`].
+fn session_path(extracted: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    let id = path(extracted)?;
+    let visible = id.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
+    if id.is_empty() || id.len() > MAX_SESSION_ID_LEN || !visible {
+        return Err(ApiError::bad_request(format!(
+            "a session id is 1 to {MAX_SESSION_ID_LEN} visible ASCII characters without '/'"
+        )));
+    }
+    Ok(id)
+}
+
+/// Ownership of a session, checked before anything is done with it: it is live and the
+/// caller acts for its holder (always true with authentication off). Session ids never
+/// change hands, so what this reads stays true for the call that follows.
+pub(super) async fn owned_session(
+    state: &AppState,
+    caller: &Caller,
+    session_id: &str,
+) -> Result<SessionView, ApiError> {
+    let view = state
+        .issuer
+        .session(session_id)
+        .await?
+        .ok_or_else(ApiError::session_expired)?;
+    if !caller.acts_for(&view.holder) {
+        return Err(denied(caller, "this session belongs to another principal"));
+    }
+    Ok(view)
+}
+
+/// 403 `permission_denied`, audited like the other refusals of [`Caller`].
+fn denied(caller: &Caller, message: &str) -> ApiError {
+    let mut error = ApiError::new(ErrorCode::PermissionDenied, message);
+    if let Some(name) = caller.name() {
+        error = error.with("principal", name);
+    }
+    error.audited(AuditEvent::new("permission_denied").principal(caller.name()))
+}
