@@ -422,4 +422,45 @@ mod tests {
         let stored = c.record(&with_key("other"), applied, 1_100).unwrap();
         assert_eq!((stored.created_at_ms, stored.applied.revision), (1_100, 10));
     }
+
+    /// A record written before fingerprints were versioned (an unprefixed digest of the
+    /// request's `Debug` text) is never taken for the same request: a retry across that
+    /// upgrade is refused as a conflict, neither replayed nor applied a second time.
+    #[test]
+    fn unversioned_record_is_a_conflict() {
+        let action = put("k", "v");
+        let request = FencedOp {
+            idempotency: Some(Idempotency::for_request("i".into(), 4, None, &action)),
+            ..op(4, action)
+        };
+        let old = IdemRecord {
+            // What the previous encoding stored for this very request: SHA-256 of
+            // "PUT\0k\0", the epoch (8 bytes), "NoneNone\0", "v"; first 16 bytes.
+            fingerprint: "315962ef0b979d968d56ec5066403f91".into(),
+            created_at_ms: 1_000,
+            applied: Applied {
+                revision: 1,
+                epoch: 4,
+                high_water: HighWater { epoch: 4, seq: 0 },
+                replayed: false,
+                advanced: true,
+            },
+        };
+        let seen = Seen {
+            idempotency: Some(&old),
+            ..Seen::default()
+        };
+        let l = limits(9, 99);
+        assert_eq!(
+            decide(&request, &seen, &l, 1_001),
+            Decision::Refuse(ApplyError::IdempotencyConflict)
+        );
+        // Past the retention the old record no longer answers and the request is decided
+        // afresh.
+        let later = 1_000 + l.retention_ms();
+        assert!(matches!(
+            decide(&request, &seen, &l, later),
+            Decision::Commit(_)
+        ));
+    }
 }

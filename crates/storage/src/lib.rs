@@ -51,10 +51,12 @@ use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
 
 pub mod decide;
+pub mod fingerprint;
 pub mod observe;
 pub mod redb_backend;
 
 pub use decide::{decide, Decision, IdemRecord, KeyState, Seen, Usage};
+pub use fingerprint::fingerprint;
 
 /// A lease as the issuer records it, so it can be honoured after a restart.
 ///
@@ -163,9 +165,20 @@ pub enum Action {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Idempotency {
     pub key: String,
-    /// Digest of the request (method, key, value, preconditions); a reuse of the key for a
-    /// different request is refused with [`ApplyError::IdempotencyConflict`].
+    /// Digest of the request ([`fingerprint()`]: action, key, value, precondition, epoch,
+    /// sequence); a reuse of the key for a different request is refused with
+    /// [`ApplyError::IdempotencyConflict`].
     pub fingerprint: String,
+}
+
+impl Idempotency {
+    /// The idempotency of a request under `key`, fingerprinted with [`fingerprint()`].
+    pub fn for_request(key: String, epoch: Epoch, seq: Option<u64>, action: &Action) -> Self {
+        Idempotency {
+            key,
+            fingerprint: fingerprint(epoch, seq, action),
+        }
+    }
 }
 
 /// One fenced mutation of namespace `namespace`, already verified to carry a genuine

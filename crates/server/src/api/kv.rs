@@ -12,7 +12,6 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use palisade_api::{headers as h, ErrorCode};
 use palisade_storage::{Action, Applied, ApplyError, FencedOp, Idempotency, Precondition};
@@ -138,32 +137,10 @@ fn precondition(headers: &HeaderMap) -> Result<Precondition, ApiError> {
     }
 }
 
-/// Digest identifying a request, so one idempotency key cannot be reused for another.
-fn fingerprint(
-    method: &str,
-    key: &str,
-    epoch: u64,
-    seq: Option<u64>,
-    pre: Precondition,
-    value: &[u8],
-) -> String {
-    let mut h = Sha256::new();
-    h.update(method.as_bytes());
-    h.update([0]);
-    h.update(key.as_bytes());
-    h.update([0]);
-    h.update(epoch.to_be_bytes());
-    h.update(format!("{seq:?}{pre:?}").as_bytes());
-    h.update([0]);
-    h.update(value);
-    hex::encode(&h.finalize()[..16])
-}
-
 async fn apply(
     state: &AppState,
     lock: String,
     f: Fencing,
-    fp: String,
     action: Action,
 ) -> Result<Response, ApiError> {
     let lock_of = lock.clone();
@@ -172,10 +149,9 @@ async fn apply(
         namespace: lock,
         epoch: f.epoch,
         seq: f.seq,
-        idempotency: f.idempotency_key.map(|key| Idempotency {
-            key,
-            fingerprint: fp,
-        }),
+        idempotency: f
+            .idempotency_key
+            .map(|key| Idempotency::for_request(key, f.epoch, f.seq, &action)),
         action,
     };
     let applied = state
@@ -274,13 +250,12 @@ async fn put_seen(
     seen.epoch = Some(f.epoch);
     let pre = precondition(&headers)?;
     let value = read_body(&headers, body, state.max_value_bytes).await?;
-    let fp = fingerprint("PUT", &key, f.epoch, f.seq, pre, &value);
     let action = Action::Put {
         key,
         value,
         precondition: pre,
     };
-    apply(state, lock, f, fp, action).await
+    apply(state, lock, f, action).await
 }
 
 pub async fn delete(
@@ -308,12 +283,11 @@ async fn delete_seen(
     let f = fencing(state, &caller, &lock, &headers).await?;
     seen.epoch = Some(f.epoch);
     let pre = precondition(&headers)?;
-    let fp = fingerprint("DELETE", &key, f.epoch, f.seq, pre, b"");
     let action = Action::Delete {
         key,
         precondition: pre,
     };
-    apply(state, lock, f, fp, action).await
+    apply(state, lock, f, action).await
 }
 
 #[derive(Serialize)]
@@ -346,16 +320,14 @@ async fn fence_seen(
     seen.lock = Some(lock.clone());
     let f = fencing(state, &caller, &lock, &headers).await?;
     seen.epoch = Some(f.epoch);
-    let fp = fingerprint("FENCE", "", f.epoch, f.seq, Precondition::None, b"");
     let op = FencedOp {
         policy: state.policies.policy(&lock),
         namespace: lock.clone(),
         epoch: f.epoch,
         seq: f.seq,
-        idempotency: f.idempotency_key.map(|key| Idempotency {
-            key,
-            fingerprint: fp,
-        }),
+        idempotency: f
+            .idempotency_key
+            .map(|key| Idempotency::for_request(key, f.epoch, f.seq, &Action::Fence)),
         action: Action::Fence,
     };
     let applied = state
