@@ -9,22 +9,21 @@
 //! request leaves, which would silently address a different key or endpoint. Such
 //! segments are refused here with [`Error::BadRequest`] instead of being sent.
 
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
 use crate::Error;
+
+/// Every byte outside RFC 3986's unreserved set is encoded.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Appends the percent-encoded form of one path segment to `out`.
 fn encode_segment_into(segment: &str, out: &mut String) {
-    for &b in segment.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(b >> 4)]));
-            out.push(char::from(HEX[usize::from(b & 0x0f)]));
-        }
-    }
+    out.extend(utf8_percent_encode(segment, SEGMENT));
 }
-
-const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
 fn is_dot_segment(segment: &str) -> bool {
     segment == "." || segment == ".."
