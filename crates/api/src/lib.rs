@@ -8,15 +8,19 @@
 //! - [`headers`]: the request and response header names of the fenced store;
 //! - [`listening`]: the line `palisade serve` prints on stdout once it accepts
 //!   connections, which scripts and tests read to learn the address;
-//! - [`recipes`]: the limits of lock values and per-lock lock-delay.
+//! - [`recipes`]: the limits of lock values and per-lock lock-delay;
+//! - [`wire`]: the JSON bodies (error answers, acquire, leases, lock status and lists,
+//!   the token check), with their field names and skip rules.
 //!
 //! ## What this crate does not do
-//! - No I/O and no HTTP types: it depends on nothing but serde, so every layer can use it.
+//! - No I/O and no HTTP types: it depends on nothing but serde (and base64 for lock
+//!   values), so every layer can use it.
 //! - It does not decide anything; it only names things.
 
 mod code;
 pub mod headers;
 pub mod listening;
 pub mod recipes;
+pub mod wire;
 
 pub use code::{ErrorCode, UnknownCode};

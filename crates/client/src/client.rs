@@ -11,11 +11,12 @@ use tokio::time::Instant;
 use crate::failover::{Endpoints, Retry};
 use crate::lease::LeaseGuard;
 use crate::paths::segment;
-use crate::types::{FenceStatus, KeysBody, LocksBody};
+use crate::types::FenceStatus;
 use crate::{
     AcquireOptions, ClientBuilder, Error, FencedKv, KeepaliveInfo, Kv, Lease, LockStatus,
     PublicKey, TokenCheck,
 };
+use palisade_api::wire::{AcquireRequest, KeysAnswer, LockList, TokenCheckRequest};
 
 /// Bound on every call that is not a queued acquire. A lock service that does not answer
 /// within this is treated as unreachable rather than waited on forever.
@@ -37,26 +38,6 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Client {
     pub(crate) http: reqwest::Client,
     pub(crate) endpoints: Arc<Endpoints>,
-}
-
-#[derive(Serialize)]
-struct AcquireBody<'a> {
-    holder: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    ttl_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    wait_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    value: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    lock_delay_ms: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    session: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct CheckBody<'a> {
-    token: &'a str,
 }
 
 /// Saturating conversion: the server rejects out-of-range values with a clear message.
@@ -158,14 +139,14 @@ impl Client {
         opts: AcquireOptions,
     ) -> Result<Lease, Error> {
         let path = format!("/v1/locks/{}/acquire", segment("lock name", lock)?);
-        let body = AcquireBody {
-            holder,
+        let body = AcquireRequest {
+            holder: Some(holder.to_owned()),
             // A lease in a session has the session's TTL: the server refuses both.
             ttl_ms: opts.session.is_none().then(|| millis(opts.ttl)),
-            wait_ms: opts.wait.map(millis),
+            wait_ms: opts.wait.map_or(0, millis),
             value: opts.value.as_deref().map(crate::types::encode_value),
             lock_delay_ms: opts.lock_delay.map(millis),
-            session: opts.session.as_deref(),
+            session: opts.session.clone(),
         };
         let resp = self
             .call(Retry::UnlessUnknown, Method::POST, &path, |r| {
@@ -200,19 +181,21 @@ impl Client {
 
     /// Every known lock, sorted by name.
     pub async fn locks(&self) -> Result<Vec<LockStatus>, Error> {
-        let body: LocksBody = self.get_json("/v1/locks").await?;
+        let body: LockList = self.get_json("/v1/locks").await?;
         Ok(body.locks)
     }
 
     /// The issuer's public keys, for verifying tokens offline.
     pub async fn keys(&self) -> Result<Vec<PublicKey>, Error> {
-        let body: KeysBody = self.get_json("/v1/keys").await?;
+        let body: KeysAnswer = self.get_json("/v1/keys").await?;
         Ok(body.keys)
     }
 
     /// Asks the issuer whether `token` is genuine, current and its lease alive.
     pub async fn check_token(&self, token: &str) -> Result<TokenCheck, Error> {
-        let body = CheckBody { token };
+        let body = TokenCheckRequest {
+            token: token.to_owned(),
+        };
         Self::json(self.post_safe("/v1/tokens/check", Some(&body)).await?).await
     }
 

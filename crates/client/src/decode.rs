@@ -7,26 +7,12 @@
 //! never makes an older client fail to decode.
 
 use reqwest::StatusCode;
-use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use palisade_api::wire::{ErrorBody, ErrorEnvelope};
 use palisade_api::ErrorCode;
 
 use crate::Error;
-
-#[derive(Deserialize)]
-struct Envelope {
-    error: Body,
-}
-
-#[derive(Deserialize)]
-struct Body {
-    code: String,
-    #[serde(default)]
-    message: String,
-    #[serde(flatten)]
-    extra: Map<String, Value>,
-}
 
 /// The longest slice of a non-JSON error body quoted back in [`Error::Decode`].
 const SNIPPET_LEN: usize = 200;
@@ -37,7 +23,7 @@ const SNIPPET_LEN: usize = 200;
 /// wrong base URL) is a [`Error::Decode`], never a guessed code: in particular an empty
 /// 404 must not read as "key not found".
 pub(crate) fn decode_error(status: StatusCode, body: &[u8]) -> Error {
-    match serde_json::from_slice::<Envelope>(body) {
+    match serde_json::from_slice::<ErrorEnvelope>(body) {
         Ok(envelope) => from_body(status, envelope.error),
         Err(_) => {
             let text = String::from_utf8_lossy(body);
@@ -50,7 +36,7 @@ pub(crate) fn decode_error(status: StatusCode, body: &[u8]) -> Error {
     }
 }
 
-fn from_body(status: StatusCode, body: Body) -> Error {
+fn from_body(status: StatusCode, body: ErrorBody) -> Error {
     let u64_field = |name: &str| body.extra.get(name).and_then(Value::as_u64);
     let decoded = ErrorCode::parse(&body.code).and_then(|code| match code {
         ErrorCode::StaleToken => match (u64_field("high_water"), u64_field("epoch")) {

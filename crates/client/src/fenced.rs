@@ -8,24 +8,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, CONTENT_TYPE, IF_MATCH, IF_NONE_MATCH};
 use reqwest::{Method, Response};
-use serde::Deserialize;
 
 use crate::failover::Retry;
 use crate::paths::segment;
 use crate::{Client, Entry, Error, Kv, WriteOptions, WriteResult};
 
 use palisade_api::headers::{FENCING_SEQ, FENCING_TOKEN, IDEMPOTENCY_KEY, IDEMPOTENT_REPLAYED};
-
-#[derive(Deserialize)]
-struct MutationBody {
-    revision: u64,
-    epoch: u64,
-}
-
-#[derive(Deserialize)]
-struct FenceBody {
-    high_water: u64,
-}
+use palisade_api::wire::{FenceAnswer, WriteAnswer};
 
 /// Read and fenced-write access to one namespace with one token.
 ///
@@ -121,7 +110,7 @@ impl FencedKv {
             .call(retry_of(&headers), Method::POST, &path, |r| {
                 r.headers(headers.clone())
             });
-        let body: FenceBody = Client::json(call.await?).await?;
+        let body: FenceAnswer = Client::json(call.await?).await?;
         Ok(body.high_water)
     }
 
@@ -194,7 +183,7 @@ async fn write_result(resp: Response) -> Result<WriteResult, Error> {
         .get(IDEMPOTENT_REPLAYED)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
-    let body: MutationBody = Client::json(resp).await?;
+    let body: WriteAnswer = Client::json(resp).await?;
     Ok(WriteResult {
         revision: body.revision,
         epoch: body.epoch,

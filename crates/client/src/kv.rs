@@ -9,7 +9,6 @@ use reqwest::header::{HeaderMap, ETAG};
 use reqwest::Method;
 
 use crate::failover::Retry;
-use serde::Deserialize;
 
 use crate::paths::{key_path, segment};
 use crate::{Client, Entry, Error};
@@ -18,6 +17,7 @@ use crate::{Client, Entry, Error};
 pub const LIST_LIMIT: u32 = 10_000;
 
 use palisade_api::headers::FENCING_EPOCH;
+use palisade_api::wire::KeyList;
 
 /// Read access to one namespace. Reads are not fenced: they need no token.
 #[derive(Debug, Clone)]
@@ -75,14 +75,9 @@ impl Kv {
                 r.query(&[("prefix", prefix)])
             }
         });
-        let body: ListBody = Client::json(call.await?).await?;
+        let body: KeyList = Client::json(call.await?).await?;
         Ok(body.keys)
     }
-}
-
-#[derive(Deserialize)]
-struct ListBody {
-    keys: Vec<String>,
 }
 
 /// Reads `name` as a u64, accepting the quoted (and weak) `ETag` forms: `"7"`, `W/"7"`.

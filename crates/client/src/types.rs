@@ -1,4 +1,5 @@
-//! Wire types: serde mirrors of the JSON bodies in docs/api.md.
+//! Wire types: the JSON bodies of docs/api.md. Those the server writes too come from
+//! [`palisade_api::wire`] and are re-exported here; the rest are the client's own.
 //!
 //! Fields the API documents as nullable are `Option`s. Unknown fields are ignored so a
 //! newer server can add fields without breaking older clients.
@@ -6,6 +7,11 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+
+use palisade_api::wire::value_b64;
+pub use palisade_api::wire::{
+    FenceStatus, KeepaliveInfo, Lease, LockStatus, PublicKey, TokenCheck,
+};
 
 /// How to acquire a lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,90 +50,7 @@ impl Default for AcquireOptions {
 
 /// A lock value as the API carries it: standard base64 with padding.
 pub(crate) fn encode_value(value: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(value)
-}
-
-/// Reads a base64 lock value as the server sends it.
-mod value_b64 {
-    use base64::Engine;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(value: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
-        match value {
-            Some(v) => s.serialize_some(&super::encode_value(v)),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
-        let text: Option<String> = Option::deserialize(d)?;
-        text.map(|t| {
-            base64::engine::general_purpose::STANDARD
-                .decode(t)
-                .map_err(serde::de::Error::custom)
-        })
-        .transpose()
-    }
-}
-
-/// A granted lease: `POST /v1/locks/{lock}/acquire` → 200.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Lease {
-    pub lock: String,
-    pub holder: String,
-    /// The ownership generation: 1, 2, 3, ... per lock, never repeated.
-    pub epoch: u64,
-    /// The signed fencing token to attach to every mutation.
-    pub token: String,
-    pub lease_id: String,
-    pub ttl_ms: u64,
-    /// The value the lease carries (absent from servers before lock values).
-    #[serde(default, with = "value_b64", skip_serializing_if = "Option::is_none")]
-    pub value: Option<Vec<u8>>,
-    /// The lock-delay that applies if the lease expires.
-    #[serde(default)]
-    pub lock_delay_ms: u64,
-    /// The session the lease belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
-}
-
-/// `POST /v1/leases/{lease_id}/keepalive` → 200.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeepaliveInfo {
-    pub lease_id: String,
-    pub lock: String,
-    pub epoch: u64,
-    /// The lease runs this long from the moment the server handled the keepalive.
-    pub ttl_ms: u64,
-}
-
-/// One lock's status, from `GET /v1/locks[/{lock}]`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LockStatus {
-    pub lock: String,
-    /// The last epoch issued (0 if never acquired).
-    pub epoch: u64,
-    /// `None` while the lock is free.
-    pub holder: Option<String>,
-    pub lease_id: Option<String>,
-    pub remaining_ms: Option<u64>,
-    /// How many acquirers are queued.
-    pub waiters: u64,
-    /// The live lease's epoch (its token's); `epoch` is the last one issued, which can be
-    /// higher after a restart of the embedded issuer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_epoch: Option<u64>,
-    /// What the holder advertises (`None` while free or when it advertises nothing).
-    #[serde(default, with = "value_b64", skip_serializing_if = "Option::is_none")]
-    pub value: Option<Vec<u8>>,
-    /// The lock-delay that applies if the live lease expires.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lock_delay_ms: Option<u64>,
-    /// The live lease's session (shown to its owner only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session: Option<String>,
+    value_b64::encode(value)
 }
 
 /// `POST /v1/leases/{lease_id}/proclaim` → 200.
@@ -157,62 +80,6 @@ pub struct SessionLease {
     pub lease_id: String,
     pub lock: String,
     pub epoch: u64,
-}
-
-/// An issuer public key, from `GET /v1/keys`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PublicKey {
-    pub key_id: String,
-    /// Always `"Ed25519"` today.
-    pub alg: String,
-    /// base64url of the 32-byte key.
-    pub public_key: String,
-    /// `active` (signs new tokens) or `verifying` (its tokens still verify). Absent from
-    /// servers before key rotation. A key listed with any other status is not trusted
-    /// by [`crate::IssuerKeys`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-}
-
-/// `POST /v1/tokens/check` → 200: the issuer's online verdict on a token (Chubby's
-/// CheckSequencer).
-///
-/// When `genuine` is false only `reason` is set; when true, every other field is.
-/// Note that `current && lease_alive` is a snapshot: the answer can be out of date by the
-/// time it arrives. Only a resource's high-water check at the moment of the write fences.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenCheck {
-    pub genuine: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lock: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub epoch: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub holder: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_epoch: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_alive: Option<bool>,
-    /// Why the token is not genuine (the `invalid_token` message).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reason: Option<String>,
-}
-
-/// A namespace's fence state, from `GET /v1/fences/{lock}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FenceStatus {
-    pub lock: String,
-    /// The largest epoch admitted (0 if nothing ever was).
-    pub high_water: u64,
-    /// The sequence number admitted with `high_water` (sequence namespaces).
-    #[serde(default)]
-    pub seq: Option<u64>,
-    /// The namespace's equal-epoch policy, e.g. `"epoch"` or `"sequence"`.
-    pub policy: String,
 }
 
 /// A stored value with its metadata, from `GET /v1/kv/{lock}/{key}`.
@@ -249,18 +116,6 @@ pub struct WriteResult {
     /// idempotency key, not a fresh application.
     #[serde(default)]
     pub replayed: bool,
-}
-
-/// `{"locks":[...]}`
-#[derive(Deserialize)]
-pub(crate) struct LocksBody {
-    pub locks: Vec<LockStatus>,
-}
-
-/// `{"keys":[...]}` from `GET /v1/keys`.
-#[derive(Deserialize)]
-pub(crate) struct KeysBody {
-    pub keys: Vec<PublicKey>,
 }
 
 #[cfg(test)]

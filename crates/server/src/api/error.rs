@@ -6,8 +6,9 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
+use palisade_api::wire::{ErrorBody, ErrorEnvelope};
 use palisade_api::ErrorCode;
 
 use crate::audit::AuditEvent;
@@ -124,12 +125,15 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let mut body = Map::new();
-        body.insert("code".into(), self.code.as_str().into());
-        body.insert("message".into(), self.message.into());
-        body.extend(self.extra);
+        let body = ErrorEnvelope {
+            error: ErrorBody {
+                code: self.code.as_str().to_owned(),
+                message: self.message,
+                extra: self.extra,
+            },
+        };
         let audit = self.audit;
-        let mut response = (status, axum::Json(json!({ "error": body }))).into_response();
+        let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             // The rest of the oversized body was never read; the connection cannot carry
             // another request, so tell the client not to reuse it.

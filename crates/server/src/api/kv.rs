@@ -11,8 +11,8 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Serialize;
 
+use palisade_api::wire::{FenceAnswer, FenceStatus, KeyList, WriteAnswer};
 use palisade_api::{headers as h, ErrorCode};
 use palisade_storage::{Action, Applied, ApplyError, FencedOp, Idempotency, Precondition};
 
@@ -202,12 +202,6 @@ fn rejected(e: ApplyError, lock: &str) -> ApiError {
     error.audited(event)
 }
 
-#[derive(Serialize)]
-pub struct WriteAnswer {
-    revision: u64,
-    epoch: u64,
-}
-
 fn written(applied: Applied) -> Response {
     let mut response = Json(WriteAnswer {
         revision: applied.revision,
@@ -290,13 +284,6 @@ async fn delete_seen(
     apply(state, lock, f, action).await
 }
 
-#[derive(Serialize)]
-pub struct FenceAnswer {
-    lock: String,
-    high_water: u64,
-    epoch: u64,
-}
-
 pub async fn fence(
     State(state): State<AppState>,
     caller: Caller,
@@ -343,28 +330,20 @@ async fn fence_seen(
     }))
 }
 
-#[derive(Serialize)]
-pub struct HighWaterAnswer {
-    lock: String,
-    high_water: u64,
-    seq: u64,
-    policy: String,
-}
-
 pub async fn high_water(
     State(state): State<AppState>,
     caller: Caller,
     lock: Result<Path<String>, PathRejection>,
-) -> Result<Json<HighWaterAnswer>, ApiError> {
+) -> Result<Json<FenceStatus>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
     caller.require(Verb::Read, &lock)?;
     let hw = state.backend.high_water(&lock).await?;
-    Ok(Json(HighWaterAnswer {
+    Ok(Json(FenceStatus {
         policy: state.policies.policy(&lock).to_string(),
         lock,
         high_water: hw.epoch,
-        seq: hw.seq,
+        seq: Some(hw.seq),
     }))
 }
 
@@ -393,12 +372,6 @@ pub async fn get(
     }
     headers.insert(h::FENCING_EPOCH, HeaderValue::from(entry.epoch));
     Ok(response)
-}
-
-#[derive(Serialize)]
-pub struct KeyList {
-    lock: String,
-    keys: Vec<String>,
 }
 
 pub async fn list(

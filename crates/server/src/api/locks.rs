@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 
+use palisade_api::wire::{self, KeepaliveInfo, Lease, LockList, LockStatus};
 use palisade_api::ErrorCode;
 use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView};
 
@@ -18,50 +19,17 @@ use crate::auth::{Caller, LockPattern, Verb};
 pub(super) const MIN_TTL_MS: u64 = 50;
 const MAX_WAIT_MS: u64 = 300_000;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AcquireBody {
-    /// Who holds the lease. With authentication on, an optional label after the
-    /// principal's name.
-    holder: Option<String>,
-    /// Required unless `session` is given (the session's TTL applies then).
-    ttl_ms: Option<u64>,
-    #[serde(default)]
-    wait_ms: u64,
-    /// What the holder advertises (standard base64, at most 4 KiB decoded).
-    value: Option<String>,
-    /// This lease's lock-delay (default: the server's `--lock-delay-ms`).
-    lock_delay_ms: Option<u64>,
-    /// Acquire inside this session (see `super::recipes`).
-    session: Option<String>,
-}
-
-#[derive(Serialize)]
-pub struct AcquireAnswer {
-    lock: String,
-    holder: String,
-    epoch: u64,
-    token: String,
-    lease_id: String,
-    ttl_ms: u64,
-    lock_delay_ms: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    value: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    session: Option<String>,
-}
-
 pub async fn acquire(
     State(state): State<AppState>,
     caller: Caller,
     lock: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<AcquireAnswer>, ApiError> {
+) -> Result<Json<Lease>, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
     caller.require(Verb::Acquire, &lock)?;
-    let body: AcquireBody = json_body(&headers, body).await?;
+    let body: wire::AcquireRequest = json_body(&headers, body).await?;
     let holder = caller.holder(body.holder)?;
     let ttl_ms = match (body.ttl_ms, &body.session) {
         (Some(ttl_ms), None) => check_ttl(&state, &caller, ttl_ms)?,
@@ -108,7 +76,7 @@ pub async fn acquire(
         })
         .await?;
     let g = granted.grant;
-    Ok(Json(AcquireAnswer {
+    Ok(Json(Lease {
         lock: g.lock,
         holder: g.holder,
         epoch: g.epoch,
@@ -116,7 +84,7 @@ pub async fn acquire(
         lease_id: g.lease_id,
         ttl_ms: g.ttl_ms,
         lock_delay_ms: g.lock_delay_ms,
-        value: g.value.as_deref().map(palisade_issuer::value::encode),
+        value: g.value,
         session: g.session,
     }))
 }
@@ -133,14 +101,6 @@ pub(super) fn check_ttl(state: &AppState, caller: &Caller, ttl_ms: u64) -> Resul
         return Err(ApiError::quota_exceeded("ttl_ms", max_ttl_ms));
     }
     Ok(ttl_ms)
-}
-
-#[derive(Serialize)]
-pub struct KeepaliveAnswer {
-    lease_id: String,
-    lock: String,
-    epoch: u64,
-    ttl_ms: u64,
 }
 
 /// Ownership of a lease, checked before anything changes: the caller may `acquire` the
@@ -169,11 +129,11 @@ pub async fn keepalive(
     State(state): State<AppState>,
     caller: Caller,
     lease_id: Result<Path<String>, PathRejection>,
-) -> Result<Json<KeepaliveAnswer>, ApiError> {
+) -> Result<Json<KeepaliveInfo>, ApiError> {
     let lease_id = path(lease_id)?;
     owned_lease(&state, &caller, &lease_id).await?;
     let view = state.issuer.keepalive(&lease_id).await?;
-    Ok(Json(KeepaliveAnswer {
+    Ok(Json(KeepaliveInfo {
         lease_id: view.lease_id,
         lock: view.lock,
         epoch: view.epoch,
@@ -219,45 +179,22 @@ pub async fn release(
     }))
 }
 
-#[derive(Serialize)]
-pub struct LockStatus {
-    lock: String,
-    epoch: u64,
-    holder: Option<String>,
-    lease_id: Option<String>,
-    remaining_ms: Option<u64>,
-    waiters: usize,
-    /// The live lease's epoch (its token's). `epoch` is the last one issued, which a
-    /// restart of the embedded issuer raises to the lock's reservation ceiling.
-    lease_epoch: Option<u64>,
-    /// The holder's value (standard base64), if it advertises one.
-    value: Option<String>,
-    /// The lock-delay that applies if the live lease expires.
-    lock_delay_ms: Option<u64>,
-    /// The live lease's session, for its owner (and admins), like `lease_id`.
-    session: Option<String>,
-}
-
-impl LockStatus {
-    /// A lock as `caller` may see it: the lease id and session only for its owner (and
-    /// admins).
-    fn seen_by(v: LockView, caller: &Caller) -> Self {
-        let lease = v.lease.as_ref();
-        let own = lease.filter(|l| caller.acts_for(&l.holder));
-        LockStatus {
-            lock: v.lock.clone(),
-            epoch: v.epoch,
-            holder: lease.map(|l| l.holder.clone()),
-            lease_id: own.map(|l| l.lease_id.clone()),
-            remaining_ms: lease.map(|l| l.remaining_ms),
-            waiters: v.waiters,
-            lease_epoch: lease.map(|l| l.epoch),
-            value: lease
-                .and_then(|l| l.value.as_deref())
-                .map(palisade_issuer::value::encode),
-            lock_delay_ms: lease.map(|l| l.lock_delay_ms),
-            session: own.and_then(|l| l.session.clone()),
-        }
+/// A lock as `caller` may see it: the lease id and session only for its owner (and
+/// admins).
+fn seen_by(v: LockView, caller: &Caller) -> LockStatus {
+    let lease = v.lease.as_ref();
+    let own = lease.filter(|l| caller.acts_for(&l.holder));
+    LockStatus {
+        lock: v.lock.clone(),
+        epoch: v.epoch,
+        holder: lease.map(|l| l.holder.clone()),
+        lease_id: own.map(|l| l.lease_id.clone()),
+        remaining_ms: lease.map(|l| l.remaining_ms),
+        waiters: v.waiters as u64,
+        lease_epoch: lease.map(|l| l.epoch),
+        value: lease.and_then(|l| l.value.clone()),
+        lock_delay_ms: lease.map(|l| l.lock_delay_ms),
+        session: own.and_then(|l| l.session.clone()),
     }
 }
 
@@ -277,14 +214,7 @@ pub async fn status(
         caller.require(Verb::Read, &lock)?;
     }
     let view = state.issuer.status(&lock).await?;
-    Ok(Json(LockStatus::seen_by(view, &caller)))
-}
-
-#[derive(Serialize)]
-pub struct LockList {
-    locks: Vec<LockStatus>,
-    /// Pass as `after` for the next page; `null` on the last page.
-    next: Option<String>,
+    Ok(Json(seen_by(view, &caller)))
 }
 
 /// `GET /v1/locks?prefix=&after=&limit=`.
@@ -369,7 +299,7 @@ pub async fn list(
         locks: found
             .into_iter()
             .filter(|v| may_see(&caller, &v.lock))
-            .map(|v| LockStatus::seen_by(v, &caller))
+            .map(|v| seen_by(v, &caller))
             .collect(),
         next,
     };

@@ -5,44 +5,28 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::Json;
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 
+use palisade_api::wire::{KeysAnswer, PublicKey, TokenCheck, TokenCheckRequest};
 use palisade_api::ErrorCode;
 
 use super::{json_body, ApiError, AppState};
 use crate::auth::{Caller, Verb};
 
-#[derive(Serialize)]
-struct PublicKey {
-    key_id: String,
-    alg: &'static str,
-    public_key: String,
-    /// `active` (signs new tokens) or `verifying` (its tokens still verify).
-    status: palisade_token::KeyState,
-}
-
 /// Every key whose tokens verify here: the active key, the verifying ones and the
 /// `--trust-key-file` ones (listed as `verifying`). Retired keys are not listed.
-pub async fn keys(State(state): State<AppState>) -> Json<Value> {
+pub async fn keys(State(state): State<AppState>) -> Json<KeysAnswer> {
     let keys: Vec<PublicKey> = state
         .keys
         .verifying_keys()
         .into_iter()
         .map(|k| PublicKey {
             key_id: k.key_id,
-            alg: k.alg,
+            alg: k.alg.to_owned(),
             public_key: k.public_key,
-            status: k.status,
+            status: Some(k.status.as_str().to_owned()),
         })
         .collect();
-    Json(json!({ "keys": keys }))
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckBody {
-    token: String,
+    Json(KeysAnswer { keys })
 }
 
 /// The `check` verb: on the token's lock when the token is genuine; for a token that is
@@ -52,29 +36,36 @@ pub async fn check(
     caller: Caller,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TokenCheck>, ApiError> {
     if !caller.may_any(Verb::Check) {
         return Err(ApiError::new(
             ErrorCode::PermissionDenied,
             "may not check tokens of any lock",
         ));
     }
-    let body: CheckBody = json_body(&headers, body).await?;
+    let body: TokenCheckRequest = json_body(&headers, body).await?;
     let claims = match state.keys.verify(&body.token).await {
         Ok(claims) => claims,
-        Err(e) => return Ok(Json(json!({ "genuine": false, "reason": e.message() }))),
+        Err(e) => {
+            return Ok(Json(TokenCheck {
+                genuine: false,
+                reason: Some(e.message().to_owned()),
+                ..TokenCheck::default()
+            }))
+        }
     };
     caller.require(Verb::Check, &claims.lock)?;
     let view = state.issuer.status(&claims.lock).await?;
     let lease_alive = view.lease.as_ref().is_some_and(|l| l.epoch == claims.epoch);
-    Ok(Json(json!({
-        "genuine": true,
-        "lock": claims.lock,
-        "epoch": claims.epoch,
-        "holder": claims.holder,
-        "key_id": claims.key_id,
-        "current_epoch": view.epoch,
-        "current": view.epoch == claims.epoch,
-        "lease_alive": lease_alive,
-    })))
+    Ok(Json(TokenCheck {
+        genuine: true,
+        current: Some(view.epoch == claims.epoch),
+        lock: Some(claims.lock.clone()),
+        epoch: Some(claims.epoch),
+        holder: Some(claims.holder.clone()),
+        key_id: Some(claims.key_id.clone()),
+        current_epoch: Some(view.epoch),
+        lease_alive: Some(lease_alive),
+        reason: None,
+    }))
 }

@@ -29,6 +29,7 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use palisade_api::wire::ErrorEnvelope;
 use palisade_api::ErrorCode;
 
 use super::registry::{Clock, ConnSlot};
@@ -115,8 +116,8 @@ fn parse_error_answer(status: u16, limits: &Limits) -> Vec<u8> {
             "the request is not valid HTTP/1.1 (request line or headers)".to_owned(),
         ),
     };
-    let body = serde_json::json!({"error": {"code": code.as_str(), "message": message}});
-    let body = body.to_string();
+    let body = serde_json::to_string(&ErrorEnvelope::new(code, message))
+        .unwrap_or_else(|_| String::from("{}"));
     format!(
         "HTTP/1.1 {} {reason}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         code.status(),

@@ -1,0 +1,359 @@
+//! The JSON bodies of the HTTP contract (docs/api.md), defined once for the server that
+//! writes them and the clients that read them.
+//!
+//! Field names and skip rules are the wire format: a field marked
+//! `skip_serializing_if` is absent when empty, every other `Option` is sent as `null`.
+//! Readers ignore fields they do not know (except in requests, which the server checks
+//! strictly), so a newer server may add fields without breaking older clients.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Lock values travel as standard base64 with padding (RFC 4648); this module is the
+/// `serde(with)` adapter for an `Option<Vec<u8>>` field.
+pub mod value_b64 {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// The wire text of a value.
+    pub fn encode(value: &[u8]) -> String {
+        STANDARD.encode(value)
+    }
+
+    pub fn serialize<S: Serializer>(value: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(v) => s.serialize_some(&encode(v)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| STANDARD.decode(t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// Every error answer: `{"error":{"code":...,"message":...,...extra}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorEnvelope {
+    pub error: ErrorBody,
+}
+
+/// The inside of an error answer. `code` is an [`crate::ErrorCode`]'s text (kept as text
+/// so a reader survives codes newer than itself); the extra fields depend on the code
+/// (e.g. `high_water` and `epoch` for `stale_token`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub code: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ErrorEnvelope {
+    /// An error answer with no extra fields.
+    pub fn new(code: crate::ErrorCode, message: impl Into<String>) -> Self {
+        ErrorEnvelope {
+            error: ErrorBody {
+                code: code.as_str().to_owned(),
+                message: message.into(),
+                extra: Map::new(),
+            },
+        }
+    }
+}
+
+/// `POST /v1/locks/{lock}/acquire`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireRequest {
+    /// Who holds the lease. With authentication on, an optional label after the
+    /// principal's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// Required unless `session` is given (the session's TTL applies then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+    /// How long to wait in the queue; 0 answers `lock_held` at once.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wait_ms: u64,
+    /// What the holder advertises: standard base64 (checked by the server, which
+    /// refuses an oversized text before decoding it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// This lease's lock-delay (default: the server's `--lock-delay-ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_delay_ms: Option<u64>,
+    /// Acquire inside this session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// A granted lease: `POST /v1/locks/{lock}/acquire` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lease {
+    pub lock: String,
+    pub holder: String,
+    /// The ownership generation, per lock, never repeated.
+    pub epoch: u64,
+    /// The signed fencing token to attach to every mutation.
+    pub token: String,
+    pub lease_id: String,
+    pub ttl_ms: u64,
+    /// The lock-delay that applies if the lease expires (0 from servers before
+    /// per-lease lock-delay).
+    #[serde(default)]
+    pub lock_delay_ms: u64,
+    /// The value the lease carries.
+    #[serde(default, with = "value_b64", skip_serializing_if = "Option::is_none")]
+    pub value: Option<Vec<u8>>,
+    /// The session the lease belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+}
+
+/// `POST /v1/leases/{lease_id}/keepalive` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeepaliveInfo {
+    pub lease_id: String,
+    pub lock: String,
+    pub epoch: u64,
+    /// The lease runs this long from the moment the server handled the keepalive.
+    pub ttl_ms: u64,
+}
+
+/// One lock's status, from `GET /v1/locks[/{lock}]`. Every field is sent; the optional
+/// ones as `null` while the lock is free (or, for `lease_id` and `session`, when the
+/// reader is not the holder).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockStatus {
+    pub lock: String,
+    /// The last epoch issued (0 if never acquired).
+    pub epoch: u64,
+    pub holder: Option<String>,
+    pub lease_id: Option<String>,
+    pub remaining_ms: Option<u64>,
+    /// How many acquirers are queued.
+    pub waiters: u64,
+    /// The live lease's epoch (its token's); `epoch` is the last one issued, which a
+    /// restart of the embedded issuer raises to the lock's reservation ceiling.
+    #[serde(default)]
+    pub lease_epoch: Option<u64>,
+    /// What the holder advertises.
+    #[serde(default, with = "value_b64")]
+    pub value: Option<Vec<u8>>,
+    /// The lock-delay that applies if the live lease expires.
+    #[serde(default)]
+    pub lock_delay_ms: Option<u64>,
+    /// The live lease's session (shown to its owner only).
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+/// `GET /v1/locks` → 200: one page of locks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockList {
+    pub locks: Vec<LockStatus>,
+    /// Pass as `after` for the next page; `null` on the last page.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// `POST /v1/tokens/check`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenCheckRequest {
+    pub token: String,
+}
+
+/// `POST /v1/tokens/check` → 200: the issuer's online verdict on a token (Chubby's
+/// CheckSequencer).
+///
+/// When `genuine` is false only `reason` is set; when true, every other field is.
+/// `current && lease_alive` is a snapshot: the answer can be out of date by the time it
+/// arrives. Only a resource's high-water check at the moment of the write fences.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenCheck {
+    pub genuine: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_epoch: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_alive: Option<bool>,
+    /// Why the token is not genuine (the `invalid_token` message).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// An admitted put or delete: `PUT`/`DELETE /v1/kv/{lock}/{key}` → 200. A replayed
+/// answer says so in the `Idempotent-Replayed` header, not in the body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteAnswer {
+    pub revision: u64,
+    /// The epoch the write was admitted under.
+    pub epoch: u64,
+}
+
+/// An admitted barrier: `POST /v1/fences/{lock}` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceAnswer {
+    pub lock: String,
+    /// The namespace's mark after the barrier.
+    pub high_water: u64,
+    /// The epoch the barrier carried.
+    pub epoch: u64,
+}
+
+/// A namespace's fence state: `GET /v1/fences/{lock}` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FenceStatus {
+    pub lock: String,
+    /// The largest epoch admitted (0 if nothing ever was).
+    pub high_water: u64,
+    /// The sequence number admitted with `high_water` (sequence namespaces). Always sent;
+    /// `None` only from a server that did not send it.
+    #[serde(default)]
+    pub seq: Option<u64>,
+    /// The namespace's equal-epoch policy, e.g. `"epoch"` or `"sequence"`.
+    pub policy: String,
+}
+
+/// One page of a namespace's keys: `GET /v1/kv/{lock}` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyList {
+    pub lock: String,
+    pub keys: Vec<String>,
+}
+
+/// An issuer public key, as `GET /v1/keys` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublicKey {
+    pub key_id: String,
+    /// Always `"Ed25519"` today.
+    pub alg: String,
+    /// base64url of the 32-byte key.
+    pub public_key: String,
+    /// `active` (signs new tokens) or `verifying` (its tokens still verify). Absent from
+    /// servers before key rotation; readers must not trust a key with any other status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// `GET /v1/keys` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysAnswer {
+    pub keys: Vec<PublicKey>,
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn lock_status_sends_nulls_and_reads_old_servers() {
+        let free = LockStatus {
+            lock: "a".into(),
+            epoch: 0,
+            holder: None,
+            lease_id: None,
+            remaining_ms: None,
+            waiters: 0,
+            lease_epoch: None,
+            value: None,
+            lock_delay_ms: None,
+            session: None,
+        };
+        let sent = serde_json::to_value(&free).unwrap();
+        assert_eq!(
+            sent,
+            json!({"lock":"a","epoch":0,"holder":null,"lease_id":null,"remaining_ms":null,
+                   "waiters":0,"lease_epoch":null,"value":null,"lock_delay_ms":null,
+                   "session":null})
+        );
+        let old: LockStatus = serde_json::from_value(json!({"lock":"a","epoch":0,"holder":null,
+            "lease_id":null,"remaining_ms":null,"waiters":0}))
+        .unwrap();
+        assert_eq!(old, free);
+    }
+
+    #[test]
+    fn lease_value_is_base64_and_optional_fields_are_skipped() {
+        let lease = Lease {
+            lock: "a".into(),
+            holder: "h".into(),
+            epoch: 2,
+            token: "t".into(),
+            lease_id: "l".into(),
+            ttl_ms: 100,
+            lock_delay_ms: 0,
+            value: Some(b"hi".to_vec()),
+            session: None,
+        };
+        let sent = serde_json::to_value(&lease).unwrap();
+        assert_eq!(
+            sent,
+            json!({"lock":"a","holder":"h","epoch":2,"token":"t","lease_id":"l","ttl_ms":100,
+                   "lock_delay_ms":0,"value":"aGk="})
+        );
+        assert_eq!(serde_json::from_value::<Lease>(sent).unwrap(), lease);
+        assert!(
+            serde_json::from_value::<Lease>(json!({"lock":"a","holder":"h","epoch":2,
+            "token":"t","lease_id":"l","ttl_ms":1,"value":"not base64!"}))
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn acquire_request_is_strict_and_minimal() {
+        let r = AcquireRequest {
+            holder: Some("h".into()),
+            ttl_ms: Some(500),
+            ..AcquireRequest::default()
+        };
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"holder":"h","ttl_ms":500})
+        );
+        assert!(serde_json::from_value::<AcquireRequest>(json!({"ttl":5})).is_err());
+    }
+
+    #[test]
+    fn error_body_keeps_extra_fields() {
+        let text = r#"{"error":{"code":"stale_token","message":"m","high_water":2,"epoch":1}}"#;
+        let e: ErrorEnvelope = serde_json::from_str(text).unwrap();
+        assert_eq!(e.error.code, "stale_token");
+        assert_eq!(e.error.extra.get("high_water"), Some(&json!(2)));
+        assert_eq!(
+            serde_json::to_value(&e).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap()
+        );
+    }
+
+    #[test]
+    fn token_check_both_shapes() {
+        let bad: TokenCheck =
+            serde_json::from_str(r#"{"genuine":false,"reason":"bad signature"}"#).unwrap();
+        assert_eq!(
+            serde_json::to_value(&bad).unwrap(),
+            json!({"genuine":false,"reason":"bad signature"})
+        );
+    }
+}
