@@ -20,6 +20,8 @@ use serde::Deserialize;
 
 use reqwest::Method;
 
+use palisade_api::ErrorCode;
+
 use crate::client::Client;
 use crate::failover::Retry;
 use crate::paths::segment;
@@ -197,7 +199,7 @@ impl Watch {
                             Error::Transport(_)
                                 | Error::QuotaExceeded { .. }
                                 | Error::StorageFailed
-                        ) || e.code() == "unavailable";
+                        ) || e.code() == ErrorCode::Unavailable.as_str();
                         if !retry {
                             self.ended = true;
                             return Some(Err(e));

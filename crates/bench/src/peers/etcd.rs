@@ -12,6 +12,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 
+use palisade_api::ErrorCode;
+
 use super::{padded, Peer, Recipes};
 use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS};
 use crate::{BenchError, Job, OpError, Worker};
@@ -88,7 +90,7 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
                         .map_err(code)?;
                     match worker.try_acquire(i, 0).await? {
                         Some(epoch) => worker.locks[i].epoch = epoch,
-                        None => return Err(OpError::new("lock_held")),
+                        None => return Err(OpError::new(ErrorCode::LockHeld.as_str())),
                     }
                 }
                 Job::Read => worker.write_plain(i, 0).await?,

@@ -133,12 +133,12 @@ mod recipes {
                         tokio::time::sleep(RETRY_SLEEP).await;
                         Ok(Outcome::Refused)
                     } else {
-                        Err(OpError::new("lock_held"))
+                        Err(OpError::new(palisade_api::ErrorCode::LockHeld.as_str()))
                     }
                 }
                 Job::J2 => match r.fenced_write(i, key).await? {
                     true => Ok(Outcome::Done),
-                    false => Err(OpError::new("stale_token")),
+                    false => Err(OpError::new(palisade_api::ErrorCode::StaleToken.as_str())),
                 },
                 Job::Plain => {
                     r.write_plain(i, key).await?;

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_postgres::{Client, NoTls, Statement};
 
+use palisade_api::ErrorCode;
+
 use super::{Peer, Recipes};
 use crate::driver::{Plan, KEYS_PER_LOCK};
 use crate::{BenchError, Job, OpError, Worker};
@@ -125,7 +127,7 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
             match plan.job {
                 Job::J2 => match worker.try_acquire(i, 0).await? {
                     Some(epoch) => worker.locks[i].1 = epoch,
-                    None => return Err(OpError::new("lock_held")),
+                    None => return Err(OpError::new(ErrorCode::LockHeld.as_str())),
                 },
                 Job::Read => worker.write_plain(i, 0).await?,
                 _ => {}

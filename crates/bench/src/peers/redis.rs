@@ -11,6 +11,8 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 
+use palisade_api::ErrorCode;
+
 use super::{Peer, Recipes};
 use crate::driver::{Plan, KEYS_PER_LOCK};
 use crate::{BenchError, Job, OpError, Worker};
@@ -104,7 +106,7 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
             match plan.job {
                 // Acquire once for the whole run, as a Palisade client does.
                 Job::J2 => match worker.try_acquire(i, 0).await? {
-                    0 => return Err(OpError::new("lock_held")),
+                    0 => return Err(OpError::new(ErrorCode::LockHeld.as_str())),
                     epoch => worker.locks[i].epoch = epoch,
                 },
                 Job::Read => worker.write_plain(i, 0).await?,

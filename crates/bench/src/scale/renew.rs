@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use palisade_api::ErrorCode;
+
 use super::{add_error, histogram, ScaleReport};
 use crate::http::Conn;
 use crate::palisade::{acquire, acquire_body, release};
@@ -91,7 +93,7 @@ async fn renew(mut conn: Conn, mut leases: Held, offset: Duration, until: Instan
                     r.max_gap = r.max_gap.max(end.duration_since(*last));
                     *last = end;
                 }
-                Err(e) if e.code == "lease_expired" => {
+                Err(e) if e.code == ErrorCode::LeaseExpired.as_str() => {
                     r.lost += 1;
                     *slot = None;
                 }

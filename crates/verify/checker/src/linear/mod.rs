@@ -51,6 +51,8 @@ mod search;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
+use palisade_api::ErrorCode;
+
 use model::{Call, Effect, Source, State, Value, ABSENT};
 use search::Verdict;
 
@@ -163,7 +165,9 @@ impl Namespace {
         let definite = op.outcome != Outcome::Info;
         let effect = match (op.kind, op.outcome) {
             (OpKind::Read, Outcome::Info) => return true,
-            (OpKind::Read, Outcome::Fail) if op.error.as_deref() != Some("not_found") => {
+            (OpKind::Read, Outcome::Fail)
+                if op.error.as_deref() != Some(ErrorCode::NotFound.as_str()) =>
+            {
                 return true
             }
             (OpKind::Read, _) => {
