@@ -157,6 +157,63 @@ pub struct LockStatus {
     pub session: Option<String>,
 }
 
+/// `POST /v1/leases/{lease_id}/release` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    pub lease_id: String,
+    pub lock: String,
+    pub epoch: u64,
+    pub released: bool,
+}
+
+/// `POST /v1/leases/{lease_id}/proclaim`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProclaimRequest {
+    /// The new value (standard base64), or `null` to clear it.
+    pub value: Option<String>,
+}
+
+/// `POST /v1/leases/{lease_id}/proclaim` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Proclaimed {
+    pub lease_id: String,
+    pub lock: String,
+    pub epoch: u64,
+    #[serde(default, with = "value_b64")]
+    pub value: Option<Vec<u8>>,
+}
+
+/// `POST /v1/sessions`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRequest {
+    /// Who holds the session (as for a lease: with authentication on, an optional label
+    /// after the principal's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    pub ttl_ms: u64,
+}
+
+/// A session, from `POST /v1/sessions` and the session routes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub holder: String,
+    pub ttl_ms: u64,
+    pub remaining_ms: u64,
+    /// Its live leases (for a close: the ones the close released).
+    pub leases: Vec<SessionLease>,
+}
+
+/// A lease of a session, as [`SessionInfo`] lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionLease {
+    pub lease_id: String,
+    pub lock: String,
+    pub epoch: u64,
+}
+
 /// `GET /v1/locks` → 200: one page of locks.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockList {

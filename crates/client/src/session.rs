@@ -11,7 +11,6 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use serde::Serialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -22,17 +21,7 @@ use crate::lease::{is_lost, lost, renew, LeaseState};
 use crate::paths::segment;
 use crate::types::encode_value;
 use crate::{AcquireOptions, Client, Error, FencedKv, Lease, Proclaimed, SessionInfo};
-
-#[derive(Serialize)]
-struct ProclaimBody {
-    value: Option<String>,
-}
-
-#[derive(Serialize)]
-struct SessionBody<'a> {
-    holder: &'a str,
-    ttl_ms: u64,
-}
+use palisade_api::wire::{ProclaimRequest, SessionRequest};
 
 impl Client {
     /// Replaces the value lease `lease_id` advertises (`None` clears it). Only its owner
@@ -43,7 +32,7 @@ impl Client {
         value: Option<&[u8]>,
     ) -> Result<Proclaimed, Error> {
         let path = format!("/v1/leases/{}/proclaim", segment("lease id", lease_id)?);
-        let body = ProclaimBody {
+        let body = ProclaimRequest {
             value: value.map(encode_value),
         };
         // Setting a value twice leaves what setting it once does: safe to resend.
@@ -61,8 +50,8 @@ impl Client {
     /// answer was lost is not resent to another endpoint (it would make a second
     /// session).
     pub async fn create_session(&self, holder: &str, ttl: Duration) -> Result<SessionInfo, Error> {
-        let body = SessionBody {
-            holder,
+        let body = SessionRequest {
+            holder: Some(holder.to_owned()),
             ttl_ms: millis(ttl),
         };
         let call = self.call(Retry::UnlessUnknown, Method::POST, "/v1/sessions", |r| {

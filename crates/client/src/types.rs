@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use palisade_api::wire::value_b64;
 pub use palisade_api::wire::{
-    FenceStatus, KeepaliveInfo, Lease, LockStatus, PublicKey, TokenCheck,
+    FenceStatus, KeepaliveInfo, Lease, LockStatus, Proclaimed, PublicKey, SessionInfo,
+    SessionLease, TokenCheck,
 };
 
 /// How to acquire a lock.
@@ -51,35 +52,6 @@ impl Default for AcquireOptions {
 /// A lock value as the API carries it: standard base64 with padding.
 pub(crate) fn encode_value(value: &[u8]) -> String {
     value_b64::encode(value)
-}
-
-/// `POST /v1/leases/{lease_id}/proclaim` → 200.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Proclaimed {
-    pub lease_id: String,
-    pub lock: String,
-    pub epoch: u64,
-    #[serde(default, with = "value_b64")]
-    pub value: Option<Vec<u8>>,
-}
-
-/// A session, from `POST /v1/sessions` and the session routes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionInfo {
-    pub session_id: String,
-    pub holder: String,
-    pub ttl_ms: u64,
-    pub remaining_ms: u64,
-    /// Its live leases (for a close: the ones the close released).
-    pub leases: Vec<SessionLease>,
-}
-
-/// A lease of a session, as [`SessionInfo`] lists it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SessionLease {
-    pub lease_id: String,
-    pub lock: String,
-    pub epoch: u64,
 }
 
 /// A stored value with its metadata, from `GET /v1/kv/{lock}/{key}`.

@@ -6,9 +6,9 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use palisade_api::wire::{self, KeepaliveInfo, Lease, LockList, LockStatus};
+use palisade_api::wire::{self, KeepaliveInfo, Lease, LockList, LockStatus, Released};
 use palisade_api::ErrorCode;
 use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView};
 
@@ -141,19 +141,11 @@ pub async fn keepalive(
     }))
 }
 
-#[derive(Serialize)]
-pub struct ReleaseAnswer {
-    lease_id: String,
-    lock: String,
-    epoch: u64,
-    released: bool,
-}
-
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
     lease_id: Result<Path<String>, PathRejection>,
-) -> Result<Json<ReleaseAnswer>, ApiError> {
+) -> Result<Json<Released>, ApiError> {
     let lease_id = path(lease_id)?;
     let lease = owned_lease(&state, &caller, &lease_id).await?;
     let view = state.issuer.release(&lease_id).await?;
@@ -171,7 +163,7 @@ pub async fn release(
                 .detail(format!("holder {}", lease.holder)),
         );
     }
-    Ok(Json(ReleaseAnswer {
+    Ok(Json(Released {
         lease_id: view.lease_id,
         lock: view.lock,
         epoch: view.epoch,

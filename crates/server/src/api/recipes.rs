@@ -18,9 +18,9 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use serde::{Deserialize, Serialize};
 
 use palisade_api::recipes::MAX_LOCK_VALUE_BYTES;
+use palisade_api::wire::{self, ProclaimRequest, Proclaimed, SessionInfo, SessionLease};
 use palisade_api::ErrorCode;
 use palisade_core::lock_table::{LeaseView, SessionView};
 use palisade_issuer::SessionRequest;
@@ -56,93 +56,43 @@ fn value_too_large() -> ApiError {
     .with("limit", MAX_LOCK_VALUE_BYTES)
 }
 
-fn encode(value: Option<&[u8]>) -> Option<String> {
-    value.map(palisade_issuer::value::encode)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProclaimBody {
-    /// The new value (standard base64), or null to clear it. Required.
-    value: Option<String>,
-}
-
-#[derive(Serialize)]
-pub struct ProclaimAnswer {
-    lease_id: String,
-    lock: String,
-    epoch: u64,
-    value: Option<String>,
-}
-
 pub async fn proclaim(
     State(state): State<AppState>,
     caller: Caller,
     lease_id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<ProclaimAnswer>, ApiError> {
+) -> Result<Json<Proclaimed>, ApiError> {
     let lease_id = path(lease_id)?;
     // A missing field and `null` both clear: `Option` cannot tell them apart, and
     // `deny_unknown_fields` keeps typos from passing as a clear.
-    let body: ProclaimBody = json_body(&headers, body).await?;
+    let body: ProclaimRequest = json_body(&headers, body).await?;
     let value = body.value.as_deref().map(decode_value).transpose()?;
     owned_lease(&state, &caller, &lease_id).await?;
     let view = state.issuer.proclaim(&lease_id, value).await?;
-    Ok(Json(ProclaimAnswer {
+    Ok(Json(Proclaimed {
         lease_id: view.lease_id,
         lock: view.lock,
         epoch: view.epoch,
-        value: encode(view.value.as_deref()),
+        value: view.value,
     }))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SessionBody {
-    /// Who holds the session (as for a lease: with authentication on, an optional label
-    /// after the principal's name).
-    holder: Option<String>,
-    ttl_ms: u64,
-}
-
-/// A lease of a session, as its owner sees it.
-#[derive(Serialize)]
-pub struct SessionLease {
-    lease_id: String,
-    lock: String,
-    epoch: u64,
-}
-
-#[derive(Serialize)]
-pub struct SessionAnswer {
-    session_id: String,
-    holder: String,
-    ttl_ms: u64,
-    remaining_ms: u64,
-    /// The live leases in the session (for a close: the ones it released).
-    leases: Vec<SessionLease>,
-}
-
-impl From<SessionView> for SessionAnswer {
-    fn from(v: SessionView) -> Self {
-        SessionAnswer {
-            session_id: v.session_id,
-            holder: v.holder,
-            ttl_ms: v.ttl_ms,
-            remaining_ms: v.remaining_ms,
-            leases: v.leases.into_iter().map(SessionLease::from).collect(),
-        }
+fn session_info(v: SessionView) -> SessionInfo {
+    SessionInfo {
+        session_id: v.session_id,
+        holder: v.holder,
+        ttl_ms: v.ttl_ms,
+        remaining_ms: v.remaining_ms,
+        leases: v.leases.into_iter().map(session_lease).collect(),
     }
 }
 
-impl From<LeaseView> for SessionLease {
-    fn from(l: LeaseView) -> Self {
-        SessionLease {
-            lease_id: l.lease_id,
-            lock: l.lock,
-            epoch: l.epoch,
-        }
+fn session_lease(l: LeaseView) -> SessionLease {
+    SessionLease {
+        lease_id: l.lease_id,
+        lock: l.lock,
+        epoch: l.epoch,
     }
 }
 
@@ -151,14 +101,14 @@ pub async fn create_session(
     caller: Caller,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<SessionAnswer>, ApiError> {
+) -> Result<Json<SessionInfo>, ApiError> {
     if !caller.may_any(Verb::Acquire) {
         return Err(denied(
             &caller,
             "may not acquire any lock, so may not hold a session",
         ));
     }
-    let body: SessionBody = json_body(&headers, body).await?;
+    let body: wire::SessionRequest = json_body(&headers, body).await?;
     let holder = caller.holder(body.holder)?;
     let ttl_ms = check_ttl(&state, &caller, body.ttl_ms)?;
     let view = state
@@ -170,39 +120,39 @@ pub async fn create_session(
             owner: state.limits.owner_for(&caller),
         })
         .await?;
-    Ok(Json(view.into()))
+    Ok(Json(session_info(view)))
 }
 
 pub async fn session(
     State(state): State<AppState>,
     caller: Caller,
     session_id: Result<Path<String>, PathRejection>,
-) -> Result<Json<SessionAnswer>, ApiError> {
+) -> Result<Json<SessionInfo>, ApiError> {
     let session_id = session_path(session_id)?;
     let view = owned_session(&state, &caller, &session_id).await?;
-    Ok(Json(view.into()))
+    Ok(Json(session_info(view)))
 }
 
 pub async fn keepalive_session(
     State(state): State<AppState>,
     caller: Caller,
     session_id: Result<Path<String>, PathRejection>,
-) -> Result<Json<SessionAnswer>, ApiError> {
+) -> Result<Json<SessionInfo>, ApiError> {
     let session_id = session_path(session_id)?;
     owned_session(&state, &caller, &session_id).await?;
     let view = state.issuer.keepalive_session(&session_id).await?;
-    Ok(Json(view.into()))
+    Ok(Json(session_info(view)))
 }
 
 pub async fn close_session(
     State(state): State<AppState>,
     caller: Caller,
     session_id: Result<Path<String>, PathRejection>,
-) -> Result<Json<SessionAnswer>, ApiError> {
+) -> Result<Json<SessionInfo>, ApiError> {
     let session_id = session_path(session_id)?;
     owned_session(&state, &caller, &session_id).await?;
     let view = state.issuer.close_session(&session_id).await?;
-    Ok(Json(view.into()))
+    Ok(Json(session_info(view)))
 }
 
 /// A session id from a path: visible ASCII without `/`, at most [`MAX_SESSION_ID_LEN`].
