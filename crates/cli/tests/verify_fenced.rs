@@ -3,30 +3,27 @@
 //! (The negative control, which must find violations, is `verify_control.rs`; the two
 //! are separate test binaries so they never run at the same time.)
 
-use std::process::Command;
+mod common;
 
-use serde_json::Value;
+use common::verify::VerifyRun;
 
 #[test]
 fn lock_set_under_all_faults_has_no_violations() {
-    let out = tempfile::tempdir().expect("temp dir");
-    let run = Command::new(env!("CARGO_BIN_EXE_palisade"))
-        .args(["verify", "--time", "20", "--workload", "lock-set"])
-        .args(["--faults", "all", "--seed", "7", "--out"])
-        .arg(out.path())
-        .output()
-        .expect("palisade verify runs");
-    let (status, stdout) = (run.status, String::from_utf8_lossy(&run.stdout));
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    let Ok(text) = std::fs::read_to_string(out.path().join("summary.json")) else {
-        panic!("no summary.json ({status}):\n{stdout}\n{stderr}");
-    };
-    let summary: Value = serde_json::from_str(&text).expect("summary is JSON");
+    let run = VerifyRun::start(&[
+        "--time",
+        "20",
+        "--workload",
+        "lock-set",
+        "--faults",
+        "all",
+        "--seed",
+        "7",
+    ]);
+    let (status, summary, stdout) = (run.status, &run.summary, &run.stdout);
     assert!(status.success(), "verify failed ({status}): {stdout}");
     assert_eq!(summary["violations"], 0, "{stdout}");
     for kind in ["pause", "kill", "delay", "drop", "partition"] {
-        let n = summary["faults"][kind].as_u64().unwrap_or(0);
-        assert!(n >= 1, "no {kind} fault injected: {stdout}");
+        assert!(run.faults(kind) >= 1, "no {kind} fault injected: {stdout}");
     }
     assert!(
         summary["ops_by_kind"]["add"]["ok"].as_u64().unwrap_or(0) >= 5,
@@ -35,6 +32,6 @@ fn lock_set_under_all_faults_has_no_violations() {
     for checker in ["tokens", "fencing", "lockset", "reads"] {
         assert_eq!(summary["checkers"][checker]["valid"], "valid", "{stdout}");
     }
-    let report = std::fs::read_to_string(out.path().join("report.html")).expect("report");
+    let report = std::fs::read_to_string(run.out.path().join("report.html")).expect("report");
     assert!(report.contains("<svg") && report.contains("no violations found"));
 }
