@@ -299,13 +299,13 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             prefix: args.etcd_prefix,
             request_timeout: std::time::Duration::from_millis(args.etcd_timeout_ms),
             epoch_ledger: args.etcd_epoch_ledger,
-            access: palisade_server::EtcdAccess {
+            access: Box::new(palisade_server::EtcdAccess {
                 ca_file: args.etcd_ca_file,
                 cert_file: args.etcd_cert,
                 key_file: args.etcd_key,
                 user: args.etcd_user,
                 password_file: args.etcd_password_file,
-            },
+            }),
         };
     }
     let server = palisade_server::serve(config)

@@ -147,8 +147,8 @@ pub enum BackendConfig {
         request_timeout: std::time::Duration,
         /// This node's epoch ledger outside etcd (`palisade_etcd::ledger`), if any.
         epoch_ledger: Option<PathBuf>,
-        /// TLS and user for etcd.
-        access: EtcdAccess,
+        /// TLS and user for etcd (boxed: it is the largest part).
+        access: Box<EtcdAccess>,
     },
 }
 
