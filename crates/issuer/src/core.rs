@@ -284,11 +284,6 @@ impl IssuerCore {
         self.armed
     }
 
-    /// The lock table (read-only, for inspection).
-    pub fn table(&self) -> &LockTable {
-        &self.table
-    }
-
     /// Acquires a lock for request `to`, which is answered with [`Reply::Acquire`]: at
     /// once, once its grant is durable, or when its wait in line ends.
     pub fn acquire(&mut self, now: Millis, to: ReqId, req: AcquireRequest) {
