@@ -42,6 +42,9 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
 /// polls before it tries the stream again.
 const STREAM_RETRY: Duration = Duration::from_secs(2);
 
+/// How long after its events stream ended an observer reopens it.
+const STREAM_REOPEN: Duration = Duration::from_millis(100);
+
 /// The longest one wait in line may be (the server's bound); a campaign waits in
 /// rounds of at most this.
 const MAX_WAIT: Duration = Duration::from_secs(300);
@@ -261,8 +264,8 @@ impl Leader {
 enum Stream {
     /// In use: (re)opened before a look whenever it is not open.
     Wanted,
-    /// Refused for now (too many streams, a node unavailable, the network): poll, and try
-    /// again from this instant.
+    /// Refused for now (too many streams, a node unavailable, the network), or just
+    /// ended: poll, and open it again from this instant.
     RetryAt(Instant),
     /// Not to be used: turned off, or refused for good (a server without events, a
     /// principal not allowed to watch). Poll only.
@@ -364,21 +367,27 @@ impl Observer {
             Some(watch) if watch.is_connected() => watch,
             _ => return tokio::time::sleep_until(until).await,
         };
-        tokio::select! {
-            () = tokio::time::sleep_until(until) => {}
-            () = lease_change(watch) => {}
+        let ended = tokio::select! {
+            () = tokio::time::sleep_until(until) => false,
+            ended = lease_change(watch) => ended,
+        };
+        if ended {
+            // Reopened after a short pause (a server that accepts and closes at once is
+            // not asked again and again); the look after the reopening covers the gap.
+            self.stream = Stream::RetryAt(Instant::now() + STREAM_REOPEN);
         }
     }
 }
 
-/// Returns at the stream's next grant, release, expiry or `reset`, or when the stream
-/// ends. Cancel-safe, as [`Watch::next_on_connection`] is.
-async fn lease_change(watch: &mut Watch) {
+/// Returns at the stream's next grant, release, expiry or `reset` (`false`), or when the
+/// connection ends (`true`). Cancel-safe, as [`Watch::next_on_connection`] is.
+async fn lease_change(watch: &mut Watch) -> bool {
     loop {
         match watch.next_on_connection().await {
             // The namespace's marks and refusals say nothing about who leads.
             Some(Ok(LockEvent::Fenced { .. } | LockEvent::Rejected { .. })) => continue,
-            _ => return,
+            Some(Ok(_)) => return false,
+            Some(Err(_)) | None => return true,
         }
     }
 }

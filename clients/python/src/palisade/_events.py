@@ -291,6 +291,7 @@ class _State:
         self.pause = _FIRST_PAUSE
         self.last_error: Optional[PalisadeError] = None
         self.connections = 0
+        self.received = False
 
     def call(self) -> Call:
         return Call("GET", self.path, _headers(self.last_event_id), retry=Retry.SAFE)
@@ -298,12 +299,14 @@ class _State:
     def connected(self) -> None:
         self.parser = SseParser()
         self.ready.clear()
+        self.received = False
         self.connections += 1
         if self.on_connect is not None:
             self.on_connect()
 
     def feed(self, chunk: bytes) -> None:
         self.pause = _FIRST_PAUSE
+        self.received = True
         for data in self.parser.feed(chunk):
             event = parse_event(data)
             if event is not None:
@@ -314,11 +317,22 @@ class _State:
         self.last_event_id = event.id
         return event
 
+    def ended(self, e: PalisadeError) -> float:
+        """Records the end of a connection; the pause before reopening it: none after a
+        connection that carried something, the retry pause after one that did not (so a
+        server that accepts and closes at once is not asked again and again)."""
+        self.last_error = e
+        return 0.0 if self.received else self.failed(e)
+
     def failed(self, e: PalisadeError) -> float:
         """Records a failure worth retrying; the pause before the next try."""
         self.last_error = e
         pause, self.pause = self.pause, min(self.pause * 2, _MAX_PAUSE)
         return pause
+
+
+def _broke(e: Exception) -> TransportError:
+    return TransportError(f"events stream broke: {type(e).__name__}: {e}", outcome_unknown=False)
 
 
 def _timeout(http: Any) -> httpx.Timeout:
@@ -431,11 +445,12 @@ class EventStream:
                 chunk = next(self._chunks)
             except StopIteration:  # the server ended the stream (shutting down)
                 self._drop()
+                self._closed.wait(state.ended(TransportError("the server ended the events stream", outcome_unknown=False)))
                 continue
             except (httpx.TransportError, httpx.StreamError) as e:
                 # Broken, or silent for IDLE_LIMIT: reopen, resuming after the last id.
                 self._drop()
-                state.last_error = TransportError(f"events stream broke: {type(e).__name__}: {e}", outcome_unknown=False)
+                self._closed.wait(state.ended(_broke(e)))
                 continue
             state.feed(chunk)
 
@@ -553,10 +568,11 @@ class AsyncEventStream:
                 chunk = await self._chunks.__anext__()
             except StopAsyncIteration:
                 await self._drop()
+                await asyncio.sleep(state.ended(TransportError("the server ended the events stream", outcome_unknown=False)))
                 continue
             except (httpx.TransportError, httpx.StreamError) as e:
                 await self._drop()
-                state.last_error = TransportError(f"events stream broke: {type(e).__name__}: {e}", outcome_unknown=False)
+                await asyncio.sleep(state.ended(_broke(e)))
                 continue
             state.feed(chunk)
 
