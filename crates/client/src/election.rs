@@ -277,8 +277,9 @@ enum Stream {
 /// It reads the lock's status at its first [`Observer::changed`], and again whenever
 /// the lock's events stream reports a grant, a release, an expiry or a `reset`, and at
 /// least once per poll interval whatever the stream says. The stream is opened before
-/// the status is read (and reopened before the next read when it drops), so a change
-/// after a read is always either reported by the stream or seen by the next poll.
+/// the status is read, and when it drops it is reopened shortly after and the status
+/// read again, so a change after a read is always either reported by the stream or
+/// seen by a later read.
 pub struct Observer {
     client: Client,
     lock: String,
@@ -356,8 +357,8 @@ impl Observer {
         Ok(())
     }
 
-    /// Waits for a reason to look again: a lease event or a `reset` on the stream, the
-    /// stream ending (it is reopened before the next look), or one poll interval.
+    /// Waits for a reason to look again: a lease event or a `reset` on the stream, one
+    /// poll interval, or the time to reopen the stream (after it ended or was refused).
     async fn wait(&mut self) {
         let mut until = Instant::now() + self.poll;
         if let Stream::RetryAt(at) = self.stream {
