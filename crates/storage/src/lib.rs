@@ -206,8 +206,8 @@ pub struct NamespaceSummary {
     pub name: String,
     pub high_water: HighWater,
     /// Its keys and bytes, as its quota counter holds them; `None` when the backend has
-    /// no counter for it yet (etcd, for a namespace last written before counters existed:
-    /// its next write counts it).
+    /// no counter for it (etcd, for a namespace only ever fenced, or last written before
+    /// counters existed: its next put or delete counts it).
     pub usage: Option<Usage>,
 }
 
