@@ -195,11 +195,13 @@ def run(driver, base, dash_key, app, screenshot):
     wait_for(driver, "the expiry", lambda d: feed_entry(d, "expired", "jobs", "epoch 1"))
     wait_for(driver, "the lapsed lock freed", lambda d: cells(d, "locks", "lock", "jobs")["holder"] == "-")
 
-    # The chart: the metrics scrape drew something.
-    wait_for(driver, "a drawn chart", lambda d: d.execute_script(
+    # The chart: the stale write's second shows as a red point above the zero line.
+    wait_for(driver, "rejections on the chart", lambda d: d.execute_script(
         "const c = document.getElementById('chart');"
-        "const px = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
-        "for (let i = 3; i < px.length; i += 4) if (px[i]) return true; return false;"))
+        "const px = c.getContext('2d').getImageData(0, 0, c.width, c.height - 8).data;"
+        "for (let i = 0; i < px.length; i += 4)"
+        "  if (px[i] > 150 && px[i + 1] < 90 && px[i + 2] < 90 && px[i + 3] > 200) return true;"
+        "return false;"))
 
     driver.save_screenshot(screenshot)  # the sequence above, on one screen
 

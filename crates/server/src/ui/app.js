@@ -259,10 +259,14 @@ function draw() {
   for (const [k, values] of Object.entries(series)) {
     g.strokeStyle = colours[k];
     g.lineWidth = 2;
+    g.fillStyle = colours[k];
     g.beginPath();
     values.forEach((v, i) => {
-      const x = (i / (POINTS - 1)) * w, y = h - 2 - (v / top) * (h - pad);
+      // The newest sample at the right edge.
+      const x = w - ((values.length - 1 - i) / (POINTS - 1)) * w;
+      const y = h - 2 - (v / top) * (h - pad);
       if (i === 0) g.moveTo(x, y); else g.lineTo(x, y);
+      g.fillRect(Math.round(x) - 2, Math.round(y) - 2, 4, 4); // a lone sample shows too
     });
     g.stroke();
   }
