@@ -135,6 +135,10 @@ impl EtcdStore {
             let prefix = keys.data_prefix(ns);
             gets.push(TxnOp::get(prefix, Some(GetOptions::new().with_prefix())));
         }
+        // Last, so that the indexes above stay as they are.
+        let floor_key = keys.epoch_floor();
+        let floor_at = gets.len();
+        gets.push(TxnOp::get(floor_key.clone(), None));
         let snap = self.etcd.read("read for a fenced write", gets).await?;
         let data = data_key.as_ref().and_then(|_| snap.first(data_at));
         let idem = idem_key.as_ref().and_then(|_| snap.first(idem_at));
@@ -146,6 +150,20 @@ impl EtcdStore {
                 kv.mod_revision(),
             ),
             None => (HighWater::default(), 0),
+        };
+        // After a restore, the epoch floor (`palisade admin etcd-raise`) is every
+        // namespace's mark at least: tokens from before the restore are stale.
+        let (floor, floor_rev) = match snap.first(floor_at) {
+            Some(kv) => (keys::decode_epoch(kv.key(), kv.value())?, kv.mod_revision()),
+            None => (0, 0),
+        };
+        let mark = if floor > mark.epoch {
+            HighWater {
+                epoch: floor,
+                seq: 0,
+            }
+        } else {
+            mark
         };
         let (usage, usage_rev) = match snap.first(1) {
             Some(kv) => (from_json::<Usage>(kv.key(), kv.value())?, kv.mod_revision()),
@@ -200,11 +218,10 @@ impl EtcdStore {
             Decision::Commit(commit) => commit,
         };
 
-        let mut compares = vec![Compare::mod_revision(
-            fence_key.clone(),
-            CompareOp::Equal,
-            mark_rev,
-        )];
+        let mut compares = vec![
+            Compare::mod_revision(fence_key.clone(), CompareOp::Equal, mark_rev),
+            Compare::mod_revision(floor_key, CompareOp::Equal, floor_rev),
+        ];
         let mut writes = Vec::new();
         if commit.mark_changed {
             writes.push(TxnOp::put(fence_key, json(&commit.high_water), None));
@@ -356,13 +373,28 @@ impl FencedStore for EtcdStore {
 
     async fn high_water(&self, namespace: &str) -> Result<HighWater, StorageError> {
         let key = self.etcd.keys.fence(namespace);
-        let snap = self
-            .etcd
-            .read("high-water mark", vec![TxnOp::get(key, None)])
-            .await?;
-        match snap.first(0) {
-            Some(kv) => from_json(kv.key(), kv.value()),
-            None => Ok(HighWater::default()),
+        let gets = vec![
+            TxnOp::get(key, None),
+            TxnOp::get(self.etcd.keys.epoch_floor(), None),
+        ];
+        let snap = self.etcd.read("high-water mark", gets).await?;
+        let mark = match snap.first(0) {
+            Some(kv) => from_json(kv.key(), kv.value())?,
+            None => HighWater::default(),
+        };
+        match snap.first(1) {
+            Some(kv) => {
+                let floor = keys::decode_epoch(kv.key(), kv.value())?;
+                Ok(if floor > mark.epoch {
+                    HighWater {
+                        epoch: floor,
+                        seq: 0,
+                    }
+                } else {
+                    mark
+                })
+            }
+            None => Ok(mark),
         }
     }
 

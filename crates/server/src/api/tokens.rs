@@ -67,14 +67,18 @@ pub async fn check(
     caller.require(Verb::Check, &claims.lock)?;
     let view = state.issuer.status(&claims.lock).await?;
     let lease_alive = view.lease.as_ref().is_some_and(|l| l.epoch == claims.epoch);
+    // While a lease is live its epoch is the newest issued for the lock (nothing is granted
+    // above it until it ends). Without one, the lock's counter: after a restart that is
+    // the reservation ceiling, an upper bound, so an older token is never called current.
+    let current_epoch = view.lease.as_ref().map_or(view.epoch, |l| l.epoch);
     Ok(Json(json!({
         "genuine": true,
         "lock": claims.lock,
         "epoch": claims.epoch,
         "holder": claims.holder,
         "key_id": claims.key_id,
-        "current_epoch": view.epoch,
-        "current": view.epoch == claims.epoch,
+        "current_epoch": current_epoch,
+        "current": current_epoch == claims.epoch,
         "lease_alive": lease_alive,
     })))
 }
