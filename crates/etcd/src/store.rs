@@ -422,16 +422,29 @@ impl FencedStore for EtcdStore {
         let options = GetOptions::new()
             .with_range(end)
             .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
-        let snap = self
-            .etcd
-            .read("list namespaces", vec![TxnOp::get(start, Some(options))])
-            .await?;
+        let gets = vec![
+            TxnOp::get(start, Some(options)),
+            TxnOp::get(keys.epoch_floor(), None),
+        ];
+        let snap = self.etcd.read("list namespaces", gets).await?;
+        // After a restore the epoch floor is every namespace's mark at least, as in
+        // `high_water`.
+        let floor = match snap.first(1) {
+            Some(kv) => keys::decode_epoch(kv.key(), kv.value())?,
+            None => 0,
+        };
         let mut marks = Vec::new();
         for kv in snap.all(0) {
             let name = kv.key().strip_prefix(base.as_slice()).unwrap_or_default();
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| crate::error::corrupt(kv.key(), "namespace is not UTF-8"))?;
-            let mark: HighWater = from_json(kv.key(), kv.value())?;
+            let mut mark: HighWater = from_json(kv.key(), kv.value())?;
+            if floor > mark.epoch {
+                mark = HighWater {
+                    epoch: floor,
+                    seq: 0,
+                };
+            }
             marks.push((name, mark));
         }
         let mut out = Vec::with_capacity(marks.len());

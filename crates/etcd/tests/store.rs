@@ -247,7 +247,8 @@ async fn unreachable_etcd_is_a_storage_error_not_a_guess() {
 #[tokio::test]
 async fn namespaces_page_by_name_with_marks_and_usage() {
     let etcd = EtcdMember::start();
-    let store = EtcdStore::new(etcd.connect().await);
+    let client = etcd.connect().await;
+    let store = EtcdStore::new(client.clone());
     // "k1" + "one" = 5 bytes.
     store.apply(op("ns-a", 1, put("k1", "one"))).await.unwrap();
     store.apply(op("ns-b", 1, put("k1", "one"))).await.unwrap();
@@ -309,4 +310,15 @@ async fn namespaces_page_by_name_with_marks_and_usage() {
     let many = store.namespaces("many-", None, 1000).await.unwrap();
     assert_eq!(many.len(), 130);
     assert!(many.iter().all(|n| n.usage.map(|u| u.keys) == Some(1)));
+    // After a restore's floor, every mark listed is at least the floor, as `high_water`
+    // reads it.
+    palisade_etcd::ledger::raise_floor(&client, 9)
+        .await
+        .unwrap();
+    let raised = store.namespaces("ns-", None, 10).await.unwrap();
+    assert!(
+        raised.iter().all(|n| n.high_water.epoch == 10),
+        "{raised:?}"
+    );
+    assert_eq!(store.high_water("ns-a").await.unwrap().epoch, 10);
 }
