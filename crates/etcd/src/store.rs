@@ -25,8 +25,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, TxnOp};
 use palisade_core::gate::HighWater;
 use palisade_storage::decide::Change;
 use palisade_storage::{
-    decide, Action, Applied, ApplyError, Decision, Entry, FencedOp, FencedStore, KeyState, Seen,
-    StorageError, StoreLimits, Usage, WallClock,
+    decide, Action, Applied, ApplyError, Decision, Entry, FencedOp, FencedStore, KeyState,
+    NamespaceSummary, Seen, StorageError, StoreLimits, Usage, WallClock,
 };
 
 use crate::keys::{self, from_json, json, IdemRecord};
@@ -396,6 +396,78 @@ impl FencedStore for EtcdStore {
             }
             None => Ok(mark),
         }
+    }
+
+    /// One range read of the marks from the first name after `after` (or `prefix`), then
+    /// one read of the page's usage counters. The two reads are not one snapshot: a
+    /// counter may be a write newer than its mark.
+    async fn namespaces(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<NamespaceSummary>, StorageError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = &self.etcd.keys;
+        let base = keys.fence("");
+        let mut start = keys.fence(prefix);
+        let end = keys::prefix_end(&start);
+        if let Some(after) = after.filter(|a| *a >= prefix) {
+            // The first key after `after`: `after` followed by a zero byte.
+            start = keys.fence(after);
+            start.push(0);
+        }
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let gets = vec![
+            TxnOp::get(start, Some(options)),
+            TxnOp::get(keys.epoch_floor(), None),
+        ];
+        let snap = self.etcd.read("list namespaces", gets).await?;
+        // After a restore the epoch floor is every namespace's mark at least, as in
+        // `high_water`.
+        let floor = match snap.first(1) {
+            Some(kv) => keys::decode_epoch(kv.key(), kv.value())?,
+            None => 0,
+        };
+        let mut marks = Vec::new();
+        for kv in snap.all(0) {
+            let name = kv.key().strip_prefix(base.as_slice()).unwrap_or_default();
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| crate::error::corrupt(kv.key(), "namespace is not UTF-8"))?;
+            let mut mark: HighWater = from_json(kv.key(), kv.value())?;
+            if floor > mark.epoch {
+                mark = HighWater {
+                    epoch: floor,
+                    seq: 0,
+                };
+            }
+            marks.push((name, mark));
+        }
+        let mut out = Vec::with_capacity(marks.len());
+        // etcd refuses a transaction of more than 128 operations (`--max-txn-ops`).
+        for chunk in marks.chunks(100) {
+            let gets = chunk
+                .iter()
+                .map(|(name, _)| TxnOp::get(keys.usage(name), None))
+                .collect();
+            let usages = self.etcd.read("namespace usage", gets).await?;
+            for (i, (name, high_water)) in chunk.iter().enumerate() {
+                let usage = usages
+                    .first(i)
+                    .map(|kv| from_json::<Usage>(kv.key(), kv.value()))
+                    .transpose()?;
+                out.push(NamespaceSummary {
+                    name: name.clone(),
+                    high_water: *high_water,
+                    usage,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Never: nothing latches here. Each operation asks etcd afresh and fails on its own
