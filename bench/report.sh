@@ -50,8 +50,15 @@ Each of N clients runs a loop on its own persistent connection, on its own locks
 | \`contended\` one lock, N clients | acquire with \`wait_ms\` (FIFO queue, no retry loop) → release | \`j1\` scripts, 1 ms sleep after a failure | \`j1\` statements, 1 ms sleep after a failure | \`j1\` txns, 1 ms sleep after a failure |
 | \`read\` | \`GET /v1/kv/{l}/{k}\` | \`GET\` | \`SELECT\` | range get |
 
+Variant rows (Palisade only, each compared with the peers' runs of the same job):
+\`contended (retry)\` acquires without waiting in the queue (\`wait_ms\` 0) and, refused,
+sleeps 1 ms and retries, as the peers' clients do; \`j1 (grace0)\` runs against a server
+started with \`--idle-grace-ms 0\`, which writes the lock's epoch at every grant as the
+peers do; \`(auth)\` rows run against a server with an auth file, each request carrying a
+bearer key.
+
 Durability, the same for all: an fsync before each reply.
-- Palisade: default settings (redb, group commit: one fsync per batch of waiting operations).
+- Palisade: default settings (a write-ahead log in front of redb, pipelined group commit: one fdatasync per batch of waiting operations).
 - Redis: \`appendonly yes\`, \`appendfsync always\`, no RDB snapshots.
 - PostgreSQL: \`fsync=on\`, \`synchronous_commit=on\`, \`full_page_writes=on\`; each statement its own transaction.
 - etcd: defaults (the WAL is fsync'd before a write is answered).
@@ -85,7 +92,7 @@ MD
     echo "Computed by \`bench/targets.py\` from this run's figures (the fdatasync p50 is the one"
     echo "measured before the runs)."
     echo
-    python3 "$ROOT/bench/targets.py" "$WORK/results" "$WORK/micro.txt" "$FSYNC" \
+    python3 "$ROOT/bench/targets.py" "$WORK/results" "$WORK/micro.txt" "$FSYNC" "$WORK/restart.json" \
         || echo "(bench/targets.py failed; the figures above stand)"
     echo
     if [[ -f "$ROOT/bench/analysis.md" ]]; then

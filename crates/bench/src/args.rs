@@ -99,9 +99,15 @@ pub struct BenchArgs {
     /// Size of each written value, in bytes.
     #[arg(long, default_value_t = 128)]
     pub value_size: usize,
-    /// `contended`: how long a Palisade acquire waits in the lock's queue (ms).
+    /// `contended`: how long a Palisade acquire waits in the lock's queue (ms). With 0 a
+    /// refused client sleeps 1 ms and tries again, as the peers' clients do.
     #[arg(long, default_value_t = 1000)]
     pub wait_ms: u64,
+    /// A name for this configuration (e.g. `retry`, `auth`, `grace0`), kept in the JSON
+    /// results: `--merge` shows each variant as its own row, compared with the peers'
+    /// plain rows.
+    #[arg(long, value_parser = parse_variant)]
+    pub variant: Option<String>,
     /// Lease time-to-live of each acquisition (ms).
     #[arg(long, default_value_t = 10_000)]
     pub ttl_ms: u64,
@@ -160,6 +166,20 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(value * scale))
 }
 
+/// A variant name: short, and safe in a Markdown table.
+fn parse_variant(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 32
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err("1 to 32 characters from A-Z a-z 0-9 - _ .".to_owned())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +192,13 @@ mod tests {
         assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn variant_names() {
+        assert_eq!(parse_variant("retry"), Ok("retry".to_owned()));
+        assert!(parse_variant("").is_err());
+        assert!(parse_variant("a|b").is_err());
+        assert!(parse_variant(&"x".repeat(33)).is_err());
     }
 }

@@ -63,8 +63,7 @@ pub const KEYS_PER_LOCK: usize = 64;
 /// A lease ttl long enough to outlive any run, for the locks held throughout (`j2`).
 pub const LONG_TTL_MS: u64 = 3_600_000;
 
-/// How long a peer's contended client sleeps after a failed attempt.
-#[cfg_attr(not(any(feature = "peers", feature = "peer-etcd")), allow(dead_code))]
+/// How long a contended client that does not queue sleeps after a failed attempt.
 pub const RETRY_SLEEP: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Plan {

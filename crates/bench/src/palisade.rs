@@ -9,7 +9,7 @@ use hyper::Method;
 use palisade_api::ErrorCode;
 use serde::Deserialize;
 
-use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS};
+use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS, RETRY_SLEEP};
 use crate::http::Conn;
 use crate::{BenchError, Job, OpError, Outcome, Worker};
 
@@ -39,6 +39,8 @@ struct PalisadeWorker {
     /// The token for each lock in `locks` (`j2`).
     tokens: Vec<HeaderValue>,
     n: usize,
+    /// `contended` without a queue wait: pause after a refusal, as the peers do.
+    retry_sleep: bool,
 }
 
 pub(crate) fn acquire_body(holder: &str, ttl_ms: u64, wait_ms: u64) -> Bytes {
@@ -110,6 +112,8 @@ pub(crate) async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Wor
         held: Vec::new(),
         tokens: Vec::new(),
         n: client,
+        // Without a queue wait, a refused client retries after a pause like the peers'.
+        retry_sleep: plan.job == Job::Contended && plan.wait_ms == 0,
     };
     if matches!(plan.job, Job::J2 | Job::Read) {
         worker
@@ -164,7 +168,12 @@ impl Worker for PalisadeWorker {
                         release(&mut self.conn, &granted.lease_id).await?;
                         Ok(Outcome::Done)
                     }
-                    Err(e) if e.code == ErrorCode::LockHeld.as_str() => Ok(Outcome::Refused),
+                    Err(e) if e.code == ErrorCode::LockHeld.as_str() => {
+                        if self.retry_sleep {
+                            tokio::time::sleep(RETRY_SLEEP).await;
+                        }
+                        Ok(Outcome::Refused)
+                    }
                     Err(e) => Err(e),
                 }
             }

@@ -13,6 +13,9 @@ use crate::{BenchError, Job, ScaleReport, Target};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
     pub target: Target,
+    /// The configuration's name (`--variant`), if it is not the default one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     pub job: Job,
     pub clients: usize,
     pub duration_s: f64,
@@ -115,7 +118,7 @@ fn errors(summary: &Summary) -> String {
 /// The header of the terminal table, in the widths of [`row`].
 pub fn header() -> String {
     format!(
-        "{:<9} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}  errors\n",
+        "{:<16} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}  errors\n",
         "target",
         "job",
         "clients",
@@ -132,8 +135,11 @@ pub fn header() -> String {
 /// One line of the terminal table.
 pub fn row(r: &Summary) -> String {
     format!(
-        "{:<9} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}  {}\n",
-        r.target.name(),
+        "{:<16} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}  {}\n",
+        match &r.variant {
+            Some(v) => format!("{}/{v}", r.target.name()),
+            None => r.target.name().to_string(),
+        },
         r.job.name(),
         r.clients,
         count(r.ops_per_s),
@@ -158,18 +164,33 @@ pub fn table(runs: &[Summary]) -> String {
 
 /// The Markdown comparison of several result files: throughput, ratios, latencies, and
 /// every run in detail.
+///
+/// A Palisade run made with `--variant` gets its own row (`contended (retry)`), beside the
+/// peers' runs of the same job and client count, which have no variants.
 pub fn markdown(results: &[Results]) -> String {
     let mut runs: Vec<&Summary> = results.iter().flat_map(|r| &r.runs).collect();
-    runs.sort_by_key(|r| (r.target, r.job, r.clients));
+    runs.sort_by(|a, b| {
+        (a.target, a.job, &a.variant, a.clients).cmp(&(b.target, b.job, &b.variant, b.clients))
+    });
     let mut targets: Vec<Target> = runs.iter().map(|r| r.target).collect();
     targets.sort();
     targets.dedup();
-    let mut rows: Vec<(Job, usize)> = runs.iter().map(|r| (r.job, r.clients)).collect();
+    let mut rows: Vec<(Job, Option<&str>, usize)> = runs
+        .iter()
+        .map(|r| (r.job, r.variant.as_deref(), r.clients))
+        .collect();
     rows.sort();
     rows.dedup();
-    let find = |t: Target, job: Job, clients: usize| {
-        runs.iter()
-            .find(|r| r.target == t && r.job == job && r.clients == clients)
+    // Peers have no variants: a variant row compares with their plain run.
+    let find = |t: Target, job: Job, variant: Option<&str>, clients: usize| {
+        let variant = if t == Target::Palisade { variant } else { None };
+        runs.iter().find(|r| {
+            r.target == t && r.job == job && r.variant.as_deref() == variant && r.clients == clients
+        })
+    };
+    let label = |job: Job, variant: Option<&str>| match variant {
+        Some(v) => format!("{} ({v})", job.name()),
+        None => job.name().to_string(),
     };
     let head = |out: &mut String| {
         let names: Vec<&str> = targets.iter().map(|t| t.name()).collect();
@@ -180,10 +201,10 @@ pub fn markdown(results: &[Results]) -> String {
         "### Throughput (operations/s; contended: acquisitions/s, failed attempts/s)\n\n",
     );
     head(&mut out);
-    for &(job, clients) in &rows {
+    for &(job, variant, clients) in &rows {
         let cells: Vec<String> = targets
             .iter()
-            .map(|&t| match find(t, job, clients) {
+            .map(|&t| match find(t, job, variant, clients) {
                 Some(r) if job == Job::Contended => {
                     format!("{} ({} failed)", count(r.ops_per_s), count(r.refused_per_s))
                 }
@@ -194,7 +215,7 @@ pub fn markdown(results: &[Results]) -> String {
         let _ = writeln!(
             out,
             "| {} | {clients} | {} |",
-            job.name(),
+            label(job, variant),
             cells.join(" | ")
         );
     }
@@ -208,31 +229,34 @@ pub fn markdown(results: &[Results]) -> String {
         let names: Vec<String> = peers.iter().map(|t| format!("/ {}", t.name())).collect();
         let _ = writeln!(out, "| job | clients | {} |", names.join(" | "));
         let _ = writeln!(out, "|---|---:|{}", "---:|".repeat(peers.len()));
-        for &(job, clients) in &rows {
+        for &(job, variant, clients) in &rows {
             // Palisade has no unfenced write: its fenced write stands against `plain`.
-            let (own_job, label) = match job {
-                Job::Plain => (Job::J2, "palisade j2 vs peer plain".to_string()),
-                _ => (job, job.name().to_string()),
+            let (own_job, name) = match job {
+                Job::Plain => (
+                    Job::J2,
+                    format!("palisade {} vs peer plain", label(Job::J2, variant)),
+                ),
+                _ => (job, label(job, variant)),
             };
-            let Some(own) = find(Target::Palisade, own_job, clients) else {
+            let Some(own) = find(Target::Palisade, own_job, variant, clients) else {
                 continue;
             };
             let cells: Vec<String> = peers
                 .iter()
-                .map(|&p| match find(p, job, clients) {
+                .map(|&p| match find(p, job, variant, clients) {
                     Some(r) if r.ops_per_s > 0.0 => format!("{:.2}x", own.ops_per_s / r.ops_per_s),
                     _ => "-".to_string(),
                 })
                 .collect();
-            let _ = writeln!(out, "| {label} | {clients} | {} |", cells.join(" | "));
+            let _ = writeln!(out, "| {name} | {clients} | {} |", cells.join(" | "));
         }
     }
     out.push_str("\n### Latency per operation, p50 / p99 / p999 (ms)\n\n");
     head(&mut out);
-    for &(job, clients) in &rows {
+    for &(job, variant, clients) in &rows {
         let cells: Vec<String> = targets
             .iter()
-            .map(|&t| match find(t, job, clients) {
+            .map(|&t| match find(t, job, variant, clients) {
                 Some(r) => format!("{} / {} / {}", ms(r.p50_us), ms(r.p99_us), ms(r.p999_us)),
                 None => "-".to_string(),
             })
@@ -240,7 +264,7 @@ pub fn markdown(results: &[Results]) -> String {
         let _ = writeln!(
             out,
             "| {} | {clients} | {} |",
-            job.name(),
+            label(job, variant),
             cells.join(" | ")
         );
     }
@@ -268,5 +292,51 @@ mod tests {
         assert_eq!(count(1234567.0), "1,234,567");
         assert_eq!(ms(1500), "1.50");
         assert_eq!(ms(25_000), "25.0");
+    }
+
+    fn run(target: Target, job: Job, variant: Option<&str>, ops_per_s: f64) -> Summary {
+        Summary {
+            target,
+            variant: variant.map(str::to_owned),
+            job,
+            clients: 64,
+            duration_s: 1.0,
+            ops: ops_per_s as u64,
+            ops_per_s,
+            refused: 0,
+            refused_per_s: 0.0,
+            errors: BTreeMap::new(),
+            p50_us: 1000,
+            p99_us: 2000,
+            p999_us: 3000,
+            max_us: 4000,
+            mean_us: 1100.0,
+            bench_cpu_pct: None,
+            server_cpu_pct: None,
+            value_size: 128,
+        }
+    }
+
+    /// A Palisade variant gets its own row, its ratio taken against the peer's plain run.
+    #[test]
+    fn a_variant_row_is_compared_with_the_peers_plain_run() {
+        let results = Results {
+            runs: vec![
+                run(Target::Palisade, Job::Contended, None, 3000.0),
+                run(Target::Palisade, Job::Contended, Some("retry"), 500.0),
+                run(Target::Redis, Job::Contended, None, 1000.0),
+            ],
+            ..Results::default()
+        };
+        let md = markdown(&[results]);
+        assert!(md.contains("| contended | 64 | 3.00x |"), "{md}");
+        assert!(md.contains("| contended (retry) | 64 | 0.50x |"), "{md}");
+        // The old result files, without the field, still read.
+        let old = r#"{"target":"redis","job":"j2","clients":1,"duration_s":1.0,"ops":1,
+            "ops_per_s":1.0,"refused":0,"refused_per_s":0.0,"errors":{},"p50_us":1,"p99_us":1,
+            "p999_us":1,"max_us":1,"mean_us":1.0,"bench_cpu_pct":null,"server_cpu_pct":null,
+            "value_size":1}"#;
+        let parsed: Summary = serde_json::from_str(old).unwrap();
+        assert_eq!(parsed.variant, None);
     }
 }

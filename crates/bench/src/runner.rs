@@ -260,6 +260,7 @@ async fn measure(plan: Plan, args: &BenchArgs) -> Result<Summary, BenchError> {
     let h = &total.latency_us;
     Ok(Summary {
         target: plan.target,
+        variant: args.variant.clone(),
         job: plan.job,
         clients: plan.clients,
         duration_s: secs,

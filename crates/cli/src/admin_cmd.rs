@@ -26,6 +26,42 @@ pub enum AdminCommand {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// After an etcd snapshot restore (nodes stopped): raise etcd's epoch floor above
+    /// every epoch any node ever handed out, read from the nodes' epoch ledgers
+    /// (`serve --etcd-epoch-ledger`), so that no epoch is issued twice and no token from
+    /// before the restore is admitted again. Never lowers the floor; safe to run twice.
+    /// Prints a JSON report. See docs/operations.md.
+    #[cfg(feature = "etcd")]
+    EtcdRaise(EtcdRaiseArgs),
+}
+
+#[cfg(feature = "etcd")]
+#[derive(Args)]
+pub struct EtcdRaiseArgs {
+    /// etcd client URLs, comma-separated (plain http; run it where etcd's client port
+    /// answers without TLS or user, e.g. on a member).
+    #[arg(
+        long,
+        env = "PALISADE_ETCD_ENDPOINTS",
+        value_delimiter = ',',
+        required = true
+    )]
+    etcd_endpoints: Vec<String>,
+    /// Prefix of the deployment's etcd keys.
+    #[arg(long, env = "PALISADE_ETCD_PREFIX", default_value = "/palisade/")]
+    etcd_prefix: String,
+    /// Longest wait for one etcd call (ms).
+    #[arg(long, default_value_t = 5000)]
+    etcd_timeout_ms: u64,
+    /// A node's epoch ledger (its --etcd-epoch-ledger file). Give every node's: a
+    /// missing or unreadable file is an error, since the epochs of that node would be
+    /// unknown. Repeat the flag for several.
+    #[arg(long = "ledger", value_name = "FILE")]
+    ledgers: Vec<PathBuf>,
+    /// A bound you know: no epoch above N was ever handed out. For a node whose ledger
+    /// is lost; the floor goes above the larger of this and every ledger's ceiling.
+    #[arg(long, value_name = "N")]
+    at_least: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -150,7 +186,63 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             );
         }
         AdminCommand::Keys { command } => keys_command(command)?,
+        #[cfg(feature = "etcd")]
+        AdminCommand::EtcdRaise(args) => etcd_raise(args).await?,
     }
+    Ok(())
+}
+
+#[cfg(feature = "etcd")]
+async fn etcd_raise(args: EtcdRaiseArgs) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use palisade_etcd::{Etcd, EtcdConfig, LedgerFile};
+
+    anyhow::ensure!(
+        !args.ledgers.is_empty() || args.at_least.is_some(),
+        "give every node's --ledger FILE (or --at-least N when they are lost)"
+    );
+    let mut bound = args.at_least.unwrap_or(0);
+    let mut read = Vec::new();
+    for path in &args.ledgers {
+        let file = LedgerFile::read(path)?.with_context(|| {
+            format!(
+                "epoch ledger {} does not exist: without it the epochs of its node are \
+                 unknown (if it is lost, give --at-least N with a bound you know)",
+                path.display()
+            )
+        })?;
+        anyhow::ensure!(
+            file.prefix == args.etcd_prefix,
+            "epoch ledger {} belongs to etcd prefix {:?}, not {:?}",
+            path.display(),
+            file.prefix,
+            args.etcd_prefix
+        );
+        bound = bound.max(file.ceiling);
+        read.push(serde_json::json!({
+            "ledger": path.display().to_string(),
+            "ceiling": file.ceiling,
+            "revision": file.revision,
+            "updated_at_unix": file.updated_at_unix,
+        }));
+    }
+    let mut config = EtcdConfig::new(args.etcd_endpoints);
+    config.prefix = args.etcd_prefix;
+    config.request_timeout = std::time::Duration::from_millis(args.etcd_timeout_ms);
+    let etcd = Etcd::connect(&config).await?;
+    let raised = palisade_etcd::ledger::raise_floor(&etcd, bound).await?;
+    let report = serde_json::json!({
+        "bound": bound,
+        "previous_floor": raised.previous,
+        "floor": raised.floor,
+        "ledgers": read,
+    });
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    eprintln!(
+        "etcd's epoch floor is {}: every lock continues above it, and every token below \
+         it is refused by the store",
+        raised.floor
+    );
     Ok(())
 }
 

@@ -110,6 +110,13 @@ pub struct ServeArgs {
         requires = "etcd_user"
     )]
     etcd_password_file: Option<PathBuf>,
+    /// This node's epoch ledger, kept outside etcd (created if missing): a small fsynced
+    /// file bounding every epoch the node hands out, raised before a token leaves it.
+    /// After an etcd snapshot restore, `palisade admin etcd-raise --ledger FILE` reads
+    /// every node's ledger to put epochs and marks above anything ever issued. Without
+    /// it a restore cannot be made safe. See docs/operations.md.
+    #[arg(long, env = "PALISADE_ETCD_EPOCH_LEDGER", value_name = "FILE")]
+    etcd_epoch_ledger: Option<PathBuf>,
     /// Create the key set from this key file (64 hex characters, mode 0600) instead of a
     /// new random key: read only when there is no key set yet (DATA_DIR/signing-keys.json,
     /// or the one in etcd). With --backend etcd the first node needs it.
@@ -291,13 +298,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             endpoints: args.etcd_endpoints,
             prefix: args.etcd_prefix,
             request_timeout: std::time::Duration::from_millis(args.etcd_timeout_ms),
-            access: palisade_server::EtcdAccess {
+            epoch_ledger: args.etcd_epoch_ledger,
+            access: Box::new(palisade_server::EtcdAccess {
                 ca_file: args.etcd_ca_file,
                 cert_file: args.etcd_cert,
                 key_file: args.etcd_key,
                 user: args.etcd_user,
                 password_file: args.etcd_password_file,
-            },
+            }),
         };
     }
     let server = palisade_server::serve(config)

@@ -15,7 +15,7 @@ mod common;
 use std::time::Duration;
 
 use common::topology::Topology;
-use palisade_client::{Client, Election, Error, LeaderInfo};
+use palisade_client::{Client, Election, Error, LeaderInfo, Observer};
 
 /// A client of every node of the topology (failing over between them).
 #[cfg(feature = "etcd")]
@@ -240,4 +240,148 @@ async fn a_client_fails_over_when_its_etcd_node_dies() {
     client.keepalive(lease.lease_id()).await.unwrap();
     assert!(!lease.is_lost());
     lease.release().await.unwrap();
+}
+
+/// How many lock status reads (`GET /v1/locks/{lock}`) the server has answered, from its
+/// own metrics: a read counts once its answer is decided.
+async fn status_reads(url: &str) -> u64 {
+    let text = reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|line| {
+            line.strip_prefix(
+                "palisade_request_duration_seconds_count{route=\"/v1/locks/{lock}\"} ",
+            )
+        })
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Runs `observer.changed()` on a task, and returns once the server has answered the
+/// status read it makes before it waits: from then on, only something that tells it to
+/// look again can make it answer.
+async fn waiting_observer(
+    url: &str,
+    mut observer: Observer,
+) -> tokio::task::JoinHandle<(Observer, Option<LeaderInfo>)> {
+    let before = status_reads(url).await;
+    let task = tokio::spawn(async move {
+        let seen = observer.changed().await.unwrap();
+        (observer, seen)
+    });
+    poll(Duration::from_secs(20), || async {
+        (status_reads(url).await > before).then_some(())
+    })
+    .await
+    .expect("the observer read the status");
+    task
+}
+
+/// An observer learns of a change of holder from the lock's events stream: with its poll
+/// interval an hour long, it is waiting (its status read answered, as the server's
+/// metrics show) when a leader is elected, hands over and resigns, and it answers each
+/// change; only a granted or released event can have made it look again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_learns_of_changes_from_the_events_stream() {
+    let topology = Topology::embedded(&[]);
+    let url = topology.url(0);
+    let on = |i: usize| {
+        Election::new(client_at(&topology, i), "streamed")
+            .ttl(Duration::from_secs(5))
+            .poll_interval(Duration::from_secs(3600))
+    };
+    // Bounds a hang (a failure), not a speed: a poll would come after an hour.
+    let within = Duration::from_secs(60);
+    let mut observer = on(0).observe();
+    assert_eq!(observer.changed().await.unwrap(), None);
+    assert!(
+        observer.is_streaming(),
+        "the stream opens at the first look"
+    );
+
+    let waiting = waiting_observer(&url, observer).await;
+    let first = on(0).campaign("node-a", b"a").await.unwrap();
+    let (observer, seen) = tokio::time::timeout(within, waiting)
+        .await
+        .expect("the grant reached the observer through the stream")
+        .unwrap();
+    assert_eq!(
+        seen,
+        Some(LeaderInfo {
+            holder: "node-a".into(),
+            epoch: first.epoch(),
+            value: Some(b"a".to_vec()),
+        })
+    );
+
+    // A second candidate waits in line; the leader resigns and it leads. A refused write
+    // on the election's namespace comes first: a `rejected` event, which is no change of
+    // leadership and does not end the wait.
+    let second_election = on(0);
+    let second = tokio::spawn(async move {
+        second_election
+            .campaign_within("node-b", b"b", Duration::from_secs(60))
+            .await
+    });
+    let lock_reader = client_at(&topology, 0);
+    poll(Duration::from_secs(20), || async {
+        let status = lock_reader.lock_status("streamed").await.ok()?;
+        (status.waiters == 1).then_some(())
+    })
+    .await
+    .expect("the second candidate waits in line");
+    let first_epoch = first.epoch();
+    first.fence().await.unwrap();
+    let waiting = waiting_observer(&url, observer).await;
+    let stale = client_at(&topology, 0).fenced_kv("streamed", "pal1.not-a-token.x");
+    assert!(stale.put("k", "late").await.is_err());
+    first.resign().await.unwrap();
+    let second = second.await.unwrap().unwrap();
+    let (observer, seen) = tokio::time::timeout(within, waiting)
+        .await
+        .expect("the handover reached the observer through the stream")
+        .unwrap();
+    let seen = seen.expect("a leader");
+    assert_eq!(
+        (seen.holder.as_str(), seen.epoch),
+        ("node-b", first_epoch + 1)
+    );
+    assert_eq!(second.epoch(), first_epoch + 1);
+
+    let waiting = waiting_observer(&url, observer).await;
+    second.resign().await.unwrap();
+    let (observer, seen) = tokio::time::timeout(within, waiting)
+        .await
+        .expect("the release reached the observer through the stream")
+        .unwrap();
+    assert_eq!(seen, None);
+    assert!(observer.is_streaming());
+}
+
+/// A server that refuses every events stream (429, too many streams) leaves observers
+/// polling: they still see each change, one poll interval late at most.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_polls_when_the_events_stream_is_refused() {
+    let topology = Topology::embedded(&["--max-event-subscribers", "0"]);
+    let election = Election::new(client_at(&topology, 0), "polled")
+        .ttl(Duration::from_secs(5))
+        .poll_interval(Duration::from_millis(50));
+    let mut observer = election.observe();
+    assert_eq!(observer.changed().await.unwrap(), None);
+    assert!(!observer.is_streaming());
+    let leader = election.campaign("node-a", b"a").await.unwrap();
+    let seen = observer.changed().await.unwrap().unwrap();
+    assert_eq!(
+        (seen.holder.as_str(), seen.epoch),
+        ("node-a", leader.epoch())
+    );
+    leader.proclaim(b"a2").await.unwrap();
+    let seen = observer.changed().await.unwrap().unwrap();
+    assert_eq!(seen.value.as_deref(), Some(&b"a2"[..]));
+    leader.resign().await.unwrap();
+    assert_eq!(observer.changed().await.unwrap(), None);
+    assert!(!observer.is_streaming());
 }

@@ -137,3 +137,48 @@ async fn forged_tokens_are_rejected_and_change_nothing() {
     assert_eq!(check["lease_alive"], true);
     assert_eq!(check["epoch"], 1);
 }
+
+/// A lease honoured across a crash is still the lock's current one: its token checks as
+/// current and alive although the lock's counter moved to the reservation ceiling, and
+/// `palisade token check` exits 0 for it.
+#[tokio::test]
+async fn a_lease_honoured_across_a_restart_checks_as_current() {
+    let mut server = Server::start(&[]);
+    let http = Http::new(&server.url);
+    let lease = http.acquire("restarted", "w1", 60_000).await;
+    let token = lease["token"].as_str().unwrap().to_owned();
+    server.crash_and_restart();
+    // A new connection pool: the old one's connections died with the process.
+    let http = Http::new(&server.url);
+    let (_, status) = http
+        .send(
+            http.client
+                .get(format!("{}/v1/locks/restarted", server.url)),
+        )
+        .await;
+    assert!(
+        status["epoch"].as_u64().unwrap() > lease["epoch"].as_u64().unwrap(),
+        "the counter is at the reservation ceiling after a crash: {status}"
+    );
+    let (_, check) = http
+        .send(
+            http.client
+                .post(format!("{}/v1/tokens/check", server.url))
+                .json(&serde_json::json!({"token": token})),
+        )
+        .await;
+    assert_eq!(
+        (
+            &check["current"],
+            &check["lease_alive"],
+            &check["current_epoch"]
+        ),
+        (&true.into(), &true.into(), &lease["epoch"]),
+        "{check}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["token", "check", "--server", &server.url, &token])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}

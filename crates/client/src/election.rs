@@ -16,18 +16,34 @@
 //! - [`Leader::is_lost`] returning `false` is not permission to act: the process can
 //!   pause right after asking. Leadership ends at the server when the lease expires,
 //!   whatever the leader believes.
-//! - Observers poll ([`Observer`], every [`DEFAULT_POLL_INTERVAL`] unless told): they see
-//!   a change at most one interval late, and may miss a leader that came and went within
-//!   one interval (its epoch shows the gap: epochs count every term).
+//! - Observers ([`Observer`]) read the lock's status again whenever its events stream
+//!   (`GET /v1/locks/{lock}/events`) reports a grant, a release, an expiry or a `reset`,
+//!   and at least every [`DEFAULT_POLL_INTERVAL`] (unless told) in any case. A new value
+//!   from [`Leader::proclaim`] is no event, and a server whose stream is unavailable (too
+//!   many streams, an older server, an etcd node, which reports no lease events) sends
+//!   none: those changes are seen by polling, at most one interval late. Either way an
+//!   observer may miss a leader that came and went between two reads (its epoch shows
+//!   the gap: epochs count every term).
 
+use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::{AcquireOptions, Client, Error, FencedKv, LeaseGuard, LockStatus, Proclaimed};
+use crate::watch::{worth_retrying, Watch};
+use crate::{
+    AcquireOptions, Client, Error, FencedKv, LeaseGuard, LockEvent, LockStatus, Proclaimed,
+};
 
 /// How often an [`Observer`] looks at the election's lock by default.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How long an observer whose events stream was refused for now (429, 503, the network)
+/// polls before it tries the stream again.
+const STREAM_RETRY: Duration = Duration::from_secs(2);
+
+/// How long after its events stream ended an observer reopens it.
+const STREAM_REOPEN: Duration = Duration::from_millis(100);
 
 /// The longest one wait in line may be (the server's bound); a campaign waits in
 /// rounds of at most this.
@@ -41,6 +57,7 @@ pub struct Election {
     ttl: Duration,
     lock_delay: Option<Duration>,
     poll: Duration,
+    events: bool,
 }
 
 /// Who leads, as an observer sees it.
@@ -72,6 +89,7 @@ impl Election {
             ttl: Duration::from_secs(10),
             lock_delay: None,
             poll: DEFAULT_POLL_INTERVAL,
+            events: true,
         }
     }
 
@@ -89,9 +107,17 @@ impl Election {
         self
     }
 
-    /// How often [`Election::observe`]'s observers look.
+    /// How often [`Election::observe`]'s observers look at the lock's status when its
+    /// events stream reports nothing (and all the time without it).
     pub fn poll_interval(mut self, every: Duration) -> Election {
         self.poll = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// Whether observers use the lock's events stream (`true` by default); `false`: they
+    /// poll only.
+    pub fn use_events(mut self, on: bool) -> Election {
+        self.events = on;
         self
     }
 
@@ -158,12 +184,20 @@ impl Election {
         Ok(LeaderInfo::from_status(status))
     }
 
-    /// An observer of this election's leadership changes.
+    /// An observer of this election's leadership changes. It opens the lock's events
+    /// stream at its first [`Observer::changed`] (unless [`Election::use_events`] said
+    /// not to).
     pub fn observe(&self) -> Observer {
         Observer {
             client: self.client.clone(),
             lock: self.name.clone(),
-            source: Source::Poll { every: self.poll },
+            poll: self.poll,
+            stream: if self.events {
+                Stream::Wanted
+            } else {
+                Stream::Off
+            },
+            watch: None,
             seen: None,
         }
     }
@@ -225,44 +259,136 @@ impl Leader {
     }
 }
 
-/// Where an observer learns of changes.
-///
-/// Today one source: polling the lock's status. The server's events stream
-/// (`GET /v1/locks/{lock}/events`, server-sent events of grants, releases and expiries)
-/// is the second one to add here: a `Source::Events` that reads the stream and falls back
-/// to polling when the stream is unavailable. [`Observer::changed`] keeps its contract
-/// (the next leadership different from the last one returned) whichever source serves.
-#[derive(Debug, Clone)]
-enum Source {
-    Poll { every: Duration },
+/// The state of an observer's events stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    /// In use: (re)opened before a look whenever it is not open.
+    Wanted,
+    /// Refused for now (too many streams, a node unavailable, the network), or just
+    /// ended: poll, and open it again from this instant.
+    RetryAt(Instant),
+    /// Not to be used: turned off, or refused for good (a server without events, a
+    /// principal not allowed to watch). Poll only.
+    Off,
 }
 
 /// Watches an election's leadership: who leads, their epoch and value.
-#[derive(Debug)]
+///
+/// It reads the lock's status at its first [`Observer::changed`], and again whenever
+/// the lock's events stream reports a grant, a release, an expiry or a `reset`, and at
+/// least once per poll interval whatever the stream says. The stream is opened before
+/// the status is read, and when it drops it is reopened shortly after and the status
+/// read again, so a change after a read is always either reported by the stream or
+/// seen by a later read.
 pub struct Observer {
     client: Client,
     lock: String,
-    source: Source,
+    poll: Duration,
+    stream: Stream,
+    /// The stream's connection and its last event's id (kept across reconnects).
+    watch: Option<Watch>,
     /// What `changed` returned last (`None`: nothing yet).
     seen: Option<Option<LeaderInfo>>,
+}
+
+impl fmt::Debug for Observer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Observer")
+            .field("lock", &self.lock)
+            .field("poll", &self.poll)
+            .field("streaming", &self.is_streaming())
+            .field("seen", &self.seen)
+            .finish()
+    }
 }
 
 impl Observer {
     /// The leadership now, at the first call; after that, waits until it differs from
     /// what was returned last (another leader, a new epoch, a new value, or nobody) and
-    /// returns it. Transport and server errors are returned, not retried: the observer can
-    /// be called again.
+    /// returns it. Transport and server errors of the status reads are returned, not
+    /// retried: the observer can be called again. The events stream's failures are not
+    /// errors: the observer polls until the stream is back.
+    ///
+    /// Cancel-safe: dropping the future loses no change (the next call still returns
+    /// the first leadership different from the last one returned).
     pub async fn changed(&mut self) -> Result<Option<LeaderInfo>, Error> {
-        match self.source.clone() {
-            Source::Poll { every } => loop {
-                let status = self.client.lock_status(&self.lock).await?;
-                let now = LeaderInfo::from_status(status);
-                if self.seen.as_ref() != Some(&now) {
-                    self.seen = Some(now.clone());
-                    return Ok(now);
-                }
-                tokio::time::sleep(every).await;
-            },
+        loop {
+            self.open_stream().await?;
+            let status = self.client.lock_status(&self.lock).await?;
+            let now = LeaderInfo::from_status(status);
+            if self.seen.as_ref() != Some(&now) {
+                self.seen = Some(now.clone());
+                return Ok(now);
+            }
+            self.wait().await;
+        }
+    }
+
+    /// Whether the events stream is open now (changes of holder then come without
+    /// waiting for a poll); `false` while the observer only polls.
+    pub fn is_streaming(&self) -> bool {
+        self.watch.as_ref().is_some_and(Watch::is_connected)
+    }
+
+    /// Opens the events stream if it is due, before the status is read.
+    async fn open_stream(&mut self) -> Result<(), Error> {
+        match self.stream {
+            Stream::Off => return Ok(()),
+            Stream::RetryAt(at) if Instant::now() < at => return Ok(()),
+            Stream::Wanted | Stream::RetryAt(_) => {}
+        }
+        if self.is_streaming() {
+            return Ok(());
+        }
+        let watch = match self.watch.as_mut() {
+            Some(watch) => watch,
+            None => self
+                .watch
+                .insert(Watch::new(&self.client, &self.lock, None)?),
+        };
+        self.stream = match watch.connect().await {
+            Ok(()) => Stream::Wanted,
+            Err(e) if worth_retrying(&e) => Stream::RetryAt(Instant::now() + STREAM_RETRY),
+            Err(_) => {
+                self.watch = None;
+                Stream::Off
+            }
+        };
+        Ok(())
+    }
+
+    /// Waits for a reason to look again: a lease event or a `reset` on the stream, one
+    /// poll interval, or the time to reopen the stream (after it ended or was refused).
+    async fn wait(&mut self) {
+        let mut until = Instant::now() + self.poll;
+        if let Stream::RetryAt(at) = self.stream {
+            until = until.min(at);
+        }
+        let watch = match self.watch.as_mut() {
+            Some(watch) if watch.is_connected() => watch,
+            _ => return tokio::time::sleep_until(until).await,
+        };
+        let ended = tokio::select! {
+            () = tokio::time::sleep_until(until) => false,
+            ended = lease_change(watch) => ended,
+        };
+        if ended {
+            // Reopened after a short pause (a server that accepts and closes at once is
+            // not asked again and again); the look after the reopening covers the gap.
+            self.stream = Stream::RetryAt(Instant::now() + STREAM_REOPEN);
+        }
+    }
+}
+
+/// Returns at the stream's next grant, release, expiry or `reset` (`false`), or when the
+/// connection ends (`true`). Cancel-safe, as [`Watch::next_on_connection`] is.
+async fn lease_change(watch: &mut Watch) -> bool {
+    loop {
+        match watch.next_on_connection().await {
+            // The namespace's marks and refusals say nothing about who leads.
+            Some(Ok(LockEvent::Fenced { .. } | LockEvent::Rejected { .. })) => continue,
+            Some(Ok(_)) => return false,
+            Some(Err(_)) | None => return true,
         }
     }
 }

@@ -101,12 +101,18 @@ impl LockEvent {
     }
 }
 
+/// Longest line (and longest event's data) kept: far above anything the server sends. A
+/// longer line is dropped whole, not accumulated.
+const MAX_LINE: usize = 1 << 20;
+
 /// Splits an SSE byte stream into events' `data` (and `id`), ignoring comments.
 #[derive(Default)]
 struct Parser {
     buf: BytesMut,
     data: String,
     id: Option<String>,
+    /// Inside a line longer than [`MAX_LINE`]: drop bytes up to its end.
+    skipping: bool,
 }
 
 impl Parser {
@@ -116,6 +122,9 @@ impl Parser {
         let mut out = Vec::new();
         while let Some(end) = self.buf.iter().position(|b| *b == b'\n') {
             let line = self.buf.split_to(end + 1);
+            if std::mem::take(&mut self.skipping) {
+                continue;
+            }
             let line = String::from_utf8_lossy(&line);
             let line = line.trim_end_matches(['\n', '\r']);
             if line.is_empty() {
@@ -131,6 +140,10 @@ impl Parser {
             let (field, value) = line.split_once(':').unwrap_or((line, ""));
             let value = value.strip_prefix(' ').unwrap_or(value);
             match field {
+                "data" if self.data.len() + value.len() >= MAX_LINE => {
+                    // An event this large is not the server's: drop it.
+                    self.data.clear();
+                }
                 "data" => {
                     if !self.data.is_empty() {
                         self.data.push('\n');
@@ -142,14 +155,15 @@ impl Parser {
             }
         }
         // A line longer than any event the server sends: drop it rather than grow.
-        if self.buf.len() > 1 << 20 {
+        if self.buf.len() > MAX_LINE {
             self.buf.advance(self.buf.len());
+            self.skipping = true;
         }
         out
     }
 }
 
-struct Watch {
+pub(crate) struct Watch {
     client: Client,
     path: String,
     last_id: Option<u64>,
@@ -160,8 +174,36 @@ struct Watch {
     ended: bool,
 }
 
+/// Whether a failure to open a stream is worth another try later: the network, too many
+/// streams, a node shutting down or without its storage. Anything else (401, 403, 400,
+/// 404 from a server without events) will not change by retrying.
+pub(crate) fn worth_retrying(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Transport(_) | Error::QuotaExceeded { .. } | Error::StorageFailed
+    ) || e.code() == ErrorCode::Unavailable.as_str()
+}
+
 impl Watch {
-    async fn connect(&mut self) -> Result<(), Error> {
+    /// A watch of `lock`'s events after `last_id` (none: from the connection on); not
+    /// connected yet.
+    pub(crate) fn new(client: &Client, lock: &str, last_id: Option<u64>) -> Result<Watch, Error> {
+        let path = format!("/v1/locks/{}/events", segment("lock name", lock)?);
+        Ok(Watch {
+            client: client.clone(),
+            path,
+            last_id,
+            response: None,
+            parser: Parser::default(),
+            ready: VecDeque::new(),
+            pause: Duration::from_millis(100),
+            ended: false,
+        })
+    }
+
+    /// Opens a connection (resuming after the last event delivered, if any). Once this
+    /// returns `Ok`, every later event reaches this watch, or a `reset` says some did not.
+    pub(crate) async fn connect(&mut self) -> Result<(), Error> {
         let last_id = self.last_id;
         let response = self
             .client
@@ -175,41 +217,26 @@ impl Watch {
             })
             .await?;
         self.parser = Parser::default();
+        self.ready.clear();
         self.response = Some(response);
         Ok(())
     }
 
-    async fn next(&mut self) -> Option<Result<LockEvent, Error>> {
+    /// Whether a connection is open (it may still turn out to be dead).
+    pub(crate) fn is_connected(&self) -> bool {
+        self.response.is_some() || !self.ready.is_empty()
+    }
+
+    /// The next event on the open connection, without reconnecting: `None` once the
+    /// connection has ended (closed, broken, or silent for [`IDLE_LIMIT`]) or if none is
+    /// open. Cancel-safe: an event is either returned or kept for the next call.
+    pub(crate) async fn next_on_connection(&mut self) -> Option<Result<LockEvent, Error>> {
         loop {
-            if self.ended {
-                return None;
-            }
             if let Some(event) = self.ready.pop_front() {
                 self.last_id = Some(event.id());
                 return Some(Ok(event));
             }
-            let Some(response) = self.response.as_mut() else {
-                match self.connect().await {
-                    Ok(()) => continue,
-                    Err(e) => {
-                        // Worth another try: the network, too many streams, a node
-                        // shutting down or without its storage.
-                        let retry = matches!(
-                            e,
-                            Error::Transport(_)
-                                | Error::QuotaExceeded { .. }
-                                | Error::StorageFailed
-                        ) || e.code() == ErrorCode::Unavailable.as_str();
-                        if !retry {
-                            self.ended = true;
-                            return Some(Err(e));
-                        }
-                        tokio::time::sleep(self.pause).await;
-                        self.pause = (self.pause * 2).min(MAX_PAUSE);
-                        return Some(Err(e));
-                    }
-                }
-            };
+            let response = self.response.as_mut()?;
             match tokio::time::timeout(IDLE_LIMIT, response.chunk()).await {
                 Ok(Ok(Some(bytes))) => {
                     self.pause = Duration::from_millis(100);
@@ -220,12 +247,42 @@ impl Watch {
                         }
                     }
                 }
-                // The server closed the stream (shutting down) or it broke: reconnect.
-                Ok(Ok(None)) | Err(_) => self.response = None,
+                // The server closed the stream (shutting down) or it went quiet.
+                Ok(Ok(None)) | Err(_) => {
+                    self.response = None;
+                    return None;
+                }
                 Ok(Err(e)) => {
                     self.response = None;
                     return Some(Err(e.into()));
                 }
+            }
+        }
+    }
+
+    async fn next(&mut self) -> Option<Result<LockEvent, Error>> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            if !self.is_connected() {
+                match self.connect().await {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        if !worth_retrying(&e) {
+                            self.ended = true;
+                            return Some(Err(e));
+                        }
+                        tokio::time::sleep(self.pause).await;
+                        self.pause = (self.pause * 2).min(MAX_PAUSE);
+                        return Some(Err(e));
+                    }
+                }
+            }
+            match self.next_on_connection().await {
+                Some(item) => return Some(item),
+                // Reconnect, resuming after the last event delivered.
+                None => continue,
             }
         }
     }
@@ -246,17 +303,7 @@ impl Client {
         lock: &str,
         last_id: Option<u64>,
     ) -> Result<impl Stream<Item = Result<LockEvent, Error>>, Error> {
-        let path = format!("/v1/locks/{}/events", segment("lock name", lock)?);
-        let watch = Watch {
-            client: self.clone(),
-            path,
-            last_id,
-            response: None,
-            parser: Parser::default(),
-            ready: VecDeque::new(),
-            pause: Duration::from_millis(100),
-            ended: false,
-        };
+        let watch = Watch::new(self, lock, last_id)?;
         Ok(futures::stream::unfold(watch, |mut watch| async move {
             let item = watch.next().await?;
             Some((item, watch))
@@ -293,5 +340,19 @@ mod tests {
         let second: LockEvent = serde_json::from_str(&got[1].1).unwrap();
         assert_eq!(second.id(), 9);
         assert!(matches!(second, LockEvent::Reset { .. }));
+    }
+
+    #[test]
+    fn a_line_longer_than_the_bound_is_dropped_whole() {
+        let mut parser = Parser::default();
+        assert!(parser.feed(b"data: {\"x\":\"").is_empty());
+        let chunk = vec![b'a'; 64 * 1024];
+        for _ in 0..40 {
+            assert!(parser.feed(&chunk).is_empty());
+            assert!(parser.buf.len() <= MAX_LINE + chunk.len());
+        }
+        // The long line's tail and its end are dropped with it; the next event is whole.
+        let got = parser.feed(b"aaaa\"}\n\nid: 3\ndata: {\"ok\":1}\n\n");
+        assert_eq!(got, vec![(Some("3".to_owned()), "{\"ok\":1}".to_owned())]);
     }
 }

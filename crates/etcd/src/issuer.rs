@@ -33,6 +33,7 @@ use palisade_token::{ActiveSigner, Epoch};
 
 use crate::error::is_lease_not_found;
 use crate::keys::{self, from_json, json, DelayRecord, HolderRecord};
+use crate::ledger::EpochLedger;
 use crate::recipes::Plan;
 use crate::txn::{backoff, contended, MAX_ATTEMPTS};
 use crate::waiting::{self, EtcdLease};
@@ -44,13 +45,20 @@ pub struct EtcdIssuer {
     signer: ActiveSigner,
     /// Lock-delay of a lease that does not choose one.
     pub(crate) default_lock_delay_ms: u64,
+    /// This node's epoch ledger, outside etcd (see `crate::ledger`).
+    ledger: Option<EpochLedger>,
+    /// Reports lease changes to an observer (see `crate::watch`).
+    pub(crate) watch: crate::watch::Watcher,
 }
 
 /// One lock as read in one snapshot.
 pub(crate) struct LockSnapshot {
     pub revision: i64,
+    /// The lock's last epoch, or the epoch floor if that is higher.
     pub epoch: Epoch,
     pub epoch_rev: i64,
+    /// The epoch floor's mod revision (0 if there is none).
+    pub floor_rev: i64,
     pub holder: Option<HolderRecord>,
     pub waiters: usize,
     /// The waiter key with the smallest create revision, if any.
@@ -113,7 +121,15 @@ impl EtcdIssuer {
             etcd,
             signer: signer.into(),
             default_lock_delay_ms: 0,
+            ledger: None,
+            watch: crate::watch::Watcher::default(),
         }
+    }
+
+    /// Keeps `ledger` above every epoch this node hands out (see `crate::ledger`).
+    pub fn with_ledger(mut self, ledger: EpochLedger) -> Self {
+        self.ledger = Some(ledger);
+        self
     }
 
     /// The lock-delay of leases that do not choose one (default 0).
@@ -152,8 +168,15 @@ impl EtcdIssuer {
             TxnOp::get(keys.session(session.unwrap_or("-")), keys_only()),
         ];
         gets.extend(ours.map(|key| TxnOp::get(key, keys_only())));
+        // Last, so that the indexes above stay as they are.
+        let floor_at = gets.len();
+        gets.push(TxnOp::get(keys.epoch_floor(), None));
         let snap = self.etcd.read("read lock", gets).await?;
         let (epoch, epoch_rev) = match snap.first(0) {
+            Some(kv) => (keys::decode_epoch(kv.key(), kv.value())?, kv.mod_revision()),
+            None => (0, 0),
+        };
+        let (floor, floor_rev) = match snap.first(floor_at) {
             Some(kv) => (keys::decode_epoch(kv.key(), kv.value())?, kv.mod_revision()),
             None => (0, 0),
         };
@@ -163,8 +186,9 @@ impl EtcdIssuer {
         };
         Ok(LockSnapshot {
             revision: snap.revision,
-            epoch,
+            epoch: epoch.max(floor),
             epoch_rev,
+            floor_rev,
             holder,
             waiters: usize::try_from(snap.count(2)).unwrap_or(0),
             first_waiter: snap.first(2).map(|kv| kv.key().to_vec()),
@@ -262,6 +286,8 @@ impl EtcdIssuer {
         let mut compares = vec![
             Compare::version(keys.holder(&req.lock), CompareOp::Equal, 0),
             Compare::mod_revision(epoch_key.clone(), CompareOp::Equal, snap.epoch_rev),
+            // The epoch floor was not raised meanwhile.
+            Compare::mod_revision(keys.epoch_floor(), CompareOp::Equal, snap.floor_rev),
             // Not in a lock-delay (nor held with one).
             Compare::version(keys.delay(&req.lock), CompareOp::Equal, 0),
         ];
@@ -305,8 +331,19 @@ impl EtcdIssuer {
                 writes.push(TxnOp::delete(ours, None));
             }
         }
-        let committed = self.etcd.commit("acquire", compares, writes).await?;
-        Ok(committed.map(|_| record))
+        let Some(revision) = self.etcd.commit("acquire", compares, writes).await? else {
+            return Ok(None);
+        };
+        if let Some(ledger) = &self.ledger {
+            // The token must not leave this node before the ledger covers its epoch.
+            if let Err(e) = ledger.cover(record.epoch, revision).await {
+                tracing::error!(error = %e, lock = %record.lock, epoch = record.epoch,
+                    "the epoch ledger could not be raised: grant withdrawn");
+                let _ = crate::recipes::release_keys(self, &record).await;
+                return Err(e);
+            }
+        }
+        Ok(Some(record))
     }
 
     /// Acquires without waiting.
@@ -513,6 +550,8 @@ impl LockService for EtcdIssuer {
 
     async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
         let record = self.lease_record(lease_id).await?;
+        // Before the keys go: the watch then reports this end as a release.
+        self.watch.releasing(lease_id);
         if record.session.is_some() || record.delay_lease.is_some() {
             return crate::recipes::release_keys(self, &record).await;
         }
@@ -572,5 +611,13 @@ impl LockService for EtcdIssuer {
 
     async fn close_session(&self, session_id: &str) -> Result<SessionView, SessionError> {
         crate::recipes::close_session(self, session_id).await
+    }
+
+    fn observe(&self, observer: std::sync::Arc<dyn palisade_issuer::LeaseObserver>) {
+        self.watch.start(self.etcd.clone(), observer);
+    }
+
+    async fn census(&self) -> Option<palisade_issuer::Census> {
+        crate::watch::census(&self.etcd).await
     }
 }

@@ -102,7 +102,7 @@ impl EtcdKeySet {
 
     /// Changes the stored set with `change` (given the set as read; `Ok(None)`: nothing to
     /// change) by compare-and-swap, reading again after a lost race. The outer `Err` is
-    /// etcd's (unreachable, contended past [`MAX_ATTEMPTS`], an unreadable set); the inner
+    /// etcd's (unreachable, contended past `MAX_ATTEMPTS` attempts, an unreadable set); the inner
     /// one is the key set's own refusal, and nothing was written.
     pub async fn update(
         &self,

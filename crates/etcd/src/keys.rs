@@ -15,6 +15,7 @@
 //! | `P kv/<ns>/<key>` | `0x01`, epoch (8 bytes, big endian), value | until deleted |
 //! | `P idem/<ns>/<idempotency key>` | JSON [`IdemRecord`] | forever |
 //! | `P keys/set` | the issuer key set (JSON, see `crate::key_set`) | forever |
+//! | `P meta/epoch-floor` | epoch floor, decimal: every lock's epochs continue above it, every namespace's mark is at least it (`palisade admin etcd-raise`, see `crate::ledger`) | forever |
 //!
 //! Lock and namespace names match `[A-Za-z0-9._-]+`, so the `/` after them is unambiguous
 //! and `P epoch/` lists locks in name order. The store revision of a value is etcd's own
@@ -59,6 +60,16 @@ impl Keys {
 
     pub(crate) fn meta_probe(&self) -> Vec<u8> {
         self.key(&["meta/probe"])
+    }
+    /// The epoch floor set by `palisade admin etcd-raise` (see `crate::ledger`).
+    pub(crate) fn epoch_floor(&self) -> Vec<u8> {
+        self.key(&["meta/epoch-floor"])
+    }
+    pub(crate) fn holder_prefix(&self) -> Vec<u8> {
+        self.key(&["holder/"])
+    }
+    pub(crate) fn waiters_prefix(&self) -> Vec<u8> {
+        self.key(&["wait/"])
     }
     pub(crate) fn epoch(&self, lock: &str) -> Vec<u8> {
         self.key(&["epoch/", lock])

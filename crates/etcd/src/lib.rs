@@ -10,6 +10,13 @@
 //! - [`EtcdIssuer`] implements [`palisade_issuer::LockService`]: epochs, leases and the
 //!   waiting line live in etcd; a Palisade lease is an etcd lease.
 //! - [`EtcdKeySet`]: the issuer key set every node signs and verifies with (rotation).
+//! - [`EpochLedger`] ([`ledger`]): a node's record, outside etcd, of the highest epoch it
+//!   may have handed out, and [`ledger::raise_floor`], which puts etcd's epochs and marks
+//!   above every ledger after a snapshot restore (S11).
+//!
+//! An [`EtcdIssuer`] given a lease observer follows the holder keys with an etcd watch,
+//! so every node reports every grant and every end of a lease, whichever node made it
+//! (see `watch`; a node tells a release from an expiry only for its own releases).
 //!
 //! Palisade does not implement consensus: etcd's Raft log is the one enforcement point
 //! that every node shares (S7). Every decision is **one etcd transaction**:
@@ -53,6 +60,9 @@
 //!   that outlives the holder's (see `recipes`): at least the delay, counted in whole
 //!   seconds, and at most one second more.
 //! - **Per-principal quotas** on leases and sessions: not counted in etcd.
+//! - **A snapshot restore on its own.** etcd restored from a snapshot has forgotten the
+//!   epochs issued since; only the nodes' ledgers and `palisade admin etcd-raise` make it
+//!   safe again (see [`ledger`]).
 //! - Fencing itself is unchanged: issuing an epoch does not notify resources (S10), equal
 //!   epochs are not deduplicated (S8, S9), and tokens are not access control (S14).
 
@@ -60,10 +70,12 @@ mod error;
 mod issuer;
 mod key_set;
 mod keys;
+pub mod ledger;
 mod recipes;
 mod store;
 mod txn;
 mod waiting;
+mod watch;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -72,10 +84,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use etcd_client::{Certificate, Client, ConnectOptions, Identity, TlsOptions};
+use palisade_storage::observe::CommitHook;
 use palisade_storage::StorageError;
 
 pub use issuer::EtcdIssuer;
 pub use key_set::{EtcdKeySet, StoredKeySet, Updated};
+pub use ledger::{EpochLedger, LedgerFile, Raised};
 pub use store::EtcdStore;
 
 /// The default key prefix.
@@ -208,6 +222,8 @@ pub struct Etcd {
     client: Client,
     keys: keys::Keys,
     timeout: Duration,
+    /// Told the duration of every write transaction (`palisade_fsync_duration_seconds`).
+    hook: CommitHook,
 }
 
 impl Etcd {
@@ -243,11 +259,20 @@ impl Etcd {
             client,
             keys: prefix,
             timeout: config.request_timeout,
+            hook: CommitHook::default(),
         };
         if let Err(e) = etcd.probe().await {
             tracing::warn!(error = %e, "etcd does not answer yet; operations fail until it does");
         }
         Ok(etcd)
+    }
+
+    /// Reports the duration of every write transaction to `hook` (the etcd analogue of
+    /// the embedded store's fsync: etcd answers once its quorum has the write in its
+    /// fsynced log). Set before cloning the connection into the store and the issuer.
+    pub fn with_commit_hook(mut self, hook: CommitHook) -> Self {
+        self.hook = hook;
+        self
     }
 
     /// One linearizable read: does the cluster answer with a leader?

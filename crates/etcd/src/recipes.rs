@@ -216,6 +216,9 @@ pub(crate) async fn keepalive_session(
     let (session, leases) = session_snapshot(issuer, session_id)
         .await?
         .ok_or(SessionError::Expired)?;
+    for record in &leases {
+        issuer.watch.releasing(&record.lease_id);
+    }
     for shadow in leases.iter().filter_map(|r| r.delay_lease) {
         renew(etcd, shadow).await?;
     }

@@ -25,8 +25,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, TxnOp};
 use palisade_core::gate::HighWater;
 use palisade_storage::decide::Change;
 use palisade_storage::{
-    decide, Action, Applied, ApplyError, Decision, Entry, FencedOp, FencedStore, KeyState, Seen,
-    StorageError, StoreLimits, Usage, WallClock,
+    decide, Action, Applied, ApplyError, Decision, Entry, FencedOp, FencedStore, KeyState,
+    NamespaceSummary, Seen, StorageError, StoreLimits, Usage, WallClock,
 };
 
 use crate::keys::{self, from_json, json, IdemRecord};
@@ -135,6 +135,10 @@ impl EtcdStore {
             let prefix = keys.data_prefix(ns);
             gets.push(TxnOp::get(prefix, Some(GetOptions::new().with_prefix())));
         }
+        // Last, so that the indexes above stay as they are.
+        let floor_key = keys.epoch_floor();
+        let floor_at = gets.len();
+        gets.push(TxnOp::get(floor_key.clone(), None));
         let snap = self.etcd.read("read for a fenced write", gets).await?;
         let data = data_key.as_ref().and_then(|_| snap.first(data_at));
         let idem = idem_key.as_ref().and_then(|_| snap.first(idem_at));
@@ -146,6 +150,20 @@ impl EtcdStore {
                 kv.mod_revision(),
             ),
             None => (HighWater::default(), 0),
+        };
+        // After a restore, the epoch floor (`palisade admin etcd-raise`) is every
+        // namespace's mark at least: tokens from before the restore are stale.
+        let (floor, floor_rev) = match snap.first(floor_at) {
+            Some(kv) => (keys::decode_epoch(kv.key(), kv.value())?, kv.mod_revision()),
+            None => (0, 0),
+        };
+        let mark = if floor > mark.epoch {
+            HighWater {
+                epoch: floor,
+                seq: 0,
+            }
+        } else {
+            mark
         };
         let (usage, usage_rev) = match snap.first(1) {
             Some(kv) => (from_json::<Usage>(kv.key(), kv.value())?, kv.mod_revision()),
@@ -200,11 +218,10 @@ impl EtcdStore {
             Decision::Commit(commit) => commit,
         };
 
-        let mut compares = vec![Compare::mod_revision(
-            fence_key.clone(),
-            CompareOp::Equal,
-            mark_rev,
-        )];
+        let mut compares = vec![
+            Compare::mod_revision(fence_key.clone(), CompareOp::Equal, mark_rev),
+            Compare::mod_revision(floor_key, CompareOp::Equal, floor_rev),
+        ];
         let mut writes = Vec::new();
         if commit.mark_changed {
             writes.push(TxnOp::put(fence_key, json(&commit.high_water), None));
@@ -356,14 +373,101 @@ impl FencedStore for EtcdStore {
 
     async fn high_water(&self, namespace: &str) -> Result<HighWater, StorageError> {
         let key = self.etcd.keys.fence(namespace);
-        let snap = self
-            .etcd
-            .read("high-water mark", vec![TxnOp::get(key, None)])
-            .await?;
-        match snap.first(0) {
-            Some(kv) => from_json(kv.key(), kv.value()),
-            None => Ok(HighWater::default()),
+        let gets = vec![
+            TxnOp::get(key, None),
+            TxnOp::get(self.etcd.keys.epoch_floor(), None),
+        ];
+        let snap = self.etcd.read("high-water mark", gets).await?;
+        let mark = match snap.first(0) {
+            Some(kv) => from_json(kv.key(), kv.value())?,
+            None => HighWater::default(),
+        };
+        match snap.first(1) {
+            Some(kv) => {
+                let floor = keys::decode_epoch(kv.key(), kv.value())?;
+                Ok(if floor > mark.epoch {
+                    HighWater {
+                        epoch: floor,
+                        seq: 0,
+                    }
+                } else {
+                    mark
+                })
+            }
+            None => Ok(mark),
         }
+    }
+
+    /// One range read of the marks from the first name after `after` (or `prefix`), then
+    /// one read of the page's usage counters. The two reads are not one snapshot: a
+    /// counter may be a write newer than its mark.
+    async fn namespaces(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<NamespaceSummary>, StorageError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let keys = &self.etcd.keys;
+        let base = keys.fence("");
+        let mut start = keys.fence(prefix);
+        let end = keys::prefix_end(&start);
+        if let Some(after) = after.filter(|a| *a >= prefix) {
+            // The first key after `after`: `after` followed by a zero byte.
+            start = keys.fence(after);
+            start.push(0);
+        }
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
+        let gets = vec![
+            TxnOp::get(start, Some(options)),
+            TxnOp::get(keys.epoch_floor(), None),
+        ];
+        let snap = self.etcd.read("list namespaces", gets).await?;
+        // After a restore the epoch floor is every namespace's mark at least, as in
+        // `high_water`.
+        let floor = match snap.first(1) {
+            Some(kv) => keys::decode_epoch(kv.key(), kv.value())?,
+            None => 0,
+        };
+        let mut marks = Vec::new();
+        for kv in snap.all(0) {
+            let name = kv.key().strip_prefix(base.as_slice()).unwrap_or_default();
+            let name = String::from_utf8(name.to_vec())
+                .map_err(|_| crate::error::corrupt(kv.key(), "namespace is not UTF-8"))?;
+            let mut mark: HighWater = from_json(kv.key(), kv.value())?;
+            if floor > mark.epoch {
+                mark = HighWater {
+                    epoch: floor,
+                    seq: 0,
+                };
+            }
+            marks.push((name, mark));
+        }
+        let mut out = Vec::with_capacity(marks.len());
+        // etcd refuses a transaction of more than 128 operations (`--max-txn-ops`).
+        for chunk in marks.chunks(100) {
+            let gets = chunk
+                .iter()
+                .map(|(name, _)| TxnOp::get(keys.usage(name), None))
+                .collect();
+            let usages = self.etcd.read("namespace usage", gets).await?;
+            for (i, (name, high_water)) in chunk.iter().enumerate() {
+                let usage = usages
+                    .first(i)
+                    .map(|kv| from_json::<Usage>(kv.key(), kv.value()))
+                    .transpose()?;
+                out.push(NamespaceSummary {
+                    name: name.clone(),
+                    high_water: *high_water,
+                    usage,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Never: nothing latches here. Each operation asks etcd afresh and fails on its own

@@ -87,12 +87,15 @@ impl Etcd {
         writes: Vec<TxnOp>,
     ) -> Result<Option<i64>, StorageError> {
         let txn = Txn::new().when(compares).and_then(writes);
+        let started = std::time::Instant::now();
         let response = self
             .call(what, Resend::IfNeverReceived, || {
                 let (mut kv, txn) = (self.client.kv_client(), txn.clone());
                 async move { kv.txn(txn).await }
             })
             .await?;
+        // Answered: etcd's quorum has decided it (and logged it, when it wrote).
+        self.hook.committed(1, started.elapsed());
         if !response.succeeded() {
             return Ok(None);
         }

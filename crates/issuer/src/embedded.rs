@@ -1,9 +1,16 @@
 //! The embedded issuer: the in-memory lock table plus durability and waiting (one node).
 //!
-//! [`palisade_core::lock_table::LockTable`] decides; this module makes its decisions
-//! durable and delivers them. The table sits behind a `std::sync::Mutex` that is never
-//! held across an `.await`: each call locks, asks the table, takes the resulting events
-//! and unlocks, and only then talks to storage.
+//! [`palisade_core::lock_table::LockTable`] decides what happens to locks, and
+//! [`crate::core::IssuerCore`] (a pure state machine around it: no clock, no I/O) decides
+//! what must be durable before whom is answered. This module is the thin async shell
+//! around that core: it reads the clock, feeds the core each request, each completed
+//! durable write and each timer, and carries out the actions it returns (queueing records
+//! with the writer, performing durable writes on their own tasks, answering requests over
+//! oneshot channels, telling the observer, arming the deadline task). The core sits
+//! behind a `std::sync::Mutex` that is never held across an `.await`; its actions are
+//! carried out in order with the lock held, so records reach the writer and notes reach
+//! the observer in decision order. A panic with the lock held stops the issuer
+//! (fail-stop, see `Issuer::lock`) rather than carrying on with state in doubt.
 //!
 //! A grant is answered only once its epoch is covered by a durable reservation (see
 //! `palisade_core::lock_table`): a grant the table marks as needing one waits for
@@ -29,7 +36,7 @@
 //!   server's default, in the reservation's TTL (see `palisade_core::lock_table`), so a
 //!   restart never shortens it.
 //! - **Sessions** are recorded as a session record (a lease record with no lock, see
-//!   [`LeaseRecord`]) written before [`Issuer::create_session`] answers, and every lease
+//!   [`palisade_storage::LeaseRecord`]) written before [`Issuer::create_session`] answers, and every lease
 //!   granted in a session is on disk before its grant is answered (the fast path of a
 //!   hand-off waits for the disk too when the new holder is in a session). So a restart
 //!   brings a session back with all of its leases, each honoured for a full session TTL.
@@ -39,8 +46,8 @@
 //!   session are honoured for one TTL and expire. [`Issuer::close_session`] answers once
 //!   all of it is on disk.
 //! - "On disk" for a record queued lazily means: a later request the writer answers has
-//!   committed. The writer keeps the order of what it is given, so `Issuer::flush` (the
-//!   removal of a lease id no lease can have) is a barrier for everything queued before it.
+//!   committed. The writer keeps the order of what it is given, so a barrier (the
+//!   removal of [`crate::core::BARRIER_ID`], a lease id no lease can have) is a barrier for everything queued before it.
 //!
 //! Tokens are signed with an [`ActiveSigner`], which a key rotation replaces while the
 //! issuer runs. A token signed ahead for a waiter remembers the key that signed it and is
@@ -49,41 +56,33 @@
 //! the new key.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use palisade_core::lock_table::{
-    AcquireOutcome, AcquireRequest, Event, Grant, LeaseExpired, LeaseView, LockTable, LockView,
-    SessionView, TableConfig, Ticket,
-};
+use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView, SessionView, TableConfig};
 use palisade_core::Millis;
-use palisade_storage::{IssuerLog, LazyRecord, LeaseRecord, StorageError};
+use palisade_storage::{IssuerLog, StorageError};
 use palisade_token::{ActiveSigner, Epoch, KeyId};
 use tokio::sync::{oneshot, Notify};
 
-use crate::observe::{Census, LeaseChange, LeaseEvent, LeaseObserver};
+use crate::core::{Action, IssuerCore, Reply, ReqId, Write, WriteId};
+use crate::observe::{Census, LeaseObserver};
 use crate::{AcquireError, Granted, LeaseError, LockService, SessionError, SessionRequest};
 
-/// Epochs covered by one durable reservation when the configuration does not say.
-pub const DEFAULT_EPOCH_BLOCK: u64 = 1024;
-
-/// The lease id [`Issuer::flush`] removes: no lease has it (lease ids are the server's
-/// hex strings), so removing it changes nothing on disk.
-const BARRIER_ID: &str = "\u{0}barrier";
-
-type WaitReply = oneshot::Sender<Result<Grant, AcquireError>>;
+pub use crate::core::{Recovered, DEFAULT_EPOCH_BLOCK};
 
 struct Inner {
-    table: LockTable,
-    waiters: HashMap<Ticket, WaitReply>,
+    core: IssuerCore,
+    /// Where each request still waiting for its answer gets it.
+    replies: HashMap<ReqId, oneshot::Sender<Reply>>,
+    next_req: ReqId,
     /// Tokens signed ahead for the waiter at the head of a lock's line. Signing takes
     /// tens of microseconds; done while the current holder works, it is off the hand-off
     /// chain of a contended lock. Used only if the grant's epoch matches and its key is
     /// still the one signing.
-    presigned: HashMap<Ticket, Presigned>,
-    /// Set by `close`: nobody waits in line any more.
-    closed: bool,
+    presigned: HashMap<ReqId, Presigned>,
 }
 
 /// A token signed before its grant: for `epoch`, by key `key_id`.
@@ -93,28 +92,11 @@ struct Presigned {
     token: String,
 }
 
-/// What [`Issuer::start`] found in the records: what a restart honours.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Recovered {
-    /// Lease records honoured for a full TTL from the start.
-    pub leases: usize,
-    /// Locks whose active reservation keeps them ungrantable for a while after the start
-    /// (a lease granted under it may still be live).
-    pub blocked_locks: usize,
-    /// How long the longest of those blocks lasts from the start.
-    pub blocked_for_ms: Millis,
-    /// Locks with a record (an epoch counter or a reservation).
-    pub locks: usize,
-    /// The highest epoch ceiling recorded: no lock continues below its own, none above
-    /// this was ever issued.
-    pub max_ceiling: Epoch,
-    /// Locks without a record start above this (set by a restore from backup).
-    pub epoch_floor: Epoch,
-}
-
 /// The lock service. See the module docs.
 pub struct Issuer {
     inner: Mutex<Inner>,
+    /// Set when a panic poisoned `inner`: the issuer has stopped (fail-stop).
+    stopped: AtomicBool,
     backend: Arc<dyn IssuerLog>,
     signer: ActiveSigner,
     started: Instant,
@@ -125,6 +107,11 @@ pub struct Issuer {
     recovered: Recovered,
 }
 
+/// The error of every call once the issuer has stopped.
+fn stopped_error() -> StorageError {
+    StorageError::Failed("the issuer stopped after an internal error; restart the server".into())
+}
+
 impl Issuer {
     /// Loads the issuer's records, honours recorded leases for a full TTL from now, and
     /// starts the deadline task.
@@ -133,70 +120,18 @@ impl Issuer {
         signer: impl Into<ActiveSigner>,
         config: TableConfig,
     ) -> Result<Arc<Issuer>, StorageError> {
-        let signer = signer.into();
         let state = backend.load_issuer().await?;
-        let mut config = config;
-        if config.epoch_block == 0 {
-            config.epoch_block = DEFAULT_EPOCH_BLOCK;
-        }
-        let mut table = LockTable::new(config);
-        let (sessions, leases): (Vec<LeaseRecord>, Vec<LeaseRecord>) =
-            state.leases.into_iter().partition(LeaseRecord::is_session);
-        let default_delay = config.lock_delay_ms;
-        let active = state.reservations.iter().filter(|(_, r)| r.active);
-        let recovered = Recovered {
-            leases: leases.len(),
-            blocked_locks: active.clone().count(),
-            // A lease that chose its own lock-delay keeps its lock that much longer.
-            blocked_for_ms: active
-                .map(|(_, r)| r.max_ttl_ms.saturating_add(default_delay))
-                .chain(leases.iter().map(|r| {
-                    r.ttl_ms
-                        .saturating_add(r.lock_delay_ms.unwrap_or(default_delay))
-                }))
-                .max()
-                .unwrap_or(0),
-            locks: state.epochs.len().max(state.reservations.len()),
-            max_ceiling: state
-                .epochs
-                .iter()
-                .map(|(_, e)| *e)
-                .chain(state.reservations.iter().map(|(_, r)| r.ceiling))
-                .max()
-                .unwrap_or(0),
-            epoch_floor: state.epoch_floor,
-        };
-        let leases = leases.into_iter().map(|r| Grant {
-            value: r.value.as_deref().and_then(crate::value::decode),
-            lock_delay_ms: r.lock_delay_ms.unwrap_or(default_delay),
-            session: r.session,
-            lock: r.lock,
-            holder: r.holder,
-            epoch: r.epoch,
-            lease_id: r.lease_id,
-            ttl_ms: r.ttl_ms,
-            reserve: None,
-            generation: 0,
-        });
-        table.set_epoch_floor(state.epoch_floor);
-        // Sessions first: their leases join them.
-        table.restore_sessions(
-            0,
-            sessions
-                .into_iter()
-                .map(|r| (r.lease_id, r.holder, r.ttl_ms)),
-        );
-        table.restore(0, state.epochs, leases);
-        table.restore_reservations(0, state.reservations);
+        let (core, recovered) = IssuerCore::recover(config, 0, state);
         let issuer = Arc::new(Issuer {
             inner: Mutex::new(Inner {
-                table,
-                waiters: HashMap::new(),
+                core,
+                replies: HashMap::new(),
+                next_req: 0,
                 presigned: HashMap::new(),
-                closed: false,
             }),
+            stopped: AtomicBool::new(false),
             backend,
-            signer,
+            signer: signer.into(),
             started: Instant::now(),
             wake: Arc::new(Notify::new()),
             observer: std::sync::OnceLock::new(),
@@ -209,7 +144,11 @@ impl Issuer {
     /// Tells `observer` of every grant, release and expiry from now on. A second call
     /// changes nothing: the first observer stays.
     pub fn observe(&self, observer: Arc<dyn LeaseObserver>) {
-        let _ = self.observer.set(observer);
+        if let Ok(mut inner) = self.lock() {
+            if self.observer.set(observer).is_ok() {
+                inner.core.observe();
+            }
+        }
     }
 
     /// What the start found in the records.
@@ -218,46 +157,12 @@ impl Issuer {
     }
 
     /// Live leases and waiting acquisitions.
-    pub fn census(&self) -> Census {
-        let inner = self.lock();
-        Census {
-            leases: inner.table.live_leases() as u64,
-            waiters: inner.waiters.len() as u64,
-        }
-    }
-
-    /// Tells the observer (called with the table's lock held, so in decision order).
-    fn note(
-        &self,
-        change: LeaseChange,
-        lock: &str,
-        holder: &str,
-        epoch: Epoch,
-        lease_id: &str,
-        ttl_ms: Millis,
-    ) {
-        if let Some(observer) = self.observer.get() {
-            observer.lease_event(&LeaseEvent {
-                change,
-                lock,
-                holder,
-                epoch,
-                lease_id,
-                ttl_ms,
-            });
-        }
-    }
-
-    /// Tells the observer of a lease that ended by release.
-    fn note_released(&self, view: &LeaseView) {
-        self.note(
-            LeaseChange::Released,
-            &view.lock,
-            &view.holder,
-            view.epoch,
-            &view.lease_id,
-            view.ttl_ms,
-        );
+    pub fn census(&self) -> Result<Census, StorageError> {
+        let (leases, waiters) = self.lock()?.core.census();
+        Ok(Census {
+            leases: leases as u64,
+            waiters: waiters as u64,
+        })
     }
 
     /// The signer whose key signs this issuer's tokens (replace its key to rotate).
@@ -275,182 +180,197 @@ impl Issuer {
         }
     }
 
+    /// The shell's clock: milliseconds since the start. The core never reads a clock.
     fn now(&self) -> Millis {
         self.started.elapsed().as_millis() as Millis
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding this lock would be a bug in the pure table; the state it
-        // left is still the table's own, so carry on rather than poison every request.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    /// The state, unless a panic poisoned it. A panic while holding this lock is a bug in
+    /// the core; the state it left is in doubt, so the issuer stops (fail-stop): it says
+    /// so once, answers every request still waiting with `unavailable`, and every later
+    /// call fails with `storage_failed` until a restart rebuilds it from its records.
+    fn lock(&self) -> Result<MutexGuard<'_, Inner>, StorageError> {
+        match self.inner.lock() {
+            Ok(inner) => Ok(inner),
+            Err(poisoned) => {
+                if !self.stopped.swap(true, Ordering::SeqCst) {
+                    tracing::error!(
+                        "the issuer stopped: a panic left its state in doubt; every call fails until the server restarts"
+                    );
+                    // Only to hang up on the waiting requests (a dropped sender answers
+                    // `Closed`); nothing else of the state is used again.
+                    let mut inner = poisoned.into_inner();
+                    inner.replies.clear();
+                    inner.presigned.clear();
+                }
+                Err(stopped_error())
+            }
+        }
+    }
+
+    /// Feeds one input to the core and carries out what it decided.
+    fn call<R>(
+        self: &Arc<Self>,
+        input: impl FnOnce(&mut IssuerCore, Millis) -> R,
+    ) -> Result<R, StorageError> {
+        let now = self.now();
+        let mut inner = self.lock()?;
+        let result = input(&mut inner.core, now);
+        self.perform(&mut inner, now, false);
+        Ok(result)
+    }
+
+    /// Feeds a request that is answered with a [`Reply`] to the core.
+    fn request(
+        self: &Arc<Self>,
+        input: impl FnOnce(&mut IssuerCore, Millis, ReqId),
+    ) -> Result<(ReqId, oneshot::Receiver<Reply>), StorageError> {
+        let now = self.now();
+        let mut inner = self.lock()?;
+        let id = inner.next_req;
+        inner.next_req += 1;
+        let (tx, rx) = oneshot::channel();
+        inner.replies.insert(id, tx);
+        input(&mut inner.core, now, id);
+        self.perform(&mut inner, now, false);
+        Ok((id, rx))
+    }
+
+    /// Carries out the core's actions, in order, with its lock held: lazy records reach
+    /// the writer and notes the observer in decision order.
+    fn perform(self: &Arc<Self>, inner: &mut Inner, now: Millis, from_timer: bool) {
+        loop {
+            let actions = inner.core.take_actions();
+            if actions.is_empty() {
+                return;
+            }
+            for action in actions {
+                match action {
+                    Action::Lazy(record) => self.backend.record_lazily(record),
+                    Action::Write { id, write } => self.spawn_write(id, write),
+                    Action::Reply { to, reply } => {
+                        let undelivered = match inner.replies.remove(&to) {
+                            Some(tx) => tx.send(reply).err(),
+                            None => Some(reply),
+                        };
+                        if let Some(Reply::Acquire(Ok(grant))) = undelivered {
+                            // Its request went away: nobody will use the lease.
+                            inner.core.undelivered(now, &grant.lease_id);
+                        }
+                    }
+                    Action::Note(note) => {
+                        if let Some(observer) = self.observer.get() {
+                            observer.lease_event(&note.event());
+                        }
+                    }
+                    Action::SignAhead {
+                        to,
+                        lock,
+                        epoch,
+                        holder,
+                    } => self.sign_ahead(to, lock, epoch, holder),
+                    // The deadline task reads the core's timer after each tick itself.
+                    Action::Timer { .. } if from_timer => {}
+                    Action::Timer { .. } => self.wake.notify_one(),
+                }
+            }
+        }
+    }
+
+    /// Performs a durable write and tells the core how it went.
+    fn spawn_write(self: &Arc<Self>, id: WriteId, write: Write) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let result = match write {
+                Write::Reserve {
+                    lock,
+                    reservation,
+                    lease,
+                } => this.backend.reserve(&lock, reservation, Some(lease)).await,
+                Write::RemoveLease(lease_id) => this.backend.remove_lease(&lease_id).await,
+            };
+            // A stopped issuer has nobody to tell.
+            let _ = this.call(|core, now| core.written(now, id, result));
+        });
+    }
+
+    /// Signs, on another task, the token the waiter first in line will most likely get,
+    /// so that its hand-off does not wait for the signature. Kept only while it waits.
+    fn sign_ahead(self: &Arc<Self>, to: ReqId, lock: String, epoch: Epoch, holder: String) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let ahead = this.presign(&lock, epoch, &holder);
+            if let Ok(mut inner) = this.lock() {
+                if inner.replies.contains_key(&to) {
+                    inner.presigned.insert(to, ahead);
+                }
+            }
+        });
+    }
+
+    /// Waits for the answer to request `id`; withdraws the request if the caller goes
+    /// away first.
+    async fn answer(self: &Arc<Self>, id: ReqId, rx: oneshot::Receiver<Reply>) -> Option<Reply> {
+        let guard = CancelOnDrop { issuer: self, id };
+        let reply = rx.await;
+        std::mem::forget(guard);
+        // The sender is only dropped unanswered at shutdown or when the issuer stopped.
+        reply.ok()
     }
 
     /// Acquires a lock, waiting up to `req.wait_ms` in line.
     pub async fn acquire(self: &Arc<Self>, req: AcquireRequest) -> Result<Granted, AcquireError> {
-        let now = self.now();
-        let req_lock = req.lock.clone();
-        let (outcome, events, parked) = {
-            let mut inner = self.lock();
-            let outcome = inner.table.acquire(now, req);
-            if let AcquireOutcome::Granted(g) = &outcome {
-                self.note(
-                    LeaseChange::Granted,
-                    &g.lock,
-                    &g.holder,
-                    g.epoch,
-                    &g.lease_id,
-                    g.ttl_ms,
-                );
-            }
-            let parked = match &outcome {
-                AcquireOutcome::Queued(ticket) if inner.closed => {
-                    inner.table.cancel(*ticket);
-                    return Err(AcquireError::Storage(StorageError::Closed));
-                }
-                AcquireOutcome::Queued(ticket) => {
-                    let (tx, rx) = oneshot::channel();
-                    inner.waiters.insert(*ticket, tx);
-                    Some((*ticket, rx))
-                }
-                _ => None,
-            };
-            let events = self.take_events(&mut inner);
-            (outcome, events, parked)
+        let (id, rx) = self.request(|core, now, id| core.acquire(now, id, req))?;
+        let reply = self.answer(id, rx).await;
+        let ahead = self.lock().ok().and_then(|mut i| i.presigned.remove(&id));
+        let grant = match reply {
+            Some(Reply::Acquire(result)) => result?,
+            _ => return Err(AcquireError::Storage(StorageError::Closed)),
         };
-        self.handle(events);
-        let grant = match outcome {
-            AcquireOutcome::Granted(grant) => {
-                // The new lease's deadline may be earlier than the deadline task's sleep.
-                self.wake.notify_one();
-                self.persist(&grant).await?;
-                if grant.session.is_some() {
-                    // A session's leases are on disk before they are answered.
-                    self.flush().await?;
-                }
-                grant
-            }
-            AcquireOutcome::NoSession => return Err(AcquireError::NoSession),
-            AcquireOutcome::Held {
-                holder,
-                retry_after_ms,
-            } => {
-                return Err(AcquireError::Held {
-                    holder,
-                    retry_after_ms,
-                })
-            }
-            AcquireOutcome::QuotaExceeded { resource, limit } => {
-                return Err(AcquireError::QuotaExceeded { resource, limit })
-            }
-            AcquireOutcome::Queued(_) => {
-                self.wake.notify_one();
-                let Some((ticket, rx)) = parked else {
-                    unreachable!("a queued outcome always parks")
-                };
-                let guard = CancelOnDrop {
-                    issuer: self,
-                    ticket,
-                };
-                // First in line: sign the token we will most likely get while we wait.
-                let head = self.lock().table.head_waiter(&req_lock);
-                if let Some((t, holder, epoch)) = head.filter(|(t, ..)| *t == ticket) {
-                    let ahead = self.presign(&req_lock, epoch, &holder);
-                    self.lock().presigned.insert(t, ahead);
-                }
-                let result = rx.await;
-                std::mem::forget(guard);
-                let ahead = self.lock().presigned.remove(&ticket);
-                // The sender is only dropped with an answer, or at shutdown.
-                let grant = result.map_err(|_| AcquireError::Storage(StorageError::Closed))??;
-                let signing = self.signer.current();
-                if let Some(ahead) =
-                    ahead.filter(|a| a.epoch == grant.epoch && a.key_id == signing.key_id())
-                {
-                    // Same lock, holder (same ticket), epoch and key: the very token
-                    // `issue` would make (signatures are deterministic).
-                    return Ok(Granted {
-                        grant,
-                        token: ahead.token,
-                    });
-                }
-                grant
-            }
-        };
-        let token = self.signer.issue(&grant.lock, grant.epoch, &grant.holder);
+        let signing = self.signer.current();
+        if let Some(ahead) =
+            ahead.filter(|a| a.epoch == grant.epoch && a.key_id == signing.key_id())
+        {
+            // Same lock, holder (same request), epoch and key: the very token `issue`
+            // would make (signatures are deterministic).
+            return Ok(Granted {
+                grant,
+                token: ahead.token,
+            });
+        }
+        let token = signing.issue(&grant.lock, grant.epoch, &grant.holder);
         Ok(Granted { grant, token })
     }
 
     /// Answers every waiter with `Closed` and refuses new ones (the server is stopping).
-    pub fn close(&self) {
-        let mut inner = self.lock();
-        inner.closed = true;
-        // A dropped sender answers its waiter `Closed` (see `acquire`).
-        inner.waiters.clear();
-        inner.presigned.clear();
+    pub fn close(self: &Arc<Self>) {
+        let _ = self.call(|core, now| core.close(now));
     }
 
     /// Renews a lease for a full TTL from now. Not written to disk: after a restart every
     /// recorded lease gets a full TTL anyway.
-    pub fn keepalive(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, LeaseExpired> {
-        let now = self.now();
-        let (result, events) = {
-            let mut inner = self.lock();
-            let result = inner.table.keepalive(now, lease_id);
-            (result, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        result
+    pub fn keepalive(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, LeaseError> {
+        self.call(|core, now| core.keepalive(now, lease_id))?
     }
 
     /// Releases a lease; the lock passes to the first waiter. Answers after the lease
     /// record is removed from disk.
     pub async fn release(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, LeaseError> {
-        let now = self.now();
-        let (result, events) = {
-            let mut inner = self.lock();
-            let result = inner.table.release(now, lease_id);
-            if let Ok(view) = &result {
-                self.note_released(view);
-            }
-            (result, self.take_events(&mut inner))
-        };
-        if result.is_ok() {
-            // Queue the removal before anything the release set off (a hand-off's lease
-            // record): the writer keeps order, so whatever of the hand-off reaches the
-            // disk, this removal reached it first.
-            self.backend
-                .record_lazily(LazyRecord::RemoveLease(lease_id.to_owned()));
+        let (id, rx) = self.request(|core, now, id| core.release(now, id, lease_id))?;
+        match self.answer(id, rx).await {
+            Some(Reply::Lease(result)) => result,
+            _ => Err(StorageError::Closed.into()),
         }
-        self.handle(events);
-        let view = result.map_err(|LeaseExpired| LeaseError::Expired)?;
-        // Answer only once the removal is durable (this second removal commits after the
-        // first, so waiting for it waits for both).
-        self.backend.remove_lease(lease_id).await?;
-        Ok(view)
     }
 
     /// A lock's state.
-    pub fn status(self: &Arc<Self>, lock: &str) -> LockView {
-        let now = self.now();
-        let (view, events) = {
-            let mut inner = self.lock();
-            let view = inner.table.status(now, lock);
-            (view, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        view
+    pub fn status(self: &Arc<Self>, lock: &str) -> Result<LockView, StorageError> {
+        self.call(|core, now| core.status(now, lock))
     }
 
     /// The live lease with this id, if any.
-    pub fn lease(self: &Arc<Self>, lease_id: &str) -> Option<LeaseView> {
-        let now = self.now();
-        let (view, events) = {
-            let mut inner = self.lock();
-            let view = inner.table.lease(now, lease_id);
-            (view, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        view
+    pub fn lease(self: &Arc<Self>, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
+        self.call(|core, now| core.lease(now, lease_id))
     }
 
     /// One page of known locks by name: the names (and durable epochs) come from the
@@ -468,18 +388,14 @@ impl Issuer {
         let known = self.backend.list_locks(prefix, after, limit).await?;
         let mut views = Vec::with_capacity(known.len());
         for chunk in known.chunks(CHUNK) {
-            let now = self.now();
-            let events = {
-                let mut inner = self.lock();
+            self.call(|core, now| {
                 for (name, durable_epoch) in chunk {
-                    let mut view = inner.table.status(now, name);
+                    let mut view = core.status(now, name);
                     // A lock the table forgot is known by its durable record only.
                     view.epoch = view.epoch.max(*durable_epoch);
                     views.push(view);
                 }
-                self.take_events(&mut inner)
-            };
-            self.handle(events);
+            })?;
             tokio::task::yield_now().await;
         }
         Ok(views)
@@ -492,22 +408,11 @@ impl Issuer {
         lease_id: &str,
         value: Option<Vec<u8>>,
     ) -> Result<LeaseView, LeaseError> {
-        let now = self.now();
-        let (result, events) = {
-            let mut inner = self.lock();
-            let result = inner.table.proclaim(now, lease_id, value);
-            if let Ok(view) = &result {
-                // Queued while the table is locked: a release or expiry that follows
-                // queues its removal after this record, never before it.
-                self.backend
-                    .record_lazily(LazyRecord::Lease(record_of_view(view)));
-            }
-            (result, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        let view = result.map_err(|LeaseExpired| LeaseError::Expired)?;
-        self.flush().await?;
-        Ok(view)
+        let (id, rx) = self.request(|core, now, id| core.proclaim(now, id, lease_id, value))?;
+        match self.answer(id, rx).await {
+            Some(Reply::Lease(result)) => result,
+            _ => Err(StorageError::Closed.into()),
+        }
     }
 
     /// Creates a session; answers once its record is on disk.
@@ -515,32 +420,8 @@ impl Issuer {
         self: &Arc<Self>,
         req: SessionRequest,
     ) -> Result<SessionView, SessionError> {
-        let now = self.now();
-        let session_id = req.session_id.clone();
-        let (result, events) = {
-            let mut inner = self.lock();
-            let result = inner.table.create_session(now, req);
-            if let Ok(view) = &result {
-                self.backend.record_lazily(LazyRecord::Lease(LeaseRecord {
-                    lease_id: view.session_id.clone(),
-                    holder: view.holder.clone(),
-                    ttl_ms: view.ttl_ms,
-                    session: Some(view.session_id.clone()),
-                    ..LeaseRecord::default()
-                }));
-            }
-            (result, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        let view = result.map_err(session_error)?;
-        // The session's deadline may be earlier than the deadline task's sleep.
-        self.wake.notify_one();
-        if let Err(e) = self.flush().await {
-            // Unrecorded: nobody may use it (the store has failed anyway).
-            let _ = self.close_session(&session_id).await;
-            return Err(e.into());
-        }
-        Ok(view)
+        let (id, rx) = self.request(|core, now, id| core.create_session(now, id, req))?;
+        self.session_answer(id, rx).await
     }
 
     /// Renews a session and every lease in it. Not written to disk, like a keepalive.
@@ -548,26 +429,15 @@ impl Issuer {
         self: &Arc<Self>,
         session_id: &str,
     ) -> Result<SessionView, SessionError> {
-        let now = self.now();
-        let (result, events) = {
-            let mut inner = self.lock();
-            let result = inner.table.keepalive_session(now, session_id);
-            (result, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        result.map_err(session_error)
+        self.call(|core, now| core.keepalive_session(now, session_id))?
     }
 
     /// A live session with its leases.
-    pub fn session(self: &Arc<Self>, session_id: &str) -> Option<SessionView> {
-        let now = self.now();
-        let (view, events) = {
-            let mut inner = self.lock();
-            let view = inner.table.session(now, session_id);
-            (view, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        view
+    pub fn session(
+        self: &Arc<Self>,
+        session_id: &str,
+    ) -> Result<Option<SessionView>, StorageError> {
+        self.call(|core, now| core.session(now, session_id))
     }
 
     /// Ends a session, releasing its leases; answers once their removal is on disk.
@@ -575,267 +445,54 @@ impl Issuer {
         self: &Arc<Self>,
         session_id: &str,
     ) -> Result<SessionView, SessionError> {
-        let now = self.now();
-        let (result, events) = {
-            let mut inner = self.lock();
-            let result = inner.table.close_session(now, session_id);
-            if let Ok(view) = &result {
-                // The session's record first, then its leases' (module docs); queued
-                // before anything the releases set off (a hand-off's lease record).
-                self.backend
-                    .record_lazily(LazyRecord::RemoveLease(session_id.to_owned()));
-                for lease in &view.leases {
-                    self.backend
-                        .record_lazily(LazyRecord::RemoveLease(lease.lease_id.clone()));
-                    self.note_released(lease);
-                }
-            }
-            (result, self.take_events(&mut inner))
-        };
-        self.handle(events);
-        let view = result.map_err(session_error)?;
-        self.flush().await?;
-        Ok(view)
+        let (id, rx) = self.request(|core, now, id| core.close_session(now, id, session_id))?;
+        self.session_answer(id, rx).await
     }
 
-    /// Waits until everything queued for the writer so far is on disk: the writer keeps
-    /// order, so the answer to a removal queued now comes after all of it committed.
-    async fn flush(&self) -> Result<(), StorageError> {
-        self.backend.remove_lease(BARRIER_ID).await
-    }
-
-    /// Durably records a grant; withdraws it from the table if that fails.
-    async fn persist(self: &Arc<Self>, grant: &Grant) -> Result<(), StorageError> {
-        let record = record_of(grant);
-        let Some(reservation) = grant.reserve else {
-            // Covered by a durable reservation: the epoch cannot be reissued and the lock
-            // waits out the reservation's TTL after a crash; the lease record only lets
-            // the holder keep renewing across a restart, so it need not hold us up.
-            self.backend.record_lazily(LazyRecord::Lease(record));
-            return Ok(());
-        };
-        match self
-            .backend
-            .reserve(&grant.lock, reservation, Some(record))
-            .await
-        {
-            Ok(()) => {
-                let now = self.now();
-                let events = {
-                    let mut inner = self.lock();
-                    inner
-                        .table
-                        .confirm(now, &grant.lock, reservation, grant.generation);
-                    self.take_events(&mut inner)
-                };
-                self.handle(events);
-                Ok(())
-            }
-            Err(e) => {
-                tracing::error!(lock = %grant.lock, epoch = grant.epoch, error = %e, "cannot record grant");
-                self.withdraw(&grant.lease_id);
-                Err(e)
-            }
-        }
-    }
-
-    /// Releases a lease nobody will use (undeliverable or unrecorded grant).
-    fn withdraw(self: &Arc<Self>, lease_id: &str) {
-        let now = self.now();
-        let events = {
-            let mut inner = self.lock();
-            if let Ok(view) = inner.table.release(now, lease_id) {
-                self.note_released(&view);
-            }
-            self.take_events(&mut inner)
-        };
-        self.handle(events);
-        self.backend
-            .record_lazily(LazyRecord::RemoveLease(lease_id.to_owned()));
-    }
-
-    /// Signs, on another task, the token of the waiter now first in line for `lock`, so that
-    /// its hand-off does not wait for the signature. Kept only while that waiter waits.
-    fn sign_ahead(self: &Arc<Self>, lock: &str) {
-        let Some((ticket, holder, epoch)) = self.lock().table.head_waiter(lock) else {
-            return;
-        };
-        let this = self.clone();
-        let lock = lock.to_owned();
-        tokio::spawn(async move {
-            let ahead = this.presign(&lock, epoch, &holder);
-            let mut inner = this.lock();
-            if inner.waiters.contains_key(&ticket) {
-                inner.presigned.insert(ticket, ahead);
-            }
-        });
-    }
-
-    /// Takes the table's events, queueing the lazy records they call for while the table
-    /// is still locked: the writer then receives them in the table's own order, so an
-    /// idle marker can never reach the disk after the reservation of a grant that came
-    /// after it. What is left needs [`Issuer::handle`].
-    fn take_events(&self, inner: &mut Inner) -> Vec<Event> {
-        let mut events = inner.table.drain_events();
-        events.retain(|event| match event {
-            Event::Expired {
-                lease_id,
-                lock,
-                epoch,
-                holder,
-            } => {
-                tracing::debug!(%lock, epoch, %holder, "lease expired");
-                self.note(LeaseChange::Expired, lock, holder, *epoch, lease_id, 0);
-                // A leftover record only makes the lock wait one TTL after a restart,
-                // the safe direction: no need to wait for the disk.
-                self.backend
-                    .record_lazily(LazyRecord::RemoveLease(lease_id.clone()));
-                false
-            }
-            Event::Idle { lock, reservation } => {
-                self.backend.record_lazily(LazyRecord::Reservation {
-                    lock: lock.clone(),
-                    reservation: *reservation,
-                });
-                false
-            }
-            Event::SessionExpired { session_id, .. } => {
-                tracing::info!(session = %session_id, "session expired");
-                // Queued before its leases' removals (the table emits it first): see the
-                // module docs.
-                self.backend
-                    .record_lazily(LazyRecord::RemoveLease(session_id.clone()));
-                false
-            }
-            Event::Forgotten { locks, floor } => {
-                // Their records stay on disk, so a restart still knows each one's epoch;
-                // in memory, a lock met again starts above `floor`.
-                tracing::debug!(count = locks.len(), floor, "idle locks left memory");
-                false
-            }
-            Event::Granted { grant, .. } => {
-                self.note(
-                    LeaseChange::Granted,
-                    &grant.lock,
-                    &grant.holder,
-                    grant.epoch,
-                    &grant.lease_id,
-                    grant.ttl_ms,
-                );
-                true
-            }
-            Event::TimedOut { .. } | Event::SessionGone { .. } => true,
-        });
-        events
-    }
-
-    /// Carries out what the table decided as a side effect of a call.
-    fn handle(self: &Arc<Self>, events: Vec<Event>) {
-        for event in events {
-            match event {
-                Event::Granted { ticket, grant } => {
-                    self.wake.notify_one();
-                    let reply = self.lock().waiters.remove(&ticket);
-                    self.sign_ahead(&grant.lock);
-                    // A session's lease waits for the disk (module docs), so it takes the
-                    // slow path below even when its reservation covers it.
-                    if grant.reserve.is_none() && grant.session.is_none() {
-                        // The hand-off fast path: nothing to wait for.
-                        let lease_id = grant.lease_id.clone();
-                        self.backend
-                            .record_lazily(LazyRecord::Lease(record_of(&grant)));
-                        let delivered = reply.is_some_and(|r| r.send(Ok(grant)).is_ok());
-                        if !delivered {
-                            self.withdraw(&lease_id);
-                        }
-                        continue;
-                    }
-                    let this = self.clone();
-                    tokio::spawn(async move {
-                        let mut persisted = this.persist(&grant).await;
-                        if persisted.is_ok() && grant.session.is_some() {
-                            persisted = this.flush().await;
-                        }
-                        let delivered = match reply {
-                            Some(reply) => match &persisted {
-                                Ok(()) => reply.send(Ok(grant.clone())).is_ok(),
-                                Err(e) => {
-                                    let _ = reply.send(Err(e.clone().into()));
-                                    true
-                                }
-                            },
-                            None => false,
-                        };
-                        if persisted.is_ok() && !delivered {
-                            this.withdraw(&grant.lease_id);
-                        }
-                    });
-                }
-                Event::TimedOut {
-                    ticket,
-                    holder,
-                    retry_after_ms,
-                } => {
-                    let reply = {
-                        let mut inner = self.lock();
-                        inner.presigned.remove(&ticket);
-                        inner.waiters.remove(&ticket)
-                    };
-                    if let Some(reply) = reply {
-                        let _ = reply.send(Err(AcquireError::Held {
-                            holder,
-                            retry_after_ms,
-                        }));
-                    }
-                }
-                Event::SessionGone { ticket } => {
-                    let reply = {
-                        let mut inner = self.lock();
-                        inner.presigned.remove(&ticket);
-                        inner.waiters.remove(&ticket)
-                    };
-                    if let Some(reply) = reply {
-                        let _ = reply.send(Err(AcquireError::NoSession));
-                    }
-                }
-                // Recorded by `take_events`.
-                Event::Expired { .. }
-                | Event::Idle { .. }
-                | Event::Forgotten { .. }
-                | Event::SessionExpired { .. } => {}
-            }
+    async fn session_answer(
+        self: &Arc<Self>,
+        id: ReqId,
+        rx: oneshot::Receiver<Reply>,
+    ) -> Result<SessionView, SessionError> {
+        match self.answer(id, rx).await {
+            Some(Reply::Session(result)) => result,
+            _ => Err(StorageError::Closed.into()),
         }
     }
 }
 
-/// Withdraws a waiter whose request was dropped before it was answered.
+/// Withdraws a request whose caller went away before it was answered (its HTTP request
+/// was dropped): it leaves the line, and a grant on its way to it is released.
 struct CancelOnDrop<'a> {
     issuer: &'a Arc<Issuer>,
-    ticket: Ticket,
+    id: ReqId,
 }
 
 impl Drop for CancelOnDrop<'_> {
     fn drop(&mut self) {
-        let mut inner = self.issuer.lock();
-        inner.table.cancel(self.ticket);
-        inner.waiters.remove(&self.ticket);
-        inner.presigned.remove(&self.ticket);
+        let now = self.issuer.now();
+        let Ok(mut inner) = self.issuer.lock() else {
+            return;
+        };
+        inner.replies.remove(&self.id);
+        inner.presigned.remove(&self.id);
+        inner.core.cancel(now, self.id);
+        self.issuer.perform(&mut inner, now, false);
     }
 }
 
-/// Wakes at the table's next deadline (or when told something changed) and lets the
-/// table expire leases, time out waiters and hand locks over.
+/// Wakes at the core's timer (or when told it moved earlier) and ticks the core: leases
+/// expire, waiters time out, locks are handed over. Stops with the issuer.
 async fn deadline_task(issuer: Weak<Issuer>) {
     loop {
         let Some(this) = issuer.upgrade() else { return };
         let now = this.now();
-        let events = {
-            let mut inner = this.lock();
-            inner.table.poll(now);
-            this.take_events(&mut inner)
+        let next = {
+            let Ok(mut inner) = this.lock() else { return };
+            inner.core.tick(now);
+            this.perform(&mut inner, now, true);
+            inner.core.armed()
         };
-        this.handle(events);
-        let next = this.lock().table.next_wakeup();
         // Sleep at most a second so the task notices when the issuer is gone.
         let sleep_ms = next.map_or(1000, |t| t.saturating_sub(now).clamp(1, 1000));
         let wake = this.wake.clone();
@@ -855,7 +512,7 @@ impl LockService for Arc<Issuer> {
     }
 
     async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
-        Issuer::keepalive(self, lease_id).map_err(|LeaseExpired| LeaseError::Expired)
+        Issuer::keepalive(self, lease_id)
     }
 
     async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
@@ -863,11 +520,11 @@ impl LockService for Arc<Issuer> {
     }
 
     async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
-        Ok(Issuer::lease(self, lease_id))
+        Issuer::lease(self, lease_id)
     }
 
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
-        Ok(Issuer::status(self, lock))
+        Issuer::status(self, lock)
     }
 
     async fn list(
@@ -896,7 +553,7 @@ impl LockService for Arc<Issuer> {
     }
 
     async fn session(&self, session_id: &str) -> Result<Option<SessionView>, StorageError> {
-        Ok(Issuer::session(self, session_id))
+        Issuer::session(self, session_id)
     }
 
     async fn close_session(&self, session_id: &str) -> Result<SessionView, SessionError> {
@@ -912,54 +569,14 @@ impl LockService for Arc<Issuer> {
     }
 
     async fn census(&self) -> Option<Census> {
-        Some(Issuer::census(self))
-    }
-}
-
-/// The record of a grant, as the store keeps it.
-fn record_of(grant: &Grant) -> LeaseRecord {
-    LeaseRecord {
-        lease_id: grant.lease_id.clone(),
-        lock: grant.lock.clone(),
-        holder: grant.holder.clone(),
-        epoch: grant.epoch,
-        ttl_ms: grant.ttl_ms,
-        value: grant.value.as_deref().map(crate::value::encode),
-        lock_delay_ms: Some(grant.lock_delay_ms),
-        session: grant.session.clone(),
-    }
-}
-
-/// The record of a live lease, as the store keeps it.
-fn record_of_view(view: &LeaseView) -> LeaseRecord {
-    LeaseRecord {
-        lease_id: view.lease_id.clone(),
-        lock: view.lock.clone(),
-        holder: view.holder.clone(),
-        epoch: view.epoch,
-        ttl_ms: view.ttl_ms,
-        value: view.value.as_deref().map(crate::value::encode),
-        lock_delay_ms: Some(view.lock_delay_ms),
-        session: view.session.clone(),
-    }
-}
-
-fn session_error(e: palisade_core::lock_table::SessionError) -> SessionError {
-    use palisade_core::lock_table::SessionError as Table;
-    match e {
-        Table::Expired => SessionError::Expired,
-        // Ids are 128 random bits chosen by the server: a clash is a broken invariant
-        // upstream, refused without changing anything.
-        Table::Duplicate => {
-            SessionError::Storage(StorageError::Failed("session id already in use".to_owned()))
-        }
-        Table::QuotaExceeded { resource, limit } => SessionError::QuotaExceeded { resource, limit },
+        Issuer::census(self).ok()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::observe::{LeaseChange, LeaseEvent};
     use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
     use palisade_token::Signer;
 
@@ -993,7 +610,7 @@ mod tests {
                 queued.acquire(req(&format!("h{i}"), 10_000)).await
             }));
             // In line one after another, so that each reaches the head in turn.
-            while issuer.status("L").waiters < i {
+            while issuer.status("L").unwrap().waiters < i {
                 tokio::task::yield_now().await;
             }
         }
@@ -1008,7 +625,14 @@ mod tests {
             lease = g.lease_id.clone();
         }
         assert_eq!(epochs, (1..=6).collect::<Vec<_>>());
-        assert!(issuer.lock().presigned.is_empty(), "nothing left behind");
+        assert!(
+            issuer.lock().unwrap().presigned.is_empty(),
+            "nothing left behind"
+        );
+        assert!(
+            issuer.lock().unwrap().replies.is_empty(),
+            "every request answered"
+        );
     }
 
     /// A rotation while waiters hold tokens signed ahead with the old key: every grant
@@ -1031,6 +655,7 @@ mod tests {
         let signed_ahead = || {
             issuer
                 .lock()
+                .unwrap()
                 .presigned
                 .values()
                 .any(|a| a.key_id == old.key_id())
@@ -1072,11 +697,11 @@ mod tests {
         let first = issuer.acquire(req("h0", 0)).await.unwrap();
         let queued = issuer.clone();
         let waiter = tokio::spawn(async move { queued.acquire(req("h1", 10_000)).await });
-        while Issuer::census(&issuer).waiters < 1 {
+        while Issuer::census(&issuer).unwrap().waiters < 1 {
             tokio::task::yield_now().await;
         }
         assert_eq!(
-            Issuer::census(&issuer),
+            Issuer::census(&issuer).unwrap(),
             Census {
                 leases: 1,
                 waiters: 1
@@ -1105,5 +730,55 @@ mod tests {
                 expired,
             ]
         );
+    }
+
+    /// A panic with the core's lock held stops the issuer: the request waiting in line is
+    /// answered `unavailable`, and every later call fails instead of using the state the
+    /// panic left behind.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_poisoned_lock_stops_the_issuer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
+        let issuer = Issuer::start(
+            Arc::new(store),
+            Signer::from_secret([7; 32]),
+            TableConfig::default(),
+        )
+        .await
+        .unwrap();
+        let first = issuer.acquire(req("h0", 0)).await.unwrap();
+        let queued = issuer.clone();
+        let waiter = tokio::spawn(async move { queued.acquire(req("h1", 60_000)).await });
+        while issuer.status("L").unwrap().waiters < 1 {
+            tokio::task::yield_now().await;
+        }
+        let poisoner = issuer.clone();
+        let panicked = std::thread::spawn(move || {
+            let _held = poisoner.inner.lock();
+            panic!("a bug in the core");
+        })
+        .join();
+        assert!(panicked.is_err());
+        let stopped =
+            |e: &StorageError| matches!(e, StorageError::Failed(m) if m.contains("stopped"));
+        match issuer.keepalive(&first.grant.lease_id) {
+            Err(LeaseError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
+            other => panic!("keepalive after the stop: {other:?}"),
+        }
+        assert_eq!(
+            waiter.await.unwrap().unwrap_err(),
+            AcquireError::Storage(StorageError::Closed)
+        );
+        match issuer.acquire(req("h2", 0)).await {
+            Err(AcquireError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
+            other => panic!("acquire after the stop: {other:?}"),
+        }
+        match issuer.release(&first.grant.lease_id).await {
+            Err(LeaseError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
+            other => panic!("release after the stop: {other:?}"),
+        }
+        assert!(issuer.status("L").is_err());
+        assert!(Issuer::census(&issuer).is_err());
     }
 }

@@ -34,6 +34,7 @@ use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView, Sess
 use palisade_core::Millis;
 use palisade_storage::StorageError;
 
+pub mod core;
 pub mod embedded;
 pub mod observe;
 pub mod value;

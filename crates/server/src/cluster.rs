@@ -12,7 +12,10 @@
 //! [`crate::keys`]). Trusted keys (`--trust-key-file`) are per node. Lock-delay is kept
 //! by a second etcd lease per lease (see `palisade_etcd`), in whole seconds.
 
-use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdKeySet, EtcdStore, EtcdTls, EtcdUser};
+use palisade_etcd::{
+    EpochLedger, Etcd, EtcdConfig, EtcdIssuer, EtcdKeySet, EtcdStore, EtcdTls, EtcdUser,
+};
+use palisade_storage::observe::CommitHook;
 use palisade_storage::FencedStore;
 use std::sync::Arc;
 
@@ -31,6 +34,7 @@ pub(crate) async fn serve(
         endpoints,
         prefix,
         request_timeout,
+        epoch_ledger,
         access,
     } = &config.backend
     else {
@@ -53,7 +57,36 @@ pub(crate) async fn serve(
         tls: etcd_tls(access)?,
         user: etcd_user(access)?,
     })
-    .await?;
+    .await?
+    .with_commit_hook(CommitHook::new(front.observe.clone()));
+    let ledger = match epoch_ledger {
+        Some(path) => {
+            let ledger = EpochLedger::open(path, prefix)?;
+            // An etcd that came back older than this ledger saw is not served until
+            // `palisade admin etcd-raise` has put its epochs above the ledgers.
+            match ledger.check_against(&etcd).await {
+                Ok(Ok(())) => {}
+                Ok(Err(why)) => return Err(ServerError::Config(why)),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "etcd does not answer: the epoch ledger could not be checked against it"
+                ),
+            }
+            tracing::info!(
+                ledger = %path.display(),
+                ceiling = ledger.file().ceiling,
+                "epoch ledger: no epoch above the ceiling was handed out by this node"
+            );
+            Some(ledger)
+        }
+        None => {
+            tracing::warn!(
+                "no --etcd-epoch-ledger: after an etcd snapshot restore, the epochs this node \
+                 issued cannot be known, and the restore cannot be made safe"
+            );
+            None
+        }
+    };
     let backend: Arc<dyn FencedStore> = Arc::new(EtcdStore::with_limits(
         etcd.clone(),
         config.store_limits,
@@ -87,12 +120,11 @@ pub(crate) async fn serve(
         config.token_cache,
     );
     keys.spawn_poll();
-    let state = front.state(
-        &config,
-        Arc::new(EtcdIssuer::new(etcd, keys.signer()).with_lock_delay(config.lock_delay_ms)),
-        backend,
-        keys,
-    );
+    let mut issuer = EtcdIssuer::new(etcd, keys.signer()).with_lock_delay(config.lock_delay_ms);
+    if let Some(ledger) = ledger {
+        issuer = issuer.with_ledger(ledger);
+    }
+    let state = front.state(&config, Arc::new(issuer), backend, keys);
     let what = format!("etcd, endpoints {}, prefix {prefix}", endpoints.join(","));
     listen_and_serve(listener, state, what, async {}).await
 }

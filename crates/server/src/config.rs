@@ -145,8 +145,10 @@ pub enum BackendConfig {
         prefix: String,
         /// Longest wait for one etcd call before the request fails with `storage_failed`.
         request_timeout: std::time::Duration,
-        /// TLS and user for etcd.
-        access: EtcdAccess,
+        /// This node's epoch ledger outside etcd (`palisade_etcd::ledger`), if any.
+        epoch_ledger: Option<PathBuf>,
+        /// TLS and user for etcd (boxed: it is the largest part).
+        access: Box<EtcdAccess>,
     },
 }
 

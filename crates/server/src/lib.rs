@@ -37,6 +37,7 @@ pub mod openapi;
 pub mod recovery;
 mod run;
 pub mod transport;
+pub mod ui;
 
 pub use config::{
     BackendConfig, EtcdAccess, Limits, NamespacePolicies, ServerConfig,

@@ -213,6 +213,17 @@ pub struct Applied {
     pub advanced: bool,
 }
 
+/// One namespace in a listing ([`FencedStore::namespaces`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceSummary {
+    pub name: String,
+    pub high_water: HighWater,
+    /// Its keys and bytes, as its quota counter holds them; `None` when the backend has
+    /// no counter for it (etcd, for a namespace only ever fenced, or last written before
+    /// counters existed: its next put or delete counts it).
+    pub usage: Option<Usage>,
+}
+
 /// A stored value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -415,6 +426,18 @@ pub trait FencedStore: Send + Sync + 'static {
 
     /// The namespace's high-water mark (default if never written).
     async fn high_water(&self, namespace: &str) -> Result<HighWater, StorageError>;
+
+    /// Namespaces with a high-water mark (every namespace a mutation was ever admitted
+    /// to), in name order: names greater than `after` (if given) that start with
+    /// `prefix`, at most `limit`, each with its mark and what it holds. One page of an
+    /// ordered index, read without holding up the writer: paging through a million
+    /// namespaces costs each page only its own rows.
+    async fn namespaces(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<NamespaceSummary>, StorageError>;
 
     /// Whether the backend has latched a failure.
     fn is_failed(&self) -> bool;

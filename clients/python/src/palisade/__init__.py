@@ -19,6 +19,9 @@ package is the Python side of it:
 - Recipes: lock values (``value=``, :meth:`Lease.proclaim`), a lock-delay per lock
   (``lock_delay_ms=``), sessions (:meth:`Client.session`: one keepalive for many locks)
   and leader election (:class:`Election`); the same under :mod:`palisade.aio`.
+- Live events: :meth:`Client.watch` (one lock) and :meth:`Client.events` (a prefix)
+  iterate typed events (:class:`GrantedEvent`, :class:`RejectedEvent`, ...) as the
+  server publishes them, reconnecting and resuming with ``Last-Event-ID`` by themselves.
 - :mod:`palisade.tokens`: offline verification of tokens with the issuer's public keys,
   byte for byte the Rust verifier's rules.
 - :mod:`palisade.gates`: the gate inside PostgreSQL (psycopg 3) and SQLite (``sqlite3``),
@@ -45,6 +48,16 @@ from ._errors import *  # noqa: F403 - every error class is part of the surface
 from ._errors import __all__ as _error_names
 from ._protocol import CONNECT_TIMEOUT, LIST_LIMIT, REQUEST_TIMEOUT, WAIT_MARGIN
 from ._election import Election, Leader, LeaderInfo, Observer
+from ._events import (
+    Event,
+    EventStream,
+    ExpiredEvent,
+    FencedEvent,
+    GrantedEvent,
+    RejectedEvent,
+    ReleasedEvent,
+    ResetEvent,
+)
 from ._sync import Client, FencedKv, Kv, Lease, LockContext, Session, SessionLock
 from ._types import (
     Entry,
@@ -74,6 +87,14 @@ __all__ = [
     "Leader",
     "LeaderInfo",
     "Observer",
+    "EventStream",
+    "Event",
+    "GrantedEvent",
+    "ReleasedEvent",
+    "ExpiredEvent",
+    "FencedEvent",
+    "RejectedEvent",
+    "ResetEvent",
     "Proclaimed",
     "SessionInfo",
     "SessionLease",

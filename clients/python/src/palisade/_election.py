@@ -14,20 +14,25 @@ What a leader must do, and what this does not do:
   resource it guards before it acts; the resource, not this module, refuses the old one.
 - ``leader.lost`` being false is not permission to act: leadership ends at the server
   when the lease expires, whatever the leader believes.
-- Observers poll (every ``poll_interval`` seconds, 0.5 by default): they see a change at
-  most one interval late and may miss a leader that came and went within one interval
-  (the epochs show the gap). The events stream (``GET /v1/locks/{lock}/events``) is the
-  second source to plug in here: :class:`_Poll` is the seam.
+- Observers read the lock's status again whenever its events stream
+  (``GET /v1/locks/{lock}/events``) reports a grant, a release, an expiry or a ``reset``,
+  and at least every ``poll_interval`` seconds (0.5 by default) in any case. A new value
+  from :meth:`Leader.proclaim` is no event, and a server whose stream is unavailable (too
+  many streams, an older server, an etcd node, which reports no lease events) sends none:
+  those changes are seen by polling, at most one interval late. Either way an observer
+  may miss a leader that came and went between two reads (the epochs show the gap).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
 
-from ._errors import LockHeldError
+from ._errors import LockHeldError, PalisadeError
+from ._events import AsyncEventStream, Event, EventStream, FencedEvent, RejectedEvent, lock_events_path
 from ._types import LockStatus, Proclaimed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -59,12 +64,10 @@ class LeaderInfo:
         return LeaderInfo(status.holder, epoch, status.value)
 
 
-class _Poll:
-    """Where an observer learns of changes today: the lock's status, every ``every``
-    seconds. An events-stream source would offer the same ``next_wait`` contract."""
-
-    def __init__(self, every: float) -> None:
-        self.every = every
+def _wakes(event: Event) -> bool:
+    """Whether an event may mean another leadership: a lease event or a reset, not the
+    namespace's marks and refusals."""
+    return not isinstance(event, (FencedEvent, RejectedEvent))
 
 
 def _wait_ms(deadline: Optional[float]) -> int:
@@ -86,12 +89,16 @@ class Election:
         ttl_ms: int = 10_000,
         lock_delay_ms: Optional[int] = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        use_events: bool = True,
     ) -> None:
         self._client = client
         self.name = name
         self.ttl_ms = ttl_ms
         self.lock_delay_ms = lock_delay_ms
+        #: Seconds between status reads when the events stream reports nothing.
         self.poll_interval = max(poll_interval, 0.01)
+        #: Whether observers use the lock's events stream (False: they poll only).
+        self.use_events = use_events
 
     def campaign(
         self, value: Union[bytes, str], *, candidate: Optional[str] = None, timeout: Optional[float] = None
@@ -116,8 +123,9 @@ class Election:
         return LeaderInfo.of(self._client.lock_status(self.name))
 
     def observe(self) -> "Observer":
-        """An observer of this election's leadership changes."""
-        return Observer(self._client, self.name, _Poll(self.poll_interval))
+        """An observer of this election's leadership changes (close it, or use it as a
+        context manager, to end its events stream)."""
+        return Observer(self._client, self.name, self.poll_interval, self.use_events)
 
 
 class Leader:
@@ -170,31 +178,97 @@ class Leader:
 
 
 class Observer:
-    """Watches an election: :meth:`changed` returns each new leadership."""
+    """Watches an election: :meth:`changed` returns each new leadership.
 
-    def __init__(self, client: "Client", lock: str, source: _Poll) -> None:
+    At its first :meth:`changed` it starts a thread that reads the lock's events stream;
+    each grant, release, expiry or reset on it (and each (re)connection) makes the
+    observer read the status again at once. Between those it reads every
+    ``poll_interval`` seconds, which is all it does while the stream is unavailable.
+    """
+
+    def __init__(self, client: "Client", lock: str, poll_interval: float, use_events: bool = True) -> None:
         self._client = client
         self._lock = lock
-        self._source = source
+        self._poll = poll_interval
+        self._use_events = use_events
         self._seen: Any = _NOTHING
+        self._wake = threading.Condition()
+        self._woken = False
+        self._stream: Optional[EventStream] = None
+        self._reader: Optional[threading.Thread] = None
+        self._closed = False
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the events stream is open now (False while the observer only polls)."""
+        stream = self._stream
+        return stream is not None and stream.connected and not stream.closed
+
+    def _signal(self) -> None:
+        with self._wake:
+            self._woken = True
+            self._wake.notify_all()
+
+    def _start(self) -> None:
+        if self._reader is not None or not self._use_events or self._closed:
+            return
+        self._stream = EventStream(self._client, lock_events_path(self._lock), on_connect=self._signal)
+        self._reader = threading.Thread(target=self._read, args=(self._stream,), daemon=True,
+                                        name=f"palisade-observer-{self._lock}")
+        self._reader.start()
+
+    def _read(self, stream: EventStream) -> None:
+        try:
+            for event in stream:
+                if _wakes(event):
+                    self._signal()
+        except PalisadeError:
+            pass  # refused for good (a server without events, a key that may not read): poll
+        except Exception:  # noqa: BLE001 - e.g. the client was closed: the status reads
+            pass  # raise it to the caller; the stream just ends
+        finally:
+            stream.close()
 
     def changed(self, timeout: Optional[float] = None) -> Optional[LeaderInfo]:
         """The leadership now, at the first call; after that, blocks until it differs from
         what was returned last (another leader, epoch or value, or nobody) and returns it.
-        With ``timeout`` (seconds), raises :class:`TimeoutError` when nothing changed."""
+        With ``timeout`` (seconds), raises :class:`TimeoutError` when nothing changed.
+        Errors of the status reads are raised; the stream's are not (the observer polls
+        until it is back)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._start()
         while True:
+            with self._wake:
+                # Cleared before the read: anything the stream reports after it wakes us.
+                self._woken = False
             now = LeaderInfo.of(self._client.lock_status(self._lock))
             if self._seen is _NOTHING or now != self._seen:
                 self._seen = now
                 return now
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"no leadership change of {self._lock!r} within {timeout} s")
-            time.sleep(self._source.every)
+            wait = self._poll
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no leadership change of {self._lock!r} within {timeout} s")
+                wait = min(wait, left)
+            with self._wake:
+                self._wake.wait_for(lambda: self._woken, timeout=wait)
 
     def __iter__(self) -> Iterator[Optional[LeaderInfo]]:
         while True:
             yield self.changed()
+
+    def close(self) -> None:
+        """Ends the events stream (its thread ends with it)."""
+        self._closed = True
+        if self._stream is not None:
+            self._stream.close()
+
+    def __enter__(self) -> "Observer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 _NOTHING = object()
@@ -211,12 +285,16 @@ class AsyncElection:
         ttl_ms: int = 10_000,
         lock_delay_ms: Optional[int] = None,
         poll_interval: float = DEFAULT_POLL_INTERVAL,
+        use_events: bool = True,
     ) -> None:
         self._client = client
         self.name = name
         self.ttl_ms = ttl_ms
         self.lock_delay_ms = lock_delay_ms
+        #: Seconds between status reads when the events stream reports nothing.
         self.poll_interval = max(poll_interval, 0.01)
+        #: Whether observers use the lock's events stream (False: they poll only).
+        self.use_events = use_events
 
     async def campaign(
         self, value: Union[bytes, str], *, candidate: Optional[str] = None, timeout: Optional[float] = None
@@ -237,7 +315,7 @@ class AsyncElection:
         return LeaderInfo.of(await self._client.lock_status(self.name))
 
     def observe(self) -> "AsyncObserver":
-        return AsyncObserver(self._client, self.name, _Poll(self.poll_interval))
+        return AsyncObserver(self._client, self.name, self.poll_interval, self.use_events)
 
 
 class AsyncLeader:
@@ -276,21 +354,77 @@ class AsyncLeader:
 
 
 class AsyncObserver:
-    """The asyncio twin of :class:`Observer`."""
+    """The asyncio twin of :class:`Observer`: the events stream is read by a task on the
+    loop of the first :meth:`changed`."""
 
-    def __init__(self, client: "aio.Client", lock: str, source: _Poll) -> None:
+    def __init__(self, client: "aio.Client", lock: str, poll_interval: float, use_events: bool = True) -> None:
         self._client = client
         self._lock = lock
-        self._source = source
+        self._poll = poll_interval
+        self._use_events = use_events
         self._seen: Any = _NOTHING
+        self._wake: Optional[asyncio.Event] = None
+        self._stream: Optional[AsyncEventStream] = None
+        self._reader: Optional["asyncio.Task[None]"] = None
+
+    @property
+    def streaming(self) -> bool:
+        stream = self._stream
+        return stream is not None and stream.connected and self._reader is not None and not self._reader.done()
+
+    def _signal(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _read(self, stream: AsyncEventStream) -> None:
+        try:
+            async for event in stream:
+                if _wakes(event):
+                    self._signal()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # noqa: BLE001 - refused for good, or the client was closed: poll
+            pass
+        finally:
+            await stream.aclose()
 
     async def changed(self, timeout: Optional[float] = None) -> Optional[LeaderInfo]:
         deadline = None if timeout is None else time.monotonic() + timeout
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        if self._reader is None and self._use_events:
+            self._stream = AsyncEventStream(self._client, lock_events_path(self._lock), on_connect=self._signal)
+            self._reader = asyncio.get_running_loop().create_task(self._read(self._stream))
         while True:
+            self._wake.clear()
             now = LeaderInfo.of(await self._client.lock_status(self._lock))
             if self._seen is _NOTHING or now != self._seen:
                 self._seen = now
                 return now
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"no leadership change of {self._lock!r} within {timeout} s")
-            await asyncio.sleep(self._source.every)
+            wait = self._poll
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no leadership change of {self._lock!r} within {timeout} s")
+                wait = min(wait, left)
+            try:
+                await asyncio.wait_for(self._wake.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    async def aclose(self) -> None:
+        """Ends the events stream and its task."""
+        if self._reader is not None:
+            self._reader.cancel()
+            try:
+                await self._reader
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self._stream is not None:
+            await self._stream.aclose()
+
+    async def __aenter__(self) -> "AsyncObserver":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()

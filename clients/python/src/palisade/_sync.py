@@ -21,6 +21,7 @@ import httpx
 
 from . import _protocol as proto
 from ._errors import LeaseLostError, SessionExpiredError, StaleTokenError
+from ._events import EventStream, lock_events_path, prefix_events_path
 from ._failover import Attempts, Call, Endpoints
 from ._lease import LeaseBase
 from ._paths import normalise_bases
@@ -253,6 +254,20 @@ class Client:
         """Fenced access to namespace ``name`` with a token obtained elsewhere. Holders
         that acquired through this client use :attr:`Lease.kv`."""
         return FencedKv(self, name, token, None)
+
+    # ---- events ----------------------------------------------------------------------
+
+    def watch(self, lock: str, *, last_event_id: Optional[int] = None) -> EventStream:
+        """The events of ``lock`` (grants, releases, expiries, mark advances, refusals) as
+        they happen, or after event ``last_event_id``: an iterator of typed events that
+        reconnects and resumes by itself (see :class:`palisade.EventStream`). Nothing is
+        sent until it is iterated (or :meth:`EventStream.connect` is called)."""
+        return EventStream(self, lock_events_path(lock), last_event_id)
+
+    def events(self, prefix: str = "", *, last_event_id: Optional[int] = None) -> EventStream:
+        """Like :meth:`watch`, for every lock whose name starts with ``prefix`` (every lock
+        the key may read without one)."""
+        return EventStream(self, prefix_events_path(prefix), last_event_id)
 
     def health(self) -> None:
         """Returns if a server answers and its store has not latched a failure

@@ -29,6 +29,18 @@ import httpx
 from . import _protocol as proto
 from ._errors import *  # noqa: F401,F403 - the same error classes, importable from here
 from ._errors import LeaseLostError, SessionExpiredError, StaleTokenError
+from ._events import AsyncEventStream as EventStream
+from ._events import (
+    Event,
+    ExpiredEvent,
+    FencedEvent,
+    GrantedEvent,
+    RejectedEvent,
+    ReleasedEvent,
+    ResetEvent,
+    lock_events_path,
+    prefix_events_path,
+)
 from ._failover import Attempts, Call, Endpoints
 from ._errors import __all__ as _error_names
 from ._lease import LeaseBase
@@ -56,6 +68,14 @@ __all__ = [
     "FencedKv",
     "Session",
     "SessionLock",
+    "EventStream",
+    "Event",
+    "GrantedEvent",
+    "ReleasedEvent",
+    "ExpiredEvent",
+    "FencedEvent",
+    "RejectedEvent",
+    "ResetEvent",
     "Election",
     "Leader",
     "Observer",
@@ -225,6 +245,15 @@ class Client:
 
     def fenced_kv(self, name: str, token: str) -> "FencedKv":
         return FencedKv(self, name, token, None)
+
+    def watch(self, lock: str, *, last_event_id: Optional[int] = None) -> "EventStream":
+        """The events of ``lock``, as :meth:`palisade.Client.watch`: ``async for event in
+        client.watch("orders")``."""
+        return EventStream(self, lock_events_path(lock), last_event_id)
+
+    def events(self, prefix: str = "", *, last_event_id: Optional[int] = None) -> "EventStream":
+        """The events of every lock whose name starts with ``prefix``."""
+        return EventStream(self, prefix_events_path(prefix), last_event_id)
 
     async def health(self) -> None:
         proto.healthy(await self._send(proto.health()))

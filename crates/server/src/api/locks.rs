@@ -221,7 +221,7 @@ pub struct LockListQuery {
 
 /// Which names a listing reads: everything under a prefix, or one name.
 #[derive(Debug, PartialEq, Eq)]
-enum Scan {
+pub(super) enum Scan {
     Prefix(String),
     Exact(String),
 }
@@ -231,10 +231,15 @@ enum Scan {
 /// A principal with a grant on `orders*` lists from the `orders` part of the index only,
 /// however many other locks there are.
 fn scans(caller: &Caller, prefix: &str) -> Vec<Scan> {
+    scans_for(caller, prefix, &[Verb::Acquire, Verb::Read])
+}
+
+/// [`scans`] of the names on which `caller` may use one of `verbs`.
+pub(super) fn scans_for(caller: &Caller, prefix: &str, verbs: &[Verb]) -> Vec<Scan> {
     let Some(principal) = caller.principal() else {
         return vec![Scan::Prefix(prefix.to_owned())];
     };
-    let Some(patterns) = principal.visible_patterns(&[Verb::Acquire, Verb::Read]) else {
+    let Some(patterns) = principal.visible_patterns(verbs) else {
         return vec![Scan::Prefix(prefix.to_owned())];
     };
     let mut scans = Vec::new();

@@ -8,6 +8,7 @@ mod admin;
 pub mod error;
 mod kv;
 mod locks;
+mod namespaces;
 mod observe;
 mod recipes;
 mod tokens;
@@ -133,6 +134,7 @@ pub fn router(state: AppState) -> Router {
             "/v1/kv/{lock}/{*key}",
             get(kv::get).put(kv::put).delete(kv::delete),
         )
+        .route("/v1/fences", get(namespaces::list))
         .route("/v1/fences/{lock}", get(kv::high_water).post(kv::fence))
         .route("/v1/openapi.json", get(crate::openapi::document))
         .route("/v1/admin/keys", get(admin::list_keys))
@@ -153,6 +155,9 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             observe::timed,
         ))
+        // After the layers: the dashboard's static files pass through none of them, and
+        // the API's requests pay nothing for the dashboard.
+        .merge(crate::ui::router().layer(axum::middleware::map_response(json_method_not_allowed)))
         .with_state(state)
 }
 

@@ -57,14 +57,18 @@ pub async fn check(
     caller.require(Verb::Check, &claims.lock)?;
     let view = state.issuer.status(&claims.lock).await?;
     let lease_alive = view.lease.as_ref().is_some_and(|l| l.epoch == claims.epoch);
+    // While a lease is live its epoch is the newest issued for the lock (nothing is granted
+    // above it until it ends). Without one, the lock's counter: after a restart that is
+    // the reservation ceiling, an upper bound, so an older token is never called current.
+    let current_epoch = view.lease.as_ref().map_or(view.epoch, |l| l.epoch);
     Ok(Json(TokenCheck {
         genuine: true,
-        current: Some(view.epoch == claims.epoch),
+        current: Some(current_epoch == claims.epoch),
         lock: Some(claims.lock.clone()),
         epoch: Some(claims.epoch),
         holder: Some(claims.holder.clone()),
         key_id: Some(claims.key_id.clone()),
-        current_epoch: Some(view.epoch),
+        current_epoch: Some(current_epoch),
         lease_alive: Some(lease_alive),
         reason: None,
     }))

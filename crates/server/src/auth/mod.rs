@@ -15,7 +15,9 @@
 //!    caller. The handlers check it against the lease or the token's claims.
 //!
 //! Public routes need no identity: `GET /healthz`, `GET /v1/keys` (public keys are
-//! public) and `GET /v1/openapi.json` (the contract is in the repository anyway).
+//! public) and `GET /v1/openapi.json` (the contract is in the repository anyway). The
+//! dashboard's files (`/ui`, [`crate::ui`]) never reach this middleware: they are static
+//! and hold no data; the page sends a key with each API call it makes.
 //!
 //! Without an auth file every request is [`Caller::Open`]: everything is allowed, as in a
 //! server on loopback before authentication existed. The server refuses to listen on a

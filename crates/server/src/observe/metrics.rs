@@ -34,6 +34,7 @@ pub struct Metrics {
     pub(crate) grants: IntCounter,
     pub(crate) releases: IntCounter,
     pub(crate) expiries: IntCounter,
+    pub(crate) ends: IntCounter,
     leases_live: IntGauge,
     waiters: IntGauge,
     request_duration: HistogramVec,
@@ -88,8 +89,9 @@ impl Metrics {
         let fsync_duration = Histogram::with_opts(
             HistogramOpts::new(
                 "palisade_fsync_duration_seconds",
-                "Duration of each durable commit of the embedded store (the write ending \
-                 in fsync).",
+                "Duration of each durable commit: embedded store, the write ending in \
+                 fsync; etcd backend, each write transaction until etcd answered (its \
+                 quorum has logged it).",
             )
             .buckets(latency_buckets()),
         )?;
@@ -129,10 +131,19 @@ impl Metrics {
                 "palisade_expiries_total",
                 "Leases that expired without being released.",
             )?,
-            leases_live: gauge("palisade_leases_live", "Leases live now.")?,
+            ends: counter(
+                "palisade_lease_ends_total",
+                "Leases that ended where this node cannot tell a release from an expiry \
+                 (etcd backend: expiries, and releases through other nodes).",
+            )?,
+            leases_live: gauge(
+                "palisade_leases_live",
+                "Leases live now (etcd backend: of the whole deployment).",
+            )?,
             waiters: gauge(
                 "palisade_waiters",
-                "Acquisitions waiting in line now (on this node).",
+                "Acquisitions waiting in line now (embedded: on this node; etcd backend: \
+                 of the whole deployment).",
             )?,
             request_duration,
             fsync_duration,
@@ -243,6 +254,7 @@ mod tests {
             "palisade_grants_total",
             "palisade_releases_total",
             "palisade_expiries_total",
+            "palisade_lease_ends_total",
             "palisade_leases_live",
             "palisade_waiters",
             "palisade_request_duration_seconds_bucket",

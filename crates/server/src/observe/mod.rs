@@ -132,7 +132,7 @@ impl LeaseObserver for Observe {
                 }
             }
             LeaseChange::Ended => {
-                self.metrics.releases.inc();
+                self.metrics.ends.inc();
                 Body::Released {
                     lock,
                     epoch,

@@ -115,7 +115,7 @@ pub use self::state::CommitStats;
 pub use self::wal::newest_commit;
 use crate::{
     Applied, ApplyError, Entry, FencedOp, FencedStore, IssuerLog, IssuerState, LeaseRecord,
-    StorageError, StoreLimits, WallClock,
+    NamespaceSummary, StorageError, StoreLimits, WallClock,
 };
 use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
@@ -520,6 +520,17 @@ impl FencedStore for RedbBackend {
     async fn high_water(&self, namespace: &str) -> Result<HighWater, StorageError> {
         let namespace = namespace.to_string();
         self.read(move |txn| reads::high_water(txn, &namespace))
+            .await
+    }
+
+    async fn namespaces(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<NamespaceSummary>, StorageError> {
+        let (prefix, after) = (prefix.to_owned(), after.map(str::to_owned));
+        self.read(move |txn| reads::namespaces(txn, &prefix, after.as_deref(), limit))
             .await
     }
 

@@ -10,7 +10,7 @@ use palisade_core::lock_table::Reservation;
 use super::layers::View;
 use super::overlay::{Key, Val};
 use super::schema::{Fault, META_RESTORE_FLOOR};
-use crate::{Entry, IssuerState, LeaseRecord};
+use crate::{Entry, IssuerState, LeaseRecord, NamespaceSummary, Usage};
 
 /// Feeds `each` every row of `start`'s table.
 pub(super) fn each_row(
@@ -177,6 +177,45 @@ pub(super) fn high_water(view: &View<'_>, namespace: &str) -> Result<HighWater, 
             seq: 0,
         }),
     }
+}
+
+/// Namespaces with a mark, in name order from the fences table: names above `after`
+/// that start with `prefix`, at most `limit`, each with its usage counter (no counter:
+/// the namespace holds nothing).
+pub(super) fn namespaces(
+    view: &View<'_>,
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<NamespaceSummary>, Fault> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let from = Key::Fence(match after {
+        Some(after) if after >= prefix => after.to_owned(),
+        _ => prefix.to_owned(),
+    });
+    let start = match after {
+        Some(after) if after >= prefix => Bound::Excluded(&from),
+        _ => Bound::Included(&from),
+    };
+    let keep = |k: &Key| matches!(k, Key::Fence(ns) if ns.starts_with(prefix));
+    let mut out = Vec::new();
+    for (key, val) in view.range(None, start, &keep, limit)? {
+        let (Key::Fence(name), Val::Pair(epoch, seq)) = (key, val) else {
+            continue;
+        };
+        let usage = match view.get(&Key::Usage(name.clone()))? {
+            Some(Val::Pair(keys, bytes)) => Usage { keys, bytes },
+            _ => Usage::default(),
+        };
+        out.push(NamespaceSummary {
+            name,
+            high_water: HighWater { epoch, seq },
+            usage: Some(usage),
+        });
+    }
+    Ok(out)
 }
 
 /// The epoch floor left by the last restore (0 if the file was never restored).

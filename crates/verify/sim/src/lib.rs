@@ -9,21 +9,24 @@
 //! ## What is real and what is simulated
 //! The node is assembled from Palisade's own pure parts, wired the way the real issuer
 //! and server wire them (`server`):
-//! - the lock table ([`palisade_core::lock_table::LockTable`]), with time passed in;
+//! - the issuer itself: [`palisade_issuer::core::IssuerCore`], the state machine the
+//!   embedded issuer runs (its async shell only feeds it and carries out its actions),
+//!   with the lock table inside it and time passed in. So the issuer's **reservation
+//!   protocol** is the real one, not a model: which grant waits for a reservation to be
+//!   fsync'd, which hand-off is answered at once with a lazy lease record, the order of
+//!   removals, idle markers and lease records, timers and expiries; the epoch block per
+//!   reservation varies by seed;
 //! - the gate rule ([`palisade_core::gate::admit`]), run inside the store's batch;
 //! - real Ed25519 tokens ([`palisade_token`]): signed at grant, verified on every write.
 //!
 //! Around them the simulator models (`store`, `net`, `client`, `nemesis`):
-//! - the issuer's **reservation protocol** as `palisade-issuer` runs it: a grant that
-//!   needs a new epoch reservation is answered only after that reservation is fsync'd
-//!   and confirmed to the table; a grant inside a durable reservation (a hand-off) is
-//!   answered at once with its lease record written lazily; idle markers, expiries and
-//!   release removals are lazy records; the epoch block per reservation varies by seed;
-//! - a disk with **group commit and fsync**: writes go to a working copy, become durable
-//!   only when the batch's fsync completes, and only then are answered; a **crash loses
-//!   every unsynced write** and every unsent answer (sometimes a batch is durable but
-//!   unanswered: a torn commit). A restart rebuilds the lock table from the durable
-//!   records with `LockTable::restore` and `LockTable::restore_reservations`;
+//! - a disk with **group commit and fsync**: the core's lazy records and durable writes
+//!   go to a working copy, become durable only when the batch's fsync completes, and
+//!   only then are reported to the core (`IssuerCore::written`) or answered; a **crash
+//!   loses every unsynced write**, every write the core was still waiting for, and every
+//!   unsent answer (sometimes a batch is durable but unanswered: a torn commit). A restart
+//!   rebuilds the core from the durable records with `IssuerCore::recover`, as the
+//!   embedded issuer does;
 //! - a network with per-message delays, **held** messages (delivered up to seconds late,
 //!   so old-epoch writes arrive after the lease moved on), drops, and client partitions;
 //! - clients that acquire (waiting in line or not), fence, write, delete, read, run the
@@ -67,7 +70,8 @@
 //! - More than one node, replicated stores (S7), or resources that cannot compare
 //!   tokens (S13); idempotency keys and the `sequence` policy (S9), so clients never
 //!   retry a request.
-//! - Clock jumps on the node; only client clocks drift.
+//! - Clock jumps on the node; only client clocks drift (the core takes `now` from the
+//!   shell, which reads a monotonic clock).
 //! - The simulator is a model of the node's contract, so passing it says that the
 //!   *composition* of the real table, gate and tokens under this model survives these
 //!   faults; it says nothing about faults the model does not have. The real-process

@@ -1,33 +1,32 @@
-//! The simulated Palisade node: the real lock table, the real gate and real tokens,
-//! wired together the way `palisade-issuer` and the server's KV handlers wire them.
+//! The simulated Palisade node: the real issuer core, the real gate and real tokens,
+//! wired together the way `palisade-issuer`'s async shell and the server's KV handlers
+//! wire them.
 //!
-//! - **Acquire**: the [`LockTable`] decides and the grant is signed with the issuer key.
-//!   A grant the table marks as needing a reservation (`Grant::reserve`) is answered only
-//!   once that reservation (with the lease record) is fsync'd and the table was told
-//!   (`LockTable::confirm`); a grant inside a durable reservation is answered at once and
-//!   its lease record written lazily. A queued waiter is answered the same way when the
-//!   table hands it the lock, or refused when its wait runs out.
-//! - **Keepalive** touches the table only. **Release** queues a lazy removal of the lease
-//!   record *before* whatever hand-off it sets off, then answers after a second, durable
-//!   removal. Expiries and idle markers are lazy records.
+//! - **The issuer** is [`IssuerCore`] itself, the very state machine the embedded issuer
+//!   runs, fed with the simulated clock: acquisitions, keepalives and releases from the
+//!   network, durable writes completed by the simulated disk, and its timer. Its actions
+//!   are carried out here as the shell carries them out: lazy records and durable writes
+//!   go to the simulated writer (a write is reported back with `IssuerCore::written` only
+//!   once its batch is fsync'd), replies go out over the network (a grant signed with the
+//!   issuer key), the timer becomes a tick event, and its notes feed the monitor.
 //! - **Fenced mutations**: missing token -> `missing_token`, token that does not verify ->
 //!   `invalid_token`, token for another lock -> `wrong_lock`; otherwise the store runs the
 //!   gate and the mutation in one batch and answers after fsync.
 //! - **Reads** see the durable state.
-//! - **Restart** rebuilds the table from the durable records with [`LockTable::restore`]
-//!   (recorded leases honoured a full TTL) and [`LockTable::restore_reservations`] (locks
-//!   with an active reservation wait out its TTL; epochs continue above the ceiling),
+//! - **Restart** rebuilds the core from the durable records with `IssuerCore::recover`,
 //!   exactly like the embedded issuer.
 //!
-//! Not modelled: the HTTP layer (routing, JSON, connection handling), the embedded
-//! issuer's withdrawal of grants nobody waits for any more (the waiter here never tells
-//! the node it left, so such a grant lives out its TTL: the safe direction), the token
+//! Not modelled: the HTTP layer (routing, JSON, connection handling), waiters that hang up
+//! (the waiter here never tells the node it left, so its grant lives out its TTL: the
+//! safe direction), sessions, values and proclamations, tokens signed ahead, the token
 //! verification cache's capacity, and storage I/O errors.
 
 use std::collections::BTreeMap;
 
-use palisade_core::lock_table::{AcquireOutcome, AcquireRequest, Event, Grant, LockTable};
-use palisade_core::lock_table::{TableConfig, Ticket};
+use palisade_core::lock_table::{AcquireRequest, TableConfig};
+use palisade_issuer::core::{Action, IssuerCore, Reply as CoreReply, ReqId, Write};
+use palisade_issuer::LeaseChange;
+use palisade_storage::LazyRecord;
 use palisade_token::{KeyRing, Signer, Verifier};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -47,13 +46,14 @@ const ISSUER_SECRET: [u8; 32] = [0x5a; 32];
 pub(crate) struct Server {
     pub up: bool,
     pub incarnation: u64,
-    table: LockTable,
+    core: IssuerCore,
     table_config: TableConfig,
     signer: Signer,
     verifier: Verifier,
     pub store: Store,
-    waiters: BTreeMap<Ticket, (usize, u64)>,
-    next_tick: Option<u64>,
+    /// Requests the core will answer later: who asked.
+    requests: BTreeMap<ReqId, (usize, u64)>,
+    next_req: ReqId,
     rng: ChaCha8Rng,
     bug: Option<Bug>,
 }
@@ -62,6 +62,12 @@ fn verifier_for(signer: &Signer) -> Verifier {
     let mut keys = KeyRing::new();
     keys.insert(signer.public_key());
     Verifier::new(keys, 1024)
+}
+
+/// A fresh core that reports its notes (they feed the monitor).
+fn observed(mut core: IssuerCore) -> IssuerCore {
+    core.observe();
+    core
 }
 
 impl Server {
@@ -76,16 +82,24 @@ impl Server {
         Server {
             up: true,
             incarnation: 0,
-            table: LockTable::new(table_config),
+            core: observed(IssuerCore::new(table_config)),
             table_config,
             verifier: verifier_for(&signer),
             signer,
             store: Store::default(),
-            waiters: BTreeMap::new(),
-            next_tick: None,
+            requests: BTreeMap::new(),
+            next_req: 0,
             rng,
             bug,
         }
+    }
+
+    /// Names a request the core answers later.
+    fn register(&mut self, client: usize, req_id: u64) -> ReqId {
+        let id = self.next_req;
+        self.next_req += 1;
+        self.requests.insert(id, (client, req_id));
+        id
     }
 
     /// Handles a request that reached the node.
@@ -117,47 +131,16 @@ impl Server {
                     lease_id,
                     ..AcquireRequest::default()
                 };
-                let outcome = self.table.acquire(now, req);
-                // The expiries the table settled before deciding come first.
-                self.after_table_call(now, out, mon);
-                match outcome {
-                    AcquireOutcome::Granted(grant) => {
-                        self.grant(now, grant, Some((client, req_id)), out, mon)
-                    }
-                    AcquireOutcome::Queued(ticket) => {
-                        self.waiters.insert(ticket, (client, req_id));
-                    }
-                    // No quota is configured here, so a refusal is only ever `Held`.
-                    // The simulation makes no sessions: `NoSession` cannot happen.
-                    AcquireOutcome::Held { .. }
-                    | AcquireOutcome::QuotaExceeded { .. }
-                    | AcquireOutcome::NoSession => reply(out, Reply::Held),
-                }
+                let id = self.register(client, req_id);
+                self.core.acquire(now, id, req);
             }
-            Request::Keepalive { lease_id } => match self.table.keepalive(now, &lease_id) {
+            Request::Keepalive { lease_id } => match self.core.keepalive(now, &lease_id) {
                 Ok(_) => reply(out, Reply::LeaseOk),
                 Err(_) => reply(out, Reply::LeaseExpired),
             },
             Request::Release { lease_id } => {
-                let result = self.table.release(now, &lease_id);
-                if let Ok(view) = &result {
-                    mon.lease_ended(&view.lock, &lease_id);
-                    // Ahead of the hand-off's records, as the issuer does.
-                    self.submit(now, Job::LazyRemoveLease(lease_id.clone()), None, out);
-                }
-                self.after_table_call(now, out, mon);
-                match result {
-                    Ok(view) => {
-                        let answer = Answer {
-                            client,
-                            req_id,
-                            lock: view.lock,
-                            reply: Some(Reply::LeaseOk),
-                        };
-                        self.submit(now, Job::RemoveLease(lease_id), Some(answer), out);
-                    }
-                    Err(_) => reply(out, Reply::LeaseExpired),
-                }
+                let id = self.register(client, req_id);
+                self.core.release(now, id, &lease_id);
             }
             Request::Mutate {
                 lock,
@@ -181,7 +164,6 @@ impl Server {
                     client,
                     req_id,
                     lock,
-                    reply: None,
                 };
                 self.submit(now, job, Some(answer), out);
             }
@@ -195,56 +177,7 @@ impl Server {
                 reply(out, Reply::Value(value));
             }
         }
-        self.after_table_call(now, out, mon);
-    }
-
-    /// Signs a grant; answers it at once if a durable reservation covers it, otherwise
-    /// once its reservation is durable.
-    fn grant(
-        &mut self,
-        now: u64,
-        grant: Grant,
-        to: Option<(usize, u64)>,
-        out: &mut Out,
-        mon: &mut Monitor,
-    ) {
-        mon.granted(now, &grant.lock, grant.epoch, &grant.lease_id, grant.ttl_ms);
-        let token = self.signer.issue(&grant.lock, grant.epoch, &grant.holder);
-        let answer = to.map(|(client, req_id)| Answer {
-            client,
-            req_id,
-            lock: grant.lock.clone(),
-            reply: Some(Reply::Granted {
-                token,
-                epoch: grant.epoch,
-                lease_id: grant.lease_id.clone(),
-            }),
-        });
-        let record = LeaseRecord {
-            lease_id: grant.lease_id,
-            lock: grant.lock.clone(),
-            holder: grant.holder,
-            epoch: grant.epoch,
-            ttl_ms: grant.ttl_ms,
-        };
-        match grant.reserve {
-            None => {
-                self.submit(now, Job::LazyLease(record), None, out);
-                if let Some(answer) = answer {
-                    let reply = answer.reply.clone().unwrap_or(Reply::Held);
-                    Self::answer((answer, reply), self.store.durable(), out, mon);
-                }
-            }
-            Some(reservation) => {
-                let job = Job::Reserve {
-                    lock: grant.lock,
-                    reservation,
-                    lease: Some(record),
-                    generation: grant.generation,
-                };
-                self.submit(now, job, answer, out);
-            }
-        }
+        self.perform(now, out, mon);
     }
 
     fn submit(&mut self, now: u64, job: Job, answer: Option<Answer>, out: &mut Out) {
@@ -254,46 +187,94 @@ impl Server {
         }
     }
 
-    /// Carries out what the table decided as a side effect, and keeps its timer armed.
-    fn after_table_call(&mut self, now: u64, out: &mut Out, mon: &mut Monitor) {
-        for event in self.table.drain_events() {
-            match event {
-                Event::Granted { ticket, grant } => {
-                    let to = self.waiters.remove(&ticket);
-                    self.grant(now, grant, to, out, mon);
-                }
-                Event::TimedOut { ticket, .. } => {
-                    if let Some((client, req_id)) = self.waiters.remove(&ticket) {
-                        let body = Body::Reply(Reply::Held);
-                        out.send(Node::Server, Node::Client(client), req_id, body);
-                    }
-                }
-                Event::Expired { lease_id, lock, .. } => {
-                    mon.lease_ended(&lock, &lease_id);
-                    self.submit(now, Job::LazyRemoveLease(lease_id), None, out);
-                }
-                Event::Idle { lock, reservation } => {
-                    let job = Job::LazyReservation { lock, reservation };
-                    self.submit(now, job, None, out);
-                }
-                // No lock limit is configured here, and no session is made.
-                Event::Forgotten { .. }
-                | Event::SessionExpired { .. }
-                | Event::SessionGone { .. } => {}
+    /// Carries out the core's actions, in order, as the embedded issuer's shell does.
+    fn perform(&mut self, now: u64, out: &mut Out, mon: &mut Monitor) {
+        loop {
+            let actions = self.core.take_actions();
+            if actions.is_empty() {
+                return;
             }
-        }
-        if let Some(wake) = self.table.next_wakeup() {
-            if self.next_tick.is_none_or(|t| wake < t) {
-                self.next_tick = Some(wake);
-                out.at(wake.max(now), SimEvent::Tick(self.incarnation));
+            for action in actions {
+                match action {
+                    Action::Lazy(LazyRecord::Lease(r)) => {
+                        self.submit(now, Job::LazyLease(LeaseRecord::from(r)), None, out)
+                    }
+                    Action::Lazy(LazyRecord::RemoveLease(id)) => {
+                        self.submit(now, Job::LazyRemoveLease(id), None, out)
+                    }
+                    Action::Lazy(LazyRecord::Reservation { lock, reservation }) => {
+                        let job = Job::LazyReservation { lock, reservation };
+                        self.submit(now, job, None, out)
+                    }
+                    Action::Write { id, write } => {
+                        let job = match write {
+                            Write::Reserve {
+                                lock,
+                                reservation,
+                                lease,
+                            } => Job::Reserve {
+                                lock,
+                                reservation,
+                                lease: Some(LeaseRecord::from(lease)),
+                                write: id,
+                            },
+                            Write::RemoveLease(lease_id) => Job::RemoveLease {
+                                lease_id,
+                                write: id,
+                            },
+                        };
+                        self.submit(now, job, None, out);
+                    }
+                    Action::Reply { to, reply } => self.reply(to, reply, out, mon),
+                    Action::Note(note) => match note.change {
+                        LeaseChange::Granted => {
+                            mon.granted(now, &note.lock, note.epoch, &note.lease_id, note.ttl_ms)
+                        }
+                        LeaseChange::Released | LeaseChange::Expired | LeaseChange::Ended => {
+                            mon.lease_ended(&note.lock, &note.lease_id)
+                        }
+                    },
+                    // Signing ahead is an optimisation of the shell: the token is the same.
+                    Action::SignAhead { .. } => {}
+                    Action::Timer { at } => out.at(at.max(now), SimEvent::Tick(self.incarnation)),
+                }
             }
         }
     }
 
-    /// The table's deadline passed.
+    /// Sends the core's answer to the client that asked; a grant goes out signed.
+    fn reply(&mut self, to: ReqId, reply: CoreReply, out: &mut Out, mon: &mut Monitor) {
+        let Some((client, req_id)) = self.requests.remove(&to) else {
+            return;
+        };
+        let reply = match reply {
+            CoreReply::Acquire(Ok(grant)) => {
+                let token = self.signer.issue(&grant.lock, grant.epoch, &grant.holder);
+                let durable = self.store.durable();
+                mon.token_sent(out.now, &grant.lock, grant.epoch, &grant.lease_id, durable);
+                Reply::Granted {
+                    token,
+                    epoch: grant.epoch,
+                    lease_id: grant.lease_id,
+                }
+            }
+            // No quota is configured here, no session is made and the disk never fails:
+            // a refusal is only ever `Held`.
+            CoreReply::Acquire(Err(_)) => Reply::Held,
+            CoreReply::Lease(Ok(_)) => Reply::LeaseOk,
+            CoreReply::Lease(Err(_)) | CoreReply::Session(_) => Reply::LeaseExpired,
+        };
+        out.send(
+            Node::Server,
+            Node::Client(client),
+            req_id,
+            Body::Reply(reply),
+        );
+    }
+
+    /// The core's timer fired.
     pub(crate) fn tick(&mut self, now: u64, out: &mut Out, mon: &mut Monitor) {
-        self.next_tick = None;
-        self.table.poll(now);
-        self.after_table_call(now, out, mon);
+        self.core.tick(now);
+        self.perform(now, out, mon);
     }
 }

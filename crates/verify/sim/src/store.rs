@@ -36,6 +36,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use palisade_core::gate::{GateError, HighWater, Policy};
 use palisade_core::lock_table::Reservation;
+use palisade_issuer::core::WriteId;
 use palisade_storage::decide::Change;
 use palisade_storage::{
     self as storage, decide, ApplyError, Decision, FencedOp, KeyState, Precondition, Seen,
@@ -54,6 +55,31 @@ pub(crate) struct LeaseRecord {
     pub holder: String,
     pub epoch: Epoch,
     pub ttl_ms: u64,
+}
+
+impl From<palisade_storage::LeaseRecord> for LeaseRecord {
+    fn from(r: palisade_storage::LeaseRecord) -> Self {
+        LeaseRecord {
+            lease_id: r.lease_id,
+            lock: r.lock,
+            holder: r.holder,
+            epoch: r.epoch,
+            ttl_ms: r.ttl_ms,
+        }
+    }
+}
+
+impl From<LeaseRecord> for palisade_storage::LeaseRecord {
+    fn from(r: LeaseRecord) -> Self {
+        palisade_storage::LeaseRecord {
+            lease_id: r.lease_id,
+            lock: r.lock,
+            holder: r.holder,
+            epoch: r.epoch,
+            ttl_ms: r.ttl_ms,
+            ..Default::default()
+        }
+    }
 }
 
 /// One namespace of the fenced store.
@@ -82,16 +108,16 @@ pub(crate) struct Records {
 /// A unit of work for the writer.
 #[derive(Debug, Clone)]
 pub(crate) enum Job {
-    /// `IssuerLog::reserve`: answered once durable; the table is told with `confirm`.
+    /// `IssuerLog::reserve`: the issuer core is told (`IssuerCore::written`) once durable.
     Reserve {
         lock: String,
         reservation: Reservation,
         lease: Option<LeaseRecord>,
-        /// The grant's `generation`, handed back to `LockTable::confirm`.
-        generation: u32,
+        /// The core's name for the write.
+        write: WriteId,
     },
-    /// `IssuerLog::remove_lease`, answered once durable.
-    RemoveLease(String),
+    /// `IssuerLog::remove_lease` (also the core's barrier): the core is told once durable.
+    RemoveLease { lease_id: String, write: WriteId },
     /// `IssuerLog::record_lazily`: a lease record of a covered grant.
     LazyLease(LeaseRecord),
     /// `IssuerLog::record_lazily`: a removal (expiry, or ahead of a release's hand-off).
@@ -108,15 +134,13 @@ pub(crate) enum Job {
     },
 }
 
-/// Who waits for a job's answer, and (for grants and releases) the answer itself.
+/// Who waits for a mutation's answer (the gate decides the answer itself).
 #[derive(Debug, Clone)]
 pub(crate) struct Answer {
     pub client: usize,
     pub req_id: u64,
     /// The lock (namespace) the request concerns.
     pub lock: String,
-    /// Fixed answer; `None` for a mutation, whose answer the gate decides.
-    pub reply: Option<Reply>,
 }
 
 /// An answer ready to go out once its batch is durable.
@@ -125,8 +149,9 @@ pub(crate) type Outgoing = (Answer, Reply);
 /// What a completed fsync releases.
 #[derive(Debug, Default)]
 pub(crate) struct Durable {
-    /// Reservations now durable, for `LockTable::confirm` (before any answer goes).
-    pub confirms: Vec<(String, Reservation, u32)>,
+    /// The issuer core's writes now durable, in order (told to the core before any
+    /// mutation's answer goes).
+    pub written: Vec<WriteId>,
     pub answers: Vec<Outgoing>,
 }
 
@@ -135,6 +160,9 @@ pub(crate) struct Durable {
 pub(crate) struct Commit {
     /// Answers a broken variant sends before the fsync (empty for the real contract).
     pub early: Vec<Outgoing>,
+    /// Issuer writes a broken variant reports done before the fsync (empty for the real
+    /// contract).
+    pub early_written: Vec<WriteId>,
     /// (namespace, epoch) of every mutation the gate admitted.
     pub admitted: Vec<(String, Epoch)>,
 }
@@ -163,7 +191,7 @@ impl Records {
                 self.leases.insert(lease.lease_id.clone(), lease.clone());
                 None
             }
-            Job::RemoveLease(id) | Job::LazyRemoveLease(id) => {
+            Job::RemoveLease { lease_id: id, .. } | Job::LazyRemoveLease(id) => {
                 self.leases.remove(id);
                 None
             }
@@ -296,33 +324,24 @@ impl Store {
         let mut commit = Commit::default();
         for (job, answer) in std::mem::take(&mut self.queue) {
             let computed = self.working.apply(&job, bug);
-            if let Job::Reserve {
-                lock,
-                reservation,
-                generation,
-                ..
-            } = &job
-            {
-                held_back
-                    .confirms
-                    .push((lock.clone(), *reservation, *generation));
+            match &job {
+                Job::Reserve { write, .. } if bug == Some(Bug::GrantBeforeFsync) => {
+                    commit.early_written.push(*write)
+                }
+                Job::Reserve { write, .. } | Job::RemoveLease { write, .. } => {
+                    held_back.written.push(*write)
+                }
+                _ => {}
             }
             if let (Job::Mutate { lock, epoch, .. }, Some(Reply::Applied { .. })) =
                 (&job, &computed)
             {
                 commit.admitted.push((lock.clone(), *epoch));
             }
-            let Some(answer) = answer else { continue };
-            let reply = match (computed, answer.reply.clone()) {
-                (Some(reply), _) | (None, Some(reply)) => reply,
-                (None, None) => continue,
+            let (Some(answer), Some(reply)) = (answer, computed) else {
+                continue;
             };
-            let too_early = match job {
-                Job::Reserve { .. } => bug == Some(Bug::GrantBeforeFsync),
-                Job::Mutate { .. } => bug == Some(Bug::AckBeforeFsync),
-                _ => false,
-            };
-            if too_early {
+            if bug == Some(Bug::AckBeforeFsync) {
                 commit.early.push((answer, reply));
             } else {
                 held_back.answers.push((answer, reply));

@@ -398,3 +398,36 @@ async fn a_layout_1_file_is_migrated_on_open() {
         (3, 8)
     );
 }
+
+#[tokio::test]
+async fn namespaces_page_by_name_with_marks_and_usage() {
+    let (_dir, store) = super::temp_store();
+    // "k1" + "one" = 5 bytes.
+    store.apply(op("ns-a", 1, put("k1", "one"))).await.unwrap();
+    store.apply(op("ns-b", 1, put("k1", "one"))).await.unwrap();
+    store.apply(op("ns-b", 3, put("k2", "two"))).await.unwrap();
+    store.apply(op("ns-c", 2, Action::Fence)).await.unwrap();
+    store.apply(op("ns-d", 1, put("k1", "one"))).await.unwrap();
+    store.apply(op("ns-d", 1, delete("k1"))).await.unwrap();
+    store.apply(op("other", 5, put("k", "v"))).await.unwrap();
+    let shown = |page: Vec<crate::NamespaceSummary>| -> Vec<(String, u64, u64, u64)> {
+        page.into_iter()
+            .map(|n| {
+                let usage = n.usage.expect("counted");
+                (n.name, n.high_water.epoch, usage.keys, usage.bytes)
+            })
+            .collect()
+    };
+    let first = shown(store.namespaces("ns-", None, 2).await.unwrap());
+    assert_eq!(first, [("ns-a".into(), 1, 1, 5), ("ns-b".into(), 3, 2, 10)]);
+    let rest = shown(store.namespaces("ns-", Some("ns-b"), 10).await.unwrap());
+    assert_eq!(rest, [("ns-c".into(), 2, 0, 0), ("ns-d".into(), 1, 0, 0)]);
+    // `after` before the prefix starts at the prefix; no namespace is not an error.
+    assert_eq!(
+        store.namespaces("ns-", Some("a"), 10).await.unwrap().len(),
+        4
+    );
+    assert_eq!(store.namespaces("", None, 10).await.unwrap().len(), 5);
+    assert!(store.namespaces("zz", None, 10).await.unwrap().is_empty());
+    assert!(store.namespaces("", None, 0).await.unwrap().is_empty());
+}

@@ -1,9 +1,10 @@
 //! The node's writer and process lifecycle: batch start, fsync, crash and restart.
 
-use palisade_core::lock_table::{Grant, LockTable};
+use palisade_issuer::core::IssuerCore;
+use palisade_storage::IssuerState;
 use rand::Rng;
 
-use super::{verifier_for, Server};
+use super::{observed, verifier_for, Server};
 use crate::config::Bug;
 use crate::monitor::Monitor;
 use crate::net::{Body, Node, Reply};
@@ -27,6 +28,11 @@ impl Server {
         for outgoing in commit.early {
             Self::answer(outgoing, self.store.durable(), out, mon);
         }
+        // The planted bug: the core hears its reservation is durable before the fsync.
+        for id in commit.early_written {
+            self.core.written(now, id, Ok(()));
+        }
+        self.perform(now, out, mon);
         let slow = self.rng.gen_bool(sc.slow_fsync_prob);
         let took = if slow {
             self.rng.gen_range(sc.slow_fsync_ms.0..=sc.slow_fsync_ms.1)
@@ -41,10 +47,10 @@ impl Server {
     pub(crate) fn finish_commit(&mut self, now: u64, out: &mut Out, mon: &mut Monitor) {
         let (durable, more) = self.store.finish_commit();
         mon.durable(now, self.store.durable(), false);
-        for (lock, reservation, generation) in durable.confirms {
-            self.table.confirm(now, &lock, reservation, generation);
+        for id in durable.written {
+            self.core.written(now, id, Ok(()));
         }
-        self.after_table_call(now, out, mon);
+        self.perform(now, out, mon);
         for outgoing in durable.answers {
             Self::answer(outgoing, self.store.durable(), out, mon);
         }
@@ -77,9 +83,9 @@ impl Server {
         self.up = false;
         self.incarnation += 1;
         self.store.crash(torn);
-        self.table = LockTable::new(self.table_config);
-        self.waiters.clear();
-        self.next_tick = None;
+        // Whatever the core knew and was still waiting for is gone with the process.
+        self.core = IssuerCore::new(self.table_config);
+        self.requests.clear();
     }
 
     /// The process starts again from the durable records.
@@ -88,24 +94,19 @@ impl Server {
         let records = self.store.durable().clone();
         mon.durable(now, &records, true);
         mon.restarted(now);
-        let leases = records.leases.into_values().map(|r| Grant {
-            lock: r.lock,
-            holder: r.holder,
-            epoch: r.epoch,
-            lease_id: r.lease_id,
-            ttl_ms: r.ttl_ms,
-            reserve: None,
-            generation: 0,
-            ..Grant::default()
-        });
+        let mut state = IssuerState {
+            epochs: records.epochs.into_iter().collect(),
+            leases: records.leases.into_values().map(Into::into).collect(),
+            reservations: records.reservations.into_iter().collect(),
+            epoch_floor: 0,
+        };
         if self.bug == Some(Bug::ForgetLeasesOnRestart) {
             // Epochs only: neither lease records nor reservations are honoured.
-            self.table.restore(now, records.epochs, Vec::new());
-        } else {
-            self.table.restore(now, records.epochs, leases);
-            self.table.restore_reservations(now, records.reservations);
+            state.leases.clear();
+            state.reservations.clear();
         }
+        self.core = observed(IssuerCore::recover(self.table_config, now, state).0);
         self.verifier = verifier_for(&self.signer);
-        self.after_table_call(now, out, mon);
+        self.perform(now, out, mon);
     }
 }

@@ -16,7 +16,6 @@ fn answer(req_id: u64) -> Option<Answer> {
         client: 0,
         req_id,
         lock: "ns".into(),
-        reply: None,
     })
 }
 
@@ -90,13 +89,9 @@ fn reservations_never_lower_the_ceiling_and_lazy_records_need_no_answer() {
         lock: "l".into(),
         reservation: reservation(8, 300, true),
         lease: None,
-        generation: 0,
+        write: 7,
     };
-    let granted = Answer {
-        reply: Some(Reply::Held),
-        ..answer(1).unwrap()
-    };
-    assert!(store.submit(reserve, Some(granted)));
+    assert!(store.submit(reserve, None));
     // An idle marker from an older reservation, queued behind it.
     let idle = Job::LazyReservation {
         lock: "l".into(),
@@ -105,11 +100,8 @@ fn reservations_never_lower_the_ceiling_and_lazy_records_need_no_answer() {
     store.submit(idle, None);
     assert!(store.begin_commit(None).early.is_empty());
     let (durable, _) = store.finish_commit();
-    assert_eq!(
-        durable.confirms,
-        vec![("l".to_owned(), reservation(8, 300, true), 0)]
-    );
-    assert_eq!(durable.answers.len(), 1, "only the reservation is answered");
+    assert_eq!(durable.written, vec![7], "only the reservation is reported");
+    assert!(durable.answers.is_empty());
     let records = store.durable();
     // The ceiling stays; an inactive reservation's TTL is its own (nothing live to cover).
     assert_eq!(records.reservations["l"], reservation(8, 100, false));
