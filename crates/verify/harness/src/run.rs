@@ -175,13 +175,19 @@ async fn run_seeded(args: &VerifyArgs, plan: Plan) -> Result<Outcome, VerifyErro
         .prefix("palisade-verify-")
         .tempdir()
         .map_err(|e| VerifyError::io("cannot create a temporary data directory", e))?;
+    // The auth file lives beside the data directory, not in it: `serve` refuses a data
+    // directory that holds anything but its own files.
+    let auth_dir = tempfile::Builder::new()
+        .prefix("palisade-verify-auth-")
+        .tempdir()
+        .map_err(|e| VerifyError::io("cannot create a temporary directory", e))?;
     let auth = if args.auth {
         if args.target != Target::Palisade {
             return Err(VerifyError::Config(
                 "--auth applies to the Palisade targets only, not to the controls".into(),
             ));
         }
-        Some(AuthSetup::write(data.path(), args.workers)?)
+        Some(AuthSetup::write(auth_dir.path(), args.workers)?)
     } else {
         None
     };
