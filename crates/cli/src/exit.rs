@@ -210,6 +210,14 @@ fn transport_failure(err: &reqwest::Error, server: &str) -> Failure {
              --client-key)"
         } else if why.contains("dns error") {
             "; check the host name in --server (PALISADE_SERVER)"
+        } else if server.starts_with("https://")
+            && (why.contains("connection was not ready")
+                || why.contains("connection closed before message completed"))
+        {
+            // With TLS 1.3 a server that refuses the client's certificate does so after
+            // the client's side of the handshake: the refusal may then arrive as a bare
+            // close instead of its alert.
+            "; the server closed the connection as it opened, which over https is often a              TLS refusal: a server that requires client certificates wants one signed by its              CA (--client-cert, --client-key)"
         } else {
             ""
         };
