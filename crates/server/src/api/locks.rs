@@ -257,6 +257,51 @@ pub(super) fn scans_for(caller: &Caller, prefix: &str, verbs: &[Verb]) -> Vec<Sc
     scans
 }
 
+/// One page of a listing over `scans` (see [`scans_for`]), in name order: `fetch(start,
+/// after, n)` reads up to `n` entries from the ordered index at `start` (a prefix, or an
+/// exact name). Returns at most `limit` entries (default 1,000, at most 10,000), without
+/// duplicates, and the `next` cursor when a scan may hold more.
+pub(super) async fn page<T, F, Fut>(
+    scans: Vec<Scan>,
+    after: Option<&str>,
+    limit: Option<usize>,
+    name: impl Fn(&T) -> &str,
+    mut fetch: F,
+) -> Result<(Vec<T>, Option<String>), ApiError>
+where
+    F: FnMut(String, Option<String>, usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<T>, ApiError>>,
+{
+    let limit = limit.unwrap_or(1000).clamp(1, 10_000);
+    let mut found: Vec<T> = Vec::new();
+    let mut more = false;
+    for scan in scans {
+        let page = match scan {
+            Scan::Prefix(p) => {
+                let page = fetch(p, after.map(str::to_owned), limit).await?;
+                more |= page.len() == limit;
+                page
+            }
+            Scan::Exact(exact) => {
+                let mut one = fetch(exact.clone(), after.map(str::to_owned), 1).await?;
+                one.retain(|v| name(v) == exact);
+                one
+            }
+        };
+        found.extend(page);
+    }
+    found.sort_by(|a, b| name(a).cmp(name(b)));
+    found.dedup_by(|a, b| name(a) == name(b));
+    if found.len() > limit {
+        found.truncate(limit);
+        more = true;
+    }
+    let next = more
+        .then(|| found.last().map(|v| name(v).to_owned()))
+        .flatten();
+    Ok((found, next))
+}
+
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -269,29 +314,17 @@ pub async fn list(
         .acquire()
         .await
         .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the server is shutting down"))?;
-    let limit = query.limit.unwrap_or(1000).clamp(1, 10_000);
-    let after = query.after.as_deref();
-    let mut found: Vec<LockView> = Vec::new();
-    let mut more = false;
-    for scan in scans(&caller, &query.prefix) {
-        let page = match &scan {
-            Scan::Prefix(p) => state.issuer.list(p, after, limit).await?,
-            Scan::Exact(name) => {
-                let mut one = state.issuer.list(name, after, 1).await?;
-                one.retain(|v| &v.lock == name);
-                one
-            }
-        };
-        more |= matches!(scan, Scan::Prefix(_)) && page.len() == limit;
-        found.extend(page);
-    }
-    found.sort_by(|a, b| a.lock.cmp(&b.lock));
-    found.dedup_by(|a, b| a.lock == b.lock);
-    if found.len() > limit {
-        found.truncate(limit);
-        more = true;
-    }
-    let next = more.then(|| found.last().map(|v| v.lock.clone())).flatten();
+    let (found, next) = page(
+        scans(&caller, &query.prefix),
+        query.after.as_deref(),
+        query.limit,
+        |v: &LockView| v.lock.as_str(),
+        |from: String, after: Option<String>, n| {
+            let issuer = state.issuer.clone();
+            async move { Ok(issuer.list(&from, after.as_deref(), n).await?) }
+        },
+    )
+    .await?;
     let list = LockList {
         locks: found
             .into_iter()

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use palisade_api::ErrorCode;
 use palisade_storage::NamespaceSummary;
 
-use super::locks::{scans_for, Scan};
+use super::locks::{page, scans_for};
 use super::{ApiError, AppState};
 use crate::auth::{Caller, Verb};
 
@@ -64,29 +64,17 @@ pub async fn list(
         .acquire()
         .await
         .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the server is shutting down"))?;
-    let limit = query.limit.unwrap_or(1000).clamp(1, 10_000);
-    let after = query.after.as_deref();
-    let mut found: Vec<NamespaceSummary> = Vec::new();
-    let mut more = false;
-    for scan in scans_for(&caller, &query.prefix, &[Verb::Read]) {
-        let page = match &scan {
-            Scan::Prefix(p) => state.backend.namespaces(p, after, limit).await?,
-            Scan::Exact(name) => {
-                let mut one = state.backend.namespaces(name, after, 1).await?;
-                one.retain(|n| &n.name == name);
-                one
-            }
-        };
-        more |= matches!(scan, Scan::Prefix(_)) && page.len() == limit;
-        found.extend(page);
-    }
-    found.sort_by(|a, b| a.name.cmp(&b.name));
-    found.dedup_by(|a, b| a.name == b.name);
-    if found.len() > limit {
-        found.truncate(limit);
-        more = true;
-    }
-    let next = more.then(|| found.last().map(|n| n.name.clone())).flatten();
+    let (found, next) = page(
+        scans_for(&caller, &query.prefix, &[Verb::Read]),
+        query.after.as_deref(),
+        query.limit,
+        |n: &NamespaceSummary| n.name.as_str(),
+        |from: String, after: Option<String>, n| {
+            let backend = state.backend.clone();
+            async move { Ok(backend.namespaces(&from, after.as_deref(), n).await?) }
+        },
+    )
+    .await?;
     let list = NamespaceList {
         namespaces: found
             .into_iter()
