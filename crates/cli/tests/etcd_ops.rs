@@ -12,63 +12,16 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use palisade_client::LockEvent;
 use serde_json::Value;
 
 use common::etcd_cluster::EtcdCluster;
+use common::events::{delta, describe, follow, next_event, scrape, Following};
 use common::topology::{hex, write_private, Topology};
 use common::{code, Http, Server, BIN};
-
-/// The samples of a `/metrics` text, by name with labels.
-async fn scrape(http: &Http) -> BTreeMap<String, f64> {
-    let resp = http
-        .client
-        .get(format!("{}/metrics", http.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    resp.text()
-        .await
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            Some((name.to_owned(), value.parse().ok()?))
-        })
-        .collect()
-}
-
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, name: &str) -> f64 {
-    after.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0)
-}
-
-fn describe(e: &LockEvent) -> String {
-    match e {
-        LockEvent::Granted { epoch, holder, .. } => format!("granted {epoch} {holder}"),
-        LockEvent::Released {
-            epoch,
-            holder,
-            cause,
-            ..
-        } => format!("released {epoch} {holder} {cause}"),
-        LockEvent::Expired { epoch, holder, .. } => format!("expired {epoch} {holder}"),
-        LockEvent::Fenced { high_water, .. } => format!("fenced {high_water}"),
-        LockEvent::Rejected {
-            code,
-            epoch,
-            high_water,
-            ..
-        } => format!("rejected {code} {epoch:?} {high_water:?}"),
-        LockEvent::Reset { reason, .. } => format!("reset {reason}"),
-    }
-}
 
 fn is_lease_event(e: &LockEvent) -> bool {
     matches!(
@@ -77,40 +30,10 @@ fn is_lease_event(e: &LockEvent) -> bool {
     )
 }
 
-/// A watch stream driven on its own task; aborted when dropped.
-struct Following {
-    items: tokio::sync::mpsc::UnboundedReceiver<Result<LockEvent, palisade_client::Error>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn follow(client: &palisade_client::Client, lock: &str) -> Following {
-    let stream = client.watch(lock).unwrap();
-    let (tx, items) = tokio::sync::mpsc::unbounded_channel();
-    let task = tokio::spawn(async move {
-        let mut stream = Box::pin(stream);
-        while let Some(item) = stream.next().await {
-            if tx.send(item).is_err() {
-                return;
-            }
-        }
-    });
-    Following { items, task }
-}
-
 async fn next_events(following: &mut Following, n: usize) -> Vec<LockEvent> {
     let mut seen = Vec::new();
     while seen.len() < n {
-        let item = tokio::time::timeout(Duration::from_secs(20), following.items.recv())
-            .await
-            .unwrap_or_else(|_| panic!("event {} of {n} within 20 s; had {seen:?}", seen.len()))
-            .expect("the stream goes on");
-        seen.push(item.expect("no error"));
+        seen.push(next_event(following).await);
     }
     seen
 }
@@ -143,8 +66,18 @@ async fn etcd_nodes_share_lease_metrics_and_events() {
     let (a_http, b_http) = (Http::new(url_a), Http::new(url_b));
     let before_a = scrape(&a_http).await;
     let before_b = scrape(&b_http).await;
-    let mut on_a = follow(&palisade_client::Client::new(url_a).unwrap(), "L");
-    let mut on_b = follow(&palisade_client::Client::new(url_b).unwrap(), "L");
+    let mut on_a = follow(
+        palisade_client::Client::new(url_a)
+            .unwrap()
+            .watch("L")
+            .unwrap(),
+    );
+    let mut on_b = follow(
+        palisade_client::Client::new(url_b)
+            .unwrap()
+            .watch("L")
+            .unwrap(),
+    );
     wait_subscribers(&a_http, 1.0).await;
     wait_subscribers(&b_http, 1.0).await;
 

@@ -7,103 +7,14 @@
 mod common;
 mod offline;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::StreamExt;
 use palisade_client::LockEvent;
 use serde_json::Value;
 
+use common::events::{delta, describe, follow, next_event, samples, scrape};
 use common::principals::{auth_file, grant, Api};
 use common::{code, Http, Server, Signal};
-
-/// The samples of a `/metrics` text, by name with labels.
-fn samples(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            Some((name.to_owned(), value.parse().ok()?))
-        })
-        .collect()
-}
-
-async fn scrape(http: &Http) -> BTreeMap<String, f64> {
-    let resp = http
-        .client
-        .get(format!("{}/metrics", http.base))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-    assert!(resp.headers()["content-type"]
-        .to_str()
-        .unwrap()
-        .starts_with("text/plain; version=0.0.4"));
-    samples(&resp.text().await.unwrap())
-}
-
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, name: &str) -> f64 {
-    after.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0)
-}
-
-/// A compact view of an event, to compare sequences.
-fn describe(e: &LockEvent) -> String {
-    match e {
-        LockEvent::Granted { epoch, holder, .. } => format!("granted {epoch} {holder}"),
-        LockEvent::Released {
-            epoch,
-            holder,
-            cause,
-            ..
-        } => format!("released {epoch} {holder} {cause}"),
-        LockEvent::Expired { epoch, holder, .. } => format!("expired {epoch} {holder}"),
-        LockEvent::Fenced { high_water, .. } => format!("fenced {high_water}"),
-        LockEvent::Rejected {
-            code,
-            epoch,
-            high_water,
-            ..
-        } => format!("rejected {code} {epoch:?} {high_water:?}"),
-        LockEvent::Reset { reason, .. } => format!("reset {reason}"),
-    }
-}
-
-/// Drives a watch stream on its own task (a stream connects only when polled), handing
-/// its items over; aborted when dropped.
-struct Following {
-    items: tokio::sync::mpsc::UnboundedReceiver<Result<LockEvent, palisade_client::Error>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Following {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn follow(
-    stream: impl futures::Stream<Item = Result<LockEvent, palisade_client::Error>> + Send + 'static,
-) -> Following {
-    let (tx, items) = tokio::sync::mpsc::unbounded_channel();
-    let task = tokio::spawn(async move {
-        let mut stream = Box::pin(stream);
-        while let Some(item) = stream.next().await {
-            if tx.send(item).is_err() {
-                return;
-            }
-        }
-    });
-    Following { items, task }
-}
-
-async fn next_event(following: &mut Following) -> LockEvent {
-    let item = tokio::time::timeout(Duration::from_secs(20), following.items.recv())
-        .await
-        .expect("an event within 20 s")
-        .expect("the stream goes on");
-    item.expect("no error")
-}
 
 /// acquire (a), write, expiry, acquire (b), write, stale write (a), release (b): each
 /// counter moves by exactly its share, and the events come in that order. A reconnect

@@ -5,6 +5,7 @@
 
 #[cfg(feature = "etcd")]
 pub mod etcd_cluster;
+pub mod events;
 pub mod pki;
 pub mod principals;
 pub mod raw;
