@@ -12,6 +12,7 @@ import glob
 import json
 import os
 import re
+import statistics
 import sys
 
 
@@ -27,6 +28,30 @@ def load(results_dir):
         if data.get("scale"):
             scale = data["scale"]
     return runs, scale
+
+
+def auth_pairs(pairs_dir):
+    """{job: [(off_run, on_run), ...]} from the files `JOB-I-off.json` / `JOB-I-on.json`."""
+    sides = {}
+    for path in glob.glob(os.path.join(pairs_dir, "*.json")):
+        m = re.match(r"^([a-z0-9]+)-([0-9]+)-(on|off)\.json$", os.path.basename(path))
+        if not m:
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        if data.get("runs"):
+            sides.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = data["runs"][0]
+    pairs = {}
+    for (job, _), side in sorted(sides.items()):
+        if "on" in side and "off" in side and side["off"]["ops_per_s"]:
+            pairs.setdefault(job, []).append((side["off"], side["on"]))
+    return pairs
+
+
+def cpu_us_per_op(run):
+    """Server CPU time per operation in µs, from its CPU share and throughput."""
+    pct, ops = run.get("server_cpu_pct"), run.get("ops_per_s")
+    return pct / 100 * 1e6 / ops if pct and ops else None
 
 
 def micro_ns(micro_txt, name):
@@ -82,12 +107,17 @@ def main():
               "redis", 1.0, variant="retry")
     ratio_row("contended, FIFO queue, vs redis (successful acquisitions)", "contended",
               "redis", 6)
-    for job in ("j1", "j2"):
-        plain, auth = ops("palisade", job), ops("palisade", job, variant="auth")
-        if plain and auth:
-            rows.append((f"{job.upper()} with auth on / off", "no measurable cost",
-                         f"{auth / plain:.2f}x ({auth:,.0f} vs {plain:,.0f}/s)",
-                         "(noise: ±10% between rows)"))
+    for job, pairs in auth_pairs(os.path.join(results_dir, "auth-pairs")).items():
+        tput = sorted(on["ops_per_s"] / off["ops_per_s"] for off, on in pairs)
+        median = statistics.median(tput)
+        cpu = [cpu_us_per_op(on) / cpu_us_per_op(off) for off, on in pairs
+               if cpu_us_per_op(on) and cpu_us_per_op(off)]
+        cpu_text = f"; server CPU per op {statistics.median(cpu):.2f}x" if cpu else ""
+        rows.append((f"{job.upper()} with auth on / off ({len(pairs)} interleaved pairs)",
+                     "cost < 5% (≥ 0.95x)",
+                     f"median {median:.2f}x (pairs: {', '.join(f'{r:.2f}' for r in tput)})"
+                     f"{cpu_text}",
+                     "met" if median >= 0.95 else f"gap: {(1 - median) * 100:.0f}% cost"))
     one = runs.get(("palisade", "j2", 1, None))
     m = re.search(r"p50 ([0-9.]+) ms", fsync_line or "")
     if one and m:
