@@ -93,7 +93,7 @@ pub fn store_floor(dir: &Path, floor: Epoch, commit_seq: u64, now_unix: u64) -> 
         commit_seq,
     })
     .map_err(|e| format!("cannot encode the epoch floor: {e}"))?;
-    write_atomically(dir, FLOOR_FILE, &text)
+    write_atomically(dir, FLOOR_FILE, |out| out.write_all(&text))
 }
 
 /// Reads the side file: `Ok(None)` when there is none.
@@ -127,8 +127,13 @@ fn read_versioned<T: serde::de::DeserializeOwned>(
     Ok(Some(value))
 }
 
-/// Temporary file, fsync, rename over `name`, fsync of the directory.
-fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+/// Temporary file (written by `write`, buffered), fsync, rename over `name`, fsync of the
+/// directory.
+fn write_atomically(
+    dir: &Path,
+    name: &str,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<(), String> {
     let file = dir.join(name);
     let tmp = dir.join(format!("{name}.tmp"));
     let err = |e: std::io::Error| format!("cannot write {}: {e}", file.display());
@@ -137,8 +142,9 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> 
         options.write(true).create(true).truncate(true);
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut out = options.open(&tmp).map_err(err)?;
-        out.write_all(bytes).map_err(err)?;
+        let mut out = std::io::BufWriter::new(options.open(&tmp).map_err(err)?);
+        write(&mut out).map_err(err)?;
+        let out = out.into_inner().map_err(|e| err(e.into_error()))?;
         out.sync_all().map_err(err)?;
     }
     std::fs::rename(&tmp, &file).map_err(err)?;
@@ -149,16 +155,31 @@ impl EpochLedger {
     /// Reads the ledger of `dir`: `Ok(None)` if there is none, an error naming the file if
     /// it cannot be read or parsed. The floor side file, if any, raises `floor`.
     pub fn load(dir: &Path) -> Result<Option<EpochLedger>, String> {
+        let (ledger, compared) = Self::load_onto(dir, EpochSummary::default())?;
+        Ok(compared.found.then_some(ledger))
+    }
+
+    /// Reads the ledger of `dir` onto the database's `summary`, in one ordered pass over the
+    /// file: the result is the ledger with every lock, the floor and the commit sequence
+    /// number raised to the summary's (never lowered), built on the summary's own per-lock
+    /// map, so that a million locks are
+    /// held once and the file's text never is. Also says how the file compared with the
+    /// summary ([`Compared`]); with neither a ledger nor a floor file, the ledger is the
+    /// summary's alone.
+    pub fn load_onto(dir: &Path, summary: EpochSummary) -> Result<(EpochLedger, Compared), String> {
         let side = load_floor(dir)?;
-        let Some(mut ledger) = Self::load_main(dir)? else {
-            return Ok(side.map(|side| EpochLedger {
-                version: VERSION,
-                floor: side.floor,
-                updated_at_unix: side.updated_at_unix,
-                commit_seq: side.commit_seq,
-                ..EpochLedger::default()
-            }));
-        };
+        let mut compared = Compared::default();
+        let EpochSummary {
+            mut locks,
+            commit_seq,
+        } = summary;
+        let main = Self::load_main(dir, &mut locks, &mut compared)?;
+        compared.found = main.is_some() || side.is_some();
+        let mut ledger = main.unwrap_or(EpochLedger {
+            version: VERSION,
+            ..EpochLedger::default()
+        });
+        let file = (ledger.floor, ledger.commit_seq);
         if let Some(side) = side {
             if side.floor > ledger.floor {
                 ledger.floor = side.floor;
@@ -166,19 +187,41 @@ impl EpochLedger {
             }
             ledger.commit_seq = ledger.commit_seq.max(side.commit_seq);
         }
-        Ok(Some(ledger))
+        compared.commit_seq = ledger.commit_seq;
+        ledger.commit_seq = ledger.commit_seq.max(commit_seq);
+        ledger.floor = locks.values().copied().fold(ledger.floor, Epoch::max);
+        compared.changed = compared.differs
+            || locks.len() > compared.file_locks
+            || (ledger.floor, ledger.commit_seq) != file
+            || !compared.found;
+        ledger.locks = locks;
+        Ok((ledger, compared))
     }
 
-    fn load_main(dir: &Path) -> Result<Option<EpochLedger>, String> {
-        read_versioned(&path(dir), "epoch ledger", |l: &EpochLedger| l.version)
-    }
-
-    /// Raises the ledger to what `summary` says; never lowers anything.
-    pub fn merge(&mut self, summary: &EpochSummary) {
-        for (lock, epoch) in &summary.locks {
-            self.raise(lock, *epoch);
+    /// The ledger file itself, its locks raised onto `locks` as they are read.
+    fn load_main(
+        dir: &Path,
+        locks: &mut BTreeMap<String, Epoch>,
+        compared: &mut Compared,
+    ) -> Result<Option<EpochLedger>, String> {
+        let file = path(dir);
+        let what = |e: String| format!("epoch ledger {}: {e}", file.display());
+        let reader = match std::fs::File::open(&file) {
+            Ok(f) => std::io::BufReader::new(f),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(what(format!("cannot be read: {e}"))),
+        };
+        let mut de = serde_json::Deserializer::from_reader(reader);
+        let ledger = serde::de::DeserializeSeed::deserialize(Onto { locks, compared }, &mut de)
+            .and_then(|ledger| de.end().map(|()| ledger))
+            .map_err(|e| what(format!("is damaged: {e}")))?;
+        if ledger.version != VERSION {
+            return Err(what(format!(
+                "has version {}, this build reads {VERSION}",
+                ledger.version
+            )));
         }
-        self.commit_seq = self.commit_seq.max(summary.commit_seq);
+        Ok(Some(ledger))
     }
 
     /// Raises one lock (and the overall floor) to at least `epoch`.
@@ -188,21 +231,124 @@ impl EpochLedger {
         self.floor = self.floor.max(epoch);
     }
 
-    /// The first lock whose database epoch is below the ledger's: (lock, database, ledger).
-    pub fn first_behind(&self, summary: &EpochSummary) -> Option<(String, Epoch, Epoch)> {
-        self.locks.iter().find_map(|(lock, &known)| {
-            let db = summary.locks.get(lock).copied().unwrap_or(0);
-            (db < known).then(|| (lock.clone(), db, known))
-        })
-    }
-
     /// Writes the ledger atomically into `dir`.
     pub fn store(&mut self, dir: &Path, now_unix: u64) -> Result<(), String> {
         self.version = VERSION;
         self.updated_at_unix = now_unix;
-        let text = serde_json::to_vec_pretty(self)
-            .map_err(|e| format!("cannot encode epoch ledger: {e}"))?;
-        write_atomically(dir, LEDGER_FILE, &text)
+        write_atomically(dir, LEDGER_FILE, |out| {
+            serde_json::to_writer_pretty(out, self).map_err(std::io::Error::other)
+        })
+    }
+}
+
+/// How the ledger files compared with the database summary they were read onto.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Compared {
+    /// The first lock (in name order) whose database epoch is below the ledger's:
+    /// (lock, database, ledger).
+    pub first_behind: Option<(String, Epoch, Epoch)>,
+    /// The newest commit the files record as durable (before the summary's is merged).
+    pub commit_seq: u64,
+    /// The merged ledger differs from the ledger file (or there is none): it is worth
+    /// writing.
+    pub changed: bool,
+    /// There was a ledger or a floor file.
+    pub found: bool,
+    /// Some lock's epoch differs between the file and the summary.
+    differs: bool,
+    /// How many locks the file names.
+    file_locks: usize,
+}
+
+/// Reads an [`EpochLedger`] whose `locks` are merged onto a map as they stream in.
+struct Onto<'a> {
+    locks: &'a mut BTreeMap<String, Epoch>,
+    compared: &'a mut Compared,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Onto<'_> {
+    type Value = EpochLedger;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<EpochLedger, D::Error> {
+        de.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Onto<'_> {
+    type Value = EpochLedger;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an epoch ledger object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<EpochLedger, A::Error> {
+        use serde::de::Error;
+        let mut ledger = EpochLedger::default();
+        let (mut version, mut floor, mut locks) = (None, None, false);
+        while let Some(field) = map.next_key::<String>()? {
+            match field.as_str() {
+                "version" => version = Some(map.next_value()?),
+                "floor" => floor = Some(map.next_value()?),
+                "updated_at_unix" => ledger.updated_at_unix = map.next_value()?,
+                "last_restore" => ledger.last_restore = map.next_value()?,
+                "commit_seq" => ledger.commit_seq = map.next_value()?,
+                "locks" => {
+                    map.next_value_seed(LocksOnto {
+                        locks: &mut *self.locks,
+                        compared: &mut *self.compared,
+                    })?;
+                    locks = true;
+                }
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        ledger.version = version.ok_or_else(|| A::Error::missing_field("version"))?;
+        ledger.floor = floor.ok_or_else(|| A::Error::missing_field("floor"))?;
+        if !locks {
+            return Err(A::Error::missing_field("locks"));
+        }
+        Ok(ledger)
+    }
+}
+
+/// The ledger's `locks` object, each entry compared with and raised onto the map.
+struct LocksOnto<'a> {
+    locks: &'a mut BTreeMap<String, Epoch>,
+    compared: &'a mut Compared,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for LocksOnto<'_> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for LocksOnto<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a map of lock names to epochs")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some((lock, known)) = map.next_entry::<String, Epoch>()? {
+            self.compared.file_locks += 1;
+            let db = self.locks.get(&lock).copied();
+            let have = db.unwrap_or(0);
+            if have != known || db.is_none() {
+                self.compared.differs |= have != known;
+                if have < known && self.compared.first_behind.is_none() {
+                    self.compared.first_behind = Some((lock.clone(), have, known));
+                }
+                let slot = self.locks.entry(lock).or_default();
+                *slot = (*slot).max(known);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -226,25 +372,36 @@ mod tests {
     }
 
     #[test]
-    fn merges_upward_and_round_trips() {
+    fn reads_onto_the_summary_upward_and_round_trips() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(EpochLedger::load(dir.path()).unwrap(), None);
-        let mut ledger = EpochLedger::default();
-        ledger.merge(&summary(&[("a", 5), ("b", 2)]));
-        ledger.merge(&summary(&[("a", 3), ("c", 9)]));
-        assert_eq!(ledger.floor, 9);
-        assert_eq!(ledger.locks["a"], 5);
+        let (mut ledger, compared) =
+            EpochLedger::load_onto(dir.path(), summary(&[("a", 5), ("b", 2)])).unwrap();
+        assert!(compared.changed && !compared.found, "{compared:?}");
+        assert_eq!(ledger.floor, 5);
         ledger.store(dir.path(), 7).unwrap();
         let back = EpochLedger::load(dir.path()).unwrap().unwrap();
         assert_eq!(back, ledger);
+
+        // The database behind on "b", ahead on "a", and with a lock the file lacks.
+        let (raised, compared) =
+            EpochLedger::load_onto(dir.path(), summary(&[("a", 6), ("b", 1), ("c", 9)])).unwrap();
+        assert_eq!(compared.first_behind, Some(("b".to_string(), 1, 2)));
+        assert!(compared.changed);
+        let locks: Vec<_> = raised.locks.iter().map(|(l, e)| (l.as_str(), *e)).collect();
         assert_eq!(
-            back.first_behind(&summary(&[("a", 5), ("b", 1), ("c", 9)])),
-            Some(("b".to_string(), 1, 2))
+            locks,
+            [("a", 6), ("b", 2), ("c", 9)],
+            "each lock at its maximum"
         );
-        assert_eq!(
-            back.first_behind(&summary(&[("a", 6), ("b", 2), ("c", 9)])),
-            None
-        );
+        assert_eq!(raised.floor, 9);
+
+        // Exactly what the file says: nothing behind, nothing to write.
+        let (_, same) = EpochLedger::load_onto(dir.path(), summary(&[("a", 5), ("b", 2)])).unwrap();
+        assert_eq!((same.first_behind, same.changed), (None, false));
+        // A lock the file names but the database does not is behind unless it is at 0.
+        let (_, fewer) = EpochLedger::load_onto(dir.path(), summary(&[("a", 5)])).unwrap();
+        assert_eq!(fewer.first_behind, Some(("b".to_string(), 0, 2)));
     }
 
     #[test]
@@ -255,8 +412,7 @@ mod tests {
         let alone = EpochLedger::load(dir.path()).unwrap().unwrap();
         assert_eq!((alone.floor, alone.locks.len()), (40, 0));
 
-        let mut ledger = EpochLedger::default();
-        ledger.merge(&summary(&[("a", 7)]));
+        let (mut ledger, _) = EpochLedger::load_onto(dir.path(), summary(&[("a", 7)])).unwrap();
         ledger.store(dir.path(), 2).unwrap();
         let raised = EpochLedger::load(dir.path()).unwrap().unwrap();
         assert_eq!(
@@ -265,13 +421,14 @@ mod tests {
         );
 
         store_floor(dir.path(), 3, 2, 3).unwrap();
-        ledger.merge(&summary(&[("a", 90)]));
+        let (mut ledger, _) = EpochLedger::load_onto(dir.path(), summary(&[("a", 90)])).unwrap();
         ledger.store(dir.path(), 4).unwrap();
         let kept = EpochLedger::load(dir.path()).unwrap().unwrap();
         assert_eq!(
             kept.floor, 90,
             "a lower floor file does not lower the ledger"
         );
+        assert_eq!(kept.commit_seq, 5, "nor its commit sequence number");
 
         std::fs::write(dir.path().join(FLOOR_FILE), "{").unwrap();
         let err = EpochLedger::load(dir.path()).unwrap_err();

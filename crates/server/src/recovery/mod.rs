@@ -75,11 +75,8 @@ fn now_unix() -> u64 {
 /// exist), and raises the data directory's ledger to what the database holds.
 pub fn backup(data_dir: &Path, out: &Path) -> Result<BackupInfo, RecoveryError> {
     let db = OfflineDb::open(&data_dir.join(DB_FILE))?;
-    let summary = db.summary()?;
-    let mut ledger = EpochLedger::load(data_dir)
-        .map_err(RecoveryError::Ledger)?
-        .unwrap_or_default();
-    ledger.merge(&summary);
+    let (mut ledger, _) =
+        EpochLedger::load_onto(data_dir, db.summary()?).map_err(RecoveryError::Ledger)?;
     ledger
         .store(data_dir, now_unix())
         .map_err(RecoveryError::Ledger)?;
@@ -114,7 +111,8 @@ pub fn check_before_open(data_dir: &Path) -> Result<(), String> {
 pub async fn check_and_refresh(data_dir: &Path, backend: &RedbBackend) -> Result<(), String> {
     let mut summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
     summary.commit_seq = backend.commit_seq();
-    let mut ledger = EpochLedger::load(data_dir)?.unwrap_or_default();
+    let db_commit_seq = summary.commit_seq;
+    let (mut ledger, compared) = EpochLedger::load_onto(data_dir, summary)?;
     let behind = |what: String| {
         format!(
             "{} is behind the epoch ledger {}: {what}. The file was replaced by an older copy \
@@ -126,19 +124,23 @@ pub async fn check_and_refresh(data_dir: &Path, backend: &RedbBackend) -> Result
             data_dir.display()
         )
     };
-    if summary.commit_seq < ledger.commit_seq {
+    if db_commit_seq < compared.commit_seq {
         return Err(behind(format!(
             "the ledger saw commit {} durable, but the database holds commits only up to {}",
-            ledger.commit_seq, summary.commit_seq
+            compared.commit_seq, db_commit_seq
         )));
     }
-    if let Some((lock, db, known)) = ledger.first_behind(&summary) {
+    if let Some((lock, db, known)) = compared.first_behind {
         return Err(behind(format!(
             "lock {lock:?} reached epoch {known}, but the database says {db}"
         )));
     }
-    ledger.merge(&summary);
-    ledger.store(data_dir, now_unix())
+    // A clean stop already wrote what the database holds: at a million locks, rewriting
+    // an unchanged file would cost seconds and tens of megabytes at every start.
+    if compared.changed {
+        ledger.store(data_dir, now_unix())?;
+    }
+    Ok(())
 }
 
 /// How often a running server raises the ledger to its database.
@@ -178,9 +180,10 @@ pub async fn refresh(data_dir: &Path, backend: &RedbBackend) {
     let refreshed = async {
         let mut summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
         summary.commit_seq = backend.commit_seq();
-        let mut ledger = EpochLedger::load(data_dir)?.unwrap_or_default();
-        ledger.merge(&summary);
-        ledger.store(data_dir, now_unix())
+        match EpochLedger::load_onto(data_dir, summary)? {
+            (mut ledger, compared) if compared.changed => ledger.store(data_dir, now_unix()),
+            _ => Ok(()),
+        }
     };
     if let Err(e) = refreshed.await {
         tracing::warn!(error = %e, "could not update the epoch ledger");

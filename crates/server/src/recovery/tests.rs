@@ -75,3 +75,41 @@ async fn an_older_database_file_is_refused_at_start() {
         "{refused}"
     );
 }
+
+/// The ledger file's identity: `store` writes a new file and renames it into place.
+fn ledger_inode(dir: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(super::ledger::path(dir)).unwrap().ino()
+}
+
+#[tokio::test]
+async fn a_start_and_stop_that_change_nothing_leave_the_ledger_file_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    session(data, |s| async move {
+        s.apply(put(3, "three")).await.unwrap();
+    })
+    .await
+    .unwrap();
+    let written = ledger_inode(data);
+    // At a million locks, rewriting an unchanged ledger costs seconds and tens of MB.
+    session(data, |_| async {}).await.unwrap();
+    assert_eq!(
+        ledger_inode(data),
+        written,
+        "nothing moved, nothing rewritten"
+    );
+
+    session(data, |s| async move {
+        s.apply(put(4, "four")).await.unwrap();
+    })
+    .await
+    .unwrap();
+    assert_ne!(
+        ledger_inode(data),
+        written,
+        "a new epoch is written at the stop"
+    );
+    let ledger = super::EpochLedger::load(data).unwrap().unwrap();
+    assert_eq!((ledger.locks["a"], ledger.floor), (4, 4));
+}
