@@ -47,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from . import aio
     from ._sync import Client
 
+#: The event classes (both clients export them; the streams are their own).
 __all__ = [
     "Event",
     "GrantedEvent",
@@ -55,10 +56,6 @@ __all__ = [
     "FencedEvent",
     "RejectedEvent",
     "ResetEvent",
-    "EventStream",
-    "AsyncEventStream",
-    "IDLE_LIMIT",
-    "MAX_LINE",
 ]
 
 #: Seconds without a byte (not even the server's keep-alive comment, sent every 15 s)

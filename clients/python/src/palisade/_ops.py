@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
@@ -49,14 +50,19 @@ TransportT = TypeVar("TransportT")
 LeaseT = TypeVar("LeaseT")
 SessionT = TypeVar("SessionT")
 LockT = TypeVar("LockT")
+ContextT = TypeVar("ContextT")
+SelfT = TypeVar("SelfT")
 
 #: A lock value: bytes, or str sent as UTF-8.
 Value = Union[bytes, str]
 
 
-def _named(method: Callable[..., Any], op: Callable[..., Any]) -> Any:
+def _named(method: Any, op: Callable[..., Any]) -> Any:
     """``method`` with the name and documentation of ``op``, less its leading ``_``."""
     functools.update_wrapper(method, op)
+    # The operation's parameters; what the method returns is the operation's result.
+    del method.__wrapped__
+    method.__signature__ = inspect.signature(op).replace(return_annotation=inspect.Signature.empty)
     method.__name__ = op.__name__.lstrip("_")
     method.__qualname__ = method.__qualname__.rsplit(".", 1)[0] + "." + method.__name__
     return method
@@ -105,7 +111,44 @@ def ending(body_failed: bool) -> Iterator[None]:
             raise
 
 
-class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT]):
+class Ends:
+    """A blocking context manager's exit that ends (releases, closes) what it holds,
+    within :func:`ending`."""
+
+    def _end(self) -> object:
+        raise NotImplementedError
+
+    def __exit__(self, *exc: object) -> None:
+        with ending(exc[1] is not None):
+            self._end()
+
+
+class Scoped(Ends):
+    """``with obj:`` ends ``obj`` on exit."""
+
+    def __enter__(self: SelfT) -> SelfT:
+        return self
+
+
+class AsyncEnds:
+    """:class:`Ends` for ``async with``."""
+
+    async def _end(self) -> object:
+        raise NotImplementedError
+
+    async def __aexit__(self, *exc: object) -> None:
+        with ending(exc[1] is not None):
+            await self._end()
+
+
+class AsyncScoped(AsyncEnds):
+    """``async with obj:`` ends ``obj`` on exit."""
+
+    async def __aenter__(self: SelfT) -> SelfT:
+        return self
+
+
+class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT, ContextT]):
     """Both clients: their settings, endpoints and leases, and every call they make."""
 
     def __init__(
@@ -135,6 +178,9 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT]):
     def _adopt_session(self, info: SessionInfo, sent_at: float) -> SessionT:
         raise NotImplementedError
 
+    def _context(self, args: "LockArgs") -> ContextT:
+        raise NotImplementedError
+
     @property
     def urls(self) -> List[str]:
         """The base URLs, in the order given."""
@@ -145,6 +191,30 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT]):
             lease._stop_renewing("the client was closed")
 
     # ---- locks and leases ------------------------------------------------------------
+
+    def lock(
+        self,
+        name: str,
+        *,
+        holder: Optional[str] = None,
+        ttl_ms: int = 10_000,
+        wait_ms: int = 0,
+        value: Optional[Value] = None,
+        lock_delay_ms: Optional[int] = None,
+    ) -> ContextT:
+        """A context manager that acquires ``name`` on entry (waiting in the server's queue
+        up to ``wait_ms``), renews the lease in the background every ``ttl_ms / 3``, and
+        releases it on exit (``async with`` in :mod:`palisade.aio`)::
+
+            with client.lock("orders", holder="w1", ttl_ms=5000, wait_ms=2000) as lease:
+                lease.fence()
+                lease.kv.put("invoice-17", b"paid")
+
+        ``value`` (at most 4 KiB) is what the lease advertises in lock status (see
+        :meth:`Lease.proclaim`); ``lock_delay_ms`` is this lease's own lock-delay.
+        Raises :class:`LockHeldError` on entry if the lock stays taken.
+        """
+        return self._context((name, holder, ttl_ms, wait_ms, value, lock_delay_ms))
 
     def _acquire(
         self,
@@ -190,15 +260,15 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT]):
         session's: its TTL, renewed and ended with it (prefer :meth:`Session.acquire`)."""
         holder = proto.holder_for(holder, self._authenticated)
         call = proto.acquire(name, holder, ttl_ms, wait_ms, value, lock_delay_ms, session)
-        return proto.grant((yield call))
+        return proto.read(Grant.parse, (yield call))
 
     def _proclaim(self, lease_id: str, value: Optional[Value]) -> Op[Proclaimed]:
         """Replaces what lease ``lease_id`` advertises (``None`` clears it); its owner only."""
-        return proto.proclaimed((yield proto.proclaim(lease_id, value)))
+        return proto.read(Proclaimed.parse, (yield proto.proclaim(lease_id, value)))
 
     def _keepalive(self, lease_id: str, *, timeout: Optional[float] = None) -> Op[KeepaliveInfo]:
         """Renews a lease for a full TTL from now; :class:`LeaseLostError` once it is gone."""
-        return proto.keepalive_info((yield proto.keepalive(lease_id, timeout)))
+        return proto.read(KeepaliveInfo.parse, (yield proto.keepalive(lease_id, timeout)))
 
     def _release(self, lease_id: str) -> Op[None]:
         """Releases a lease; the lock passes to the next waiter at once."""
@@ -206,11 +276,11 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT]):
 
     def _lock_status(self, name: str) -> Op[LockStatus]:
         """One lock's status; a lock never acquired answers epoch 0."""
-        return proto.lock_status_of((yield proto.lock_status(name)))
+        return proto.read(LockStatus.parse, (yield proto.lock_status(name)))
 
     def _locks(self) -> Op[List[LockStatus]]:
         """Every known lock, sorted by name."""
-        return proto.lock_list((yield proto.locks()))
+        return proto.read(LockStatus.parse_list, (yield proto.locks()))
 
     # ---- sessions --------------------------------------------------------------------
 
@@ -230,38 +300,41 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT]):
     def _create_session(self, *, ttl_ms: int = 10_000, holder: Optional[str] = None) -> Op[SessionInfo]:
         """Creates a session without background renewal."""
         holder = proto.holder_for(holder, self._authenticated)
-        return proto.session_of((yield proto.create_session(holder, ttl_ms)))
+        return proto.read(SessionInfo.parse, (yield proto.create_session(holder, ttl_ms)))
 
     def _keepalive_session(self, session_id: str, *, timeout: Optional[float] = None) -> Op[SessionInfo]:
         """Renews a session and every lock in it; :class:`SessionExpiredError` once gone."""
-        return proto.session_of((yield proto.keepalive_session(session_id, timeout)))
+        return proto.read(SessionInfo.parse, (yield proto.keepalive_session(session_id, timeout)))
 
     def _session_info(self, session_id: str) -> Op[SessionInfo]:
         """A live session and its locks."""
-        return proto.session_of((yield proto.session_info(session_id)))
+        return proto.read(SessionInfo.parse, (yield proto.session_info(session_id)))
 
     def _close_session(self, session_id: str) -> Op[SessionInfo]:
         """Ends a session: every lock in it is released at once. Answers those locks."""
-        return proto.session_of((yield proto.close_session(session_id)))
+        return proto.read(SessionInfo.parse, (yield proto.close_session(session_id)))
 
     # ---- keys, tokens, the store, health ---------------------------------------------
 
     def _keys(self) -> Op[List[PublicKey]]:
         """The issuer's public keys, for verifying tokens offline (``palisade.tokens``)."""
-        return proto.public_keys((yield proto.keys()))
+        return proto.read(PublicKey.parse_list, (yield proto.keys()))
 
     def _check_token(self, token: str) -> Op[TokenCheck]:
         """Asks the issuer whether ``token`` is genuine, current and its lease alive."""
-        return proto.token_check((yield proto.check_token(token)))
+        return proto.read(TokenCheck.parse, (yield proto.check_token(token)))
 
     def _high_water(self, name: str) -> Op[FenceStatus]:
         """The store's high-water mark for namespace ``name``."""
-        return proto.fence_status((yield proto.high_water(name)))
+        return proto.read(FenceStatus.parse, (yield proto.high_water(name)))
 
     def _health(self) -> Op[None]:
         """Returns if a server answers and its store has not latched a failure
         (:class:`StorageFailedError` if it has)."""
         proto.healthy((yield proto.health()))
+
+
+LockArgs = Tuple[str, Optional[str], int, int, Optional[Value], Optional[int]]
 
 
 class LockContextBase:
@@ -386,7 +459,7 @@ class FencedKvOps(KvOps):
 class HeldOps(LeaseBase):
     """What a lease and a lock held in a session both do through their client."""
 
-    _client: "ClientOps[Any, Any, Any, Any]"
+    _client: "ClientOps[Any, Any, Any, Any, Any]"
 
     def _run(self, op: Op[T]) -> Any:
         return self._client._run(op)  # type: ignore[attr-defined]
@@ -420,7 +493,7 @@ class HeldOps(LeaseBase):
 class SessionOps(Generic[LockT]):
     """The operations of :class:`palisade.Session` and ``palisade.aio.Session``."""
 
-    def __init__(self, client: "ClientOps[Any, Any, Any, Any]", info: SessionInfo, sent_at: float, guard: Any) -> None:
+    def __init__(self, client: "ClientOps[Any, Any, Any, Any, Any]", info: SessionInfo, sent_at: float, guard: Any) -> None:
         self._client = client
         self._info = info
         self._renewal = Renewal(info.ttl_ms, sent_at)

@@ -27,12 +27,14 @@ from ._ops import (
     FencedKvOps,
     HeldOps,
     KvOps,
+    LockArgs,
     LockContextBase,
     SessionLockOps,
     SessionOps,
     Value,
     blocking,
-    ending,
+    Ends,
+    Scoped,
     lost_reason,
     waiting,
 )
@@ -44,7 +46,7 @@ __all__ = ["Client", "Lease", "LockContext", "Kv", "FencedKv", "Session", "Sessi
 T = TypeVar("T")
 
 
-class Client(ClientOps[httpx.Client, httpx.BaseTransport, "Lease", "Session"]):
+class Client(ClientOps[httpx.Client, httpx.BaseTransport, "Lease", "Session", "LockContext"]):
     """A handle to one Palisade deployment: one server URL, or several for failover.
 
     ``Client("http://127.0.0.1:7700")``, or ``Client([url1, url2, url3])`` for the nodes of
@@ -80,29 +82,8 @@ class Client(ClientOps[httpx.Client, httpx.BaseTransport, "Lease", "Session"]):
     def _adopt_session(self, info: SessionInfo, sent_at: float) -> "Session":
         return Session(self, info, sent_at)
 
-    def lock(
-        self,
-        name: str,
-        *,
-        holder: Optional[str] = None,
-        ttl_ms: int = 10_000,
-        wait_ms: int = 0,
-        value: Optional[Value] = None,
-        lock_delay_ms: Optional[int] = None,
-    ) -> "LockContext":
-        """A context manager that acquires ``name`` on entry (waiting in the server's queue
-        up to ``wait_ms``), renews the lease in the background every ``ttl_ms / 3``, and
-        releases it on exit::
-
-            with client.lock("orders", holder="w1", ttl_ms=5000, wait_ms=2000) as lease:
-                lease.fence()
-                lease.kv.put("invoice-17", b"paid")
-
-        ``value`` (at most 4 KiB) is what the lease advertises in lock status (see
-        :meth:`Lease.proclaim`); ``lock_delay_ms`` is this lease's own lock-delay.
-        Raises :class:`LockHeldError` on entry if the lock stays taken.
-        """
-        return LockContext(self, name, holder, ttl_ms, wait_ms, value, lock_delay_ms)
+    def _context(self, args: LockArgs) -> "LockContext":
+        return LockContext(self, *args)
 
     acquire = blocking(ClientOps._acquire)
     acquire_grant = blocking(ClientOps._acquire_grant)
@@ -229,7 +210,7 @@ class _Held(HeldOps):
     release = blocking(HeldOps._release)
 
 
-class Lease(_Held):
+class Lease(Scoped, _Held):
     """A lease held by this process, renewed in the background every ``ttl / 3``.
 
     The renewals notice loss; they cannot prevent it. After a pause longer than the TTL
@@ -267,20 +248,11 @@ class Lease(_Held):
 
     check = blocking(HeldOps._check)
 
-    def __enter__(self) -> "Lease":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        with ending(exc is not None):
-            self.release()
+    def _end(self) -> None:
+        self.release()
 
 
-class LockContext(LockContextBase):
+class LockContext(Ends, LockContextBase):
     """``with client.lock(...) as lease``: acquires on entry, releases on exit."""
 
     _lease: Optional[Lease] = None
@@ -289,15 +261,9 @@ class LockContext(LockContextBase):
         self._lease = self._client._run(self._acquire())
         return self._lease
 
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    def _end(self) -> None:
         if self._lease is not None:
-            with ending(exc is not None):
-                self._lease.release()
+            self._lease.release()
 
 
 class Kv(KvOps):
@@ -322,7 +288,7 @@ class FencedKv(FencedKvOps, Kv):
     fence = blocking(FencedKvOps._fence)
 
 
-class Session(SessionOps["SessionLock"]):
+class Session(Scoped, SessionOps["SessionLock"]):
     """A session held by this process, renewed in the background every ``ttl / 3``: one
     keepalive for every lock acquired in it.
 
@@ -351,17 +317,8 @@ class Session(SessionOps["SessionLock"]):
     info = blocking(SessionOps._session_info)
     close = blocking(SessionOps._close)
 
-    def __enter__(self) -> "Session":
-        return self
-
-    def __exit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        with ending(exc is not None):
-            self.close()
+    def _end(self) -> SessionInfo:
+        return self.close()
 
 
 class SessionLock(SessionLockOps[Session], _Held):

@@ -28,18 +28,10 @@ import httpx
 
 from ._errors import *  # noqa: F401,F403 - the same error classes, importable from here
 from ._errors import LeaseLostError
+from ._events import *  # noqa: F401,F403 - the event classes
 from ._events import AsyncEventStream as EventStream
-from ._events import (
-    Event,
-    ExpiredEvent,
-    FencedEvent,
-    GrantedEvent,
-    RejectedEvent,
-    ReleasedEvent,
-    ResetEvent,
-    lock_events_path,
-    prefix_events_path,
-)
+from ._events import __all__ as _event_names
+from ._events import lock_events_path, prefix_events_path
 from ._failover import Exchange, Op, request_args
 from ._errors import __all__ as _error_names
 from ._ops import (
@@ -47,28 +39,21 @@ from ._ops import (
     FencedKvOps,
     HeldOps,
     KvOps,
+    LockArgs,
     LockContextBase,
     SessionLockOps,
     SessionOps,
     Value,
     asynchronous,
-    ending,
+    AsyncEnds,
+    AsyncScoped,
     lost_reason,
     waiting,
 )
 from ._renewal import Renewal
-from ._types import (
-    Entry,
-    FenceStatus,
-    Grant,
-    KeepaliveInfo,
-    LockStatus,
-    Proclaimed,
-    PublicKey,
-    SessionInfo,
-    TokenCheck,
-    WriteResult,
-)
+from ._types import *  # noqa: F401,F403 - the wire types, importable from here
+from ._types import Grant, SessionInfo
+from ._types import __all__ as _type_names
 
 __all__ = [
     "Client",
@@ -79,26 +64,11 @@ __all__ = [
     "Session",
     "SessionLock",
     "EventStream",
-    "Event",
-    "GrantedEvent",
-    "ReleasedEvent",
-    "ExpiredEvent",
-    "FencedEvent",
-    "RejectedEvent",
-    "ResetEvent",
+    *_event_names,
     "Election",
     "Leader",
     "Observer",
-    "Proclaimed",
-    "SessionInfo",
-    "Grant",
-    "KeepaliveInfo",
-    "LockStatus",
-    "PublicKey",
-    "TokenCheck",
-    "FenceStatus",
-    "Entry",
-    "WriteResult",
+    *_type_names,
     *_error_names,
 ]
 
@@ -106,7 +76,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class Client(ClientOps[httpx.AsyncClient, httpx.AsyncBaseTransport, "Lease", "Session"]):
+class Client(ClientOps[httpx.AsyncClient, httpx.AsyncBaseTransport, "Lease", "Session", "LockContext"]):
     """The asyncio twin of :class:`palisade.Client`; same arguments, same failover.
 
     Use it from one event loop; ``await client.aclose()`` (or ``async with``) stops the
@@ -132,19 +102,8 @@ class Client(ClientOps[httpx.AsyncClient, httpx.AsyncBaseTransport, "Lease", "Se
     def _adopt_session(self, info: SessionInfo, sent_at: float) -> "Session":
         return Session(self, info, sent_at)
 
-    def lock(
-        self,
-        name: str,
-        *,
-        holder: Optional[str] = None,
-        ttl_ms: int = 10_000,
-        wait_ms: int = 0,
-        value: Optional[Value] = None,
-        lock_delay_ms: Optional[int] = None,
-    ) -> "LockContext":
-        """``async with client.lock(...) as lease``: acquires on entry, renews in the
-        background, releases on exit."""
-        return LockContext(self, name, holder, ttl_ms, wait_ms, value, lock_delay_ms)
+    def _context(self, args: LockArgs) -> "LockContext":
+        return LockContext(self, *args)
 
     acquire = asynchronous(ClientOps._acquire)
     acquire_grant = asynchronous(ClientOps._acquire_grant)
@@ -256,7 +215,7 @@ class _Held(HeldOps):
     release = asynchronous(HeldOps._release)
 
 
-class Lease(_Renewed, _Held):
+class Lease(AsyncScoped, _Renewed, _Held):
     """A lease held by this process, renewed by a task every ``ttl / 3``; see
     :class:`palisade.Lease` for what it does and does not promise."""
 
@@ -285,20 +244,11 @@ class Lease(_Renewed, _Held):
 
     check = asynchronous(HeldOps._check)
 
-    async def __aenter__(self) -> "Lease":
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        with ending(exc is not None):
-            await self.release()
+    async def _end(self) -> None:
+        await self.release()
 
 
-class LockContext(LockContextBase):
+class LockContext(AsyncEnds, LockContextBase):
     """``async with client.lock(...) as lease``."""
 
     _lease: Optional[Lease] = None
@@ -307,15 +257,9 @@ class LockContext(LockContextBase):
         self._lease = await self._client._run(self._acquire())
         return self._lease
 
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
+    async def _end(self) -> None:
         if self._lease is not None:
-            with ending(exc is not None):
-                await self._lease.release()
+            await self._lease.release()
 
 
 class Kv(KvOps):
@@ -334,7 +278,7 @@ class FencedKv(FencedKvOps, Kv):
     fence = asynchronous(FencedKvOps._fence)
 
 
-class Session(_Renewed, SessionOps["SessionLock"]):
+class Session(AsyncScoped, _Renewed, SessionOps["SessionLock"]):
     """The asyncio twin of :class:`palisade.Session`: one keepalive (a task on the loop
     that created it) for every lock acquired in it; ``async with`` closes it."""
 
@@ -354,17 +298,8 @@ class Session(_Renewed, SessionOps["SessionLock"]):
     info = asynchronous(SessionOps._session_info)
     close = asynchronous(SessionOps._close)
 
-    async def __aenter__(self) -> "Session":
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
-    ) -> None:
-        with ending(exc is not None):
-            await self.close()
+    async def _end(self) -> SessionInfo:
+        return await self.close()
 
 
 class SessionLock(SessionLockOps[Session], _Held):
