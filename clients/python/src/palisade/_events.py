@@ -28,7 +28,7 @@ import json
 import socket
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, ClassVar, Deque, Dict, Iterator, List, Optional, Type
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, ClassVar, Deque, Dict, Iterator, List, Optional, Tuple, Type
 from urllib.parse import quote
 
 import httpx
@@ -40,7 +40,7 @@ from ._errors import (
     TransportError,
     decode_error,
 )
-from ._failover import Attempts, Call, Retry
+from ._failover import Call, Exchange, Op, Retry
 from ._paths import segment
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -290,8 +290,13 @@ class _State:
         self.connections = 0
         self.received = False
 
-    def call(self) -> Call:
-        return Call("GET", self.path, _headers(self.last_event_id), retry=Retry.SAFE)
+    def open(self) -> Op[httpx.Response]:
+        """Opens a connection (over the endpoints, like any read): the answer if it is
+        the stream, the typed error if it is not."""
+        response = yield Call("GET", self.path, _headers(self.last_event_id), retry=Retry.SAFE)
+        if response.status_code != 200:
+            raise decode_error(response.status_code, response.content)
+        return response
 
     def connected(self) -> None:
         self.parser = SseParser()
@@ -337,7 +342,48 @@ def _timeout(http: Any) -> httpx.Timeout:
     return httpx.Timeout(IDLE_LIMIT, connect=connect if connect is not None else IDLE_LIMIT)
 
 
-class EventStream:
+class _Stream:
+    """What both streams share: their client, state and open response."""
+
+    def __init__(
+        self,
+        client: Any,
+        path: str,
+        last_event_id: Optional[int] = None,
+        on_connect: Optional[Callable[[], None]] = None,
+    ) -> None:
+        self._client = client
+        self._state = _State(path, last_event_id, on_connect)
+        self._response: Optional[httpx.Response] = None
+
+    @property
+    def last_event_id(self) -> Optional[int]:
+        return self._state.last_event_id
+
+    @property
+    def last_error(self) -> Optional[PalisadeError]:
+        """The last failure that was retried (``None`` if none was)."""
+        return self._state.last_error
+
+    @property
+    def connections(self) -> int:
+        """How many connections the stream has opened (1 + reconnections)."""
+        return self._state.connections
+
+    @property
+    def connected(self) -> bool:
+        return self._response is not None
+
+    def _exchange(self) -> "Tuple[Exchange[httpx.Response], Any]":
+        """The opening of a connection, and the HTTP client to send it with."""
+        http = self._client._http
+        return Exchange(self._client._endpoints, self._state.open()), http
+
+    def _request(self, http: Any, url: str, call: Call) -> httpx.Request:
+        return http.build_request("GET", url, headers=call.headers, timeout=_timeout(http))  # type: ignore[no-any-return]
+
+
+class EventStream(_Stream):
     """A blocking iterator of :class:`Event` objects (see the module docs); made by
     :meth:`palisade.Client.watch` and :meth:`palisade.Client.events`::
 
@@ -358,29 +404,9 @@ class EventStream:
         last_event_id: Optional[int] = None,
         on_connect: Optional[Callable[[], None]] = None,
     ) -> None:
-        self._client = client
-        self._state = _State(path, last_event_id, on_connect)
-        self._response: Optional[httpx.Response] = None
+        super().__init__(client, path, last_event_id, on_connect)
         self._chunks: Optional[Iterator[bytes]] = None
         self._closed = threading.Event()
-
-    @property
-    def last_event_id(self) -> Optional[int]:
-        return self._state.last_event_id
-
-    @property
-    def last_error(self) -> Optional[PalisadeError]:
-        """The last failure that was retried (``None`` if none was)."""
-        return self._state.last_error
-
-    @property
-    def connections(self) -> int:
-        """How many connections the stream has opened (1 + reconnections)."""
-        return self._state.connections
-
-    @property
-    def connected(self) -> bool:
-        return self._response is not None
 
     @property
     def closed(self) -> bool:
@@ -391,27 +417,20 @@ class EventStream:
         returns reaches the stream. Raises what opening it raised."""
         if self._response is not None:
             return
-        http = self._client._http
-        attempts = Attempts(self._client._endpoints, self._state.call())
-        for base in attempts:
-            request = http.build_request(
-                "GET", base + self._state.path, headers=self._state.call().headers, timeout=_timeout(http)
-            )
+        exchange, http = self._exchange()
+        for url, call in exchange:
             try:
-                response = http.send(request, stream=True)
+                response = http.send(self._request(http, url, call), stream=True)
             except httpx.TransportError as e:
-                attempts.failed(base, e)
+                exchange.got(e)
                 continue
             if response.status_code != 200:
                 response.read()
                 response.close()
-            if attempts.answered(base, response):
-                if response.status_code != 200:
-                    raise decode_error(response.status_code, response.content)
-                self._response, self._chunks = response, response.iter_bytes()
-                self._state.connected()
-                return
-        raise attempts.exhausted()
+            exchange.got(response)
+        self._response = exchange.value
+        self._chunks = self._response.iter_bytes()
+        self._state.connected()
 
     def _drop(self) -> None:
         response, self._response, self._chunks = self._response, None, None
@@ -477,7 +496,7 @@ class EventStream:
         self.close()
 
 
-class AsyncEventStream:
+class AsyncEventStream(_Stream):
     """The asyncio twin of :class:`EventStream` (``async for event in client.watch(...)``),
     made by :meth:`palisade.aio.Client.watch` and :meth:`palisade.aio.Client.events`."""
 
@@ -488,53 +507,28 @@ class AsyncEventStream:
         last_event_id: Optional[int] = None,
         on_connect: Optional[Callable[[], None]] = None,
     ) -> None:
-        self._client = client
-        self._state = _State(path, last_event_id, on_connect)
-        self._response: Optional[httpx.Response] = None
+        super().__init__(client, path, last_event_id, on_connect)
         self._chunks: Optional[AsyncIterator[bytes]] = None
         self._closed = False
-
-    @property
-    def last_event_id(self) -> Optional[int]:
-        return self._state.last_event_id
-
-    @property
-    def last_error(self) -> Optional[PalisadeError]:
-        return self._state.last_error
-
-    @property
-    def connections(self) -> int:
-        return self._state.connections
-
-    @property
-    def connected(self) -> bool:
-        return self._response is not None
 
     async def connect(self) -> None:
         """Opens the connection now; see :meth:`EventStream.connect`."""
         if self._response is not None:
             return
-        http = self._client._http
-        attempts = Attempts(self._client._endpoints, self._state.call())
-        for base in attempts:
-            request = http.build_request(
-                "GET", base + self._state.path, headers=self._state.call().headers, timeout=_timeout(http)
-            )
+        exchange, http = self._exchange()
+        for url, call in exchange:
             try:
-                response = await http.send(request, stream=True)
+                response = await http.send(self._request(http, url, call), stream=True)
             except httpx.TransportError as e:
-                attempts.failed(base, e)
+                exchange.got(e)
                 continue
             if response.status_code != 200:
                 await response.aread()
                 await response.aclose()
-            if attempts.answered(base, response):
-                if response.status_code != 200:
-                    raise decode_error(response.status_code, response.content)
-                self._response, self._chunks = response, response.aiter_bytes()
-                self._state.connected()
-                return
-        raise attempts.exhausted()
+            exchange.got(response)
+        self._response = exchange.value
+        self._chunks = self._response.aiter_bytes()
+        self._state.connected()
 
     async def _drop(self) -> None:
         response, self._response, self._chunks = self._response, None, None

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterator, L
 from . import _protocol as proto
 from ._errors import LeaseLostError, SessionExpiredError, StaleTokenError
 from ._failover import Call, Endpoints, Op
-from ._lease import LeaseBase
+from ._lease import LeaseBase, Scheduled
 from ._paths import normalise_bases
 from ._protocol import CertArg, WriteOptions
 from ._renewal import Renewal
@@ -490,14 +490,16 @@ class HeldOps(LeaseBase):
         yield from self._client._release(self.lease_id)
 
 
-class SessionOps(Generic[LockT]):
+class SessionOps(Scheduled, Generic[LockT]):
     """The operations of :class:`palisade.Session` and ``palisade.aio.Session``."""
 
     def __init__(self, client: "ClientOps[Any, Any, Any, Any, Any]", info: SessionInfo, sent_at: float, guard: Any) -> None:
+        super().__init__(info.ttl_ms, sent_at, guard)
         self._client = client
         self._info = info
-        self._renewal = Renewal(info.ttl_ms, sent_at)
-        self._guard = guard
+
+    def _name(self) -> str:
+        return f"session {self.session_id}"
 
     def _run(self, op: Op[T]) -> Any:
         return self._client._run(op)  # type: ignore[attr-defined]
@@ -516,18 +518,6 @@ class SessionOps(Generic[LockT]):
     def ttl_ms(self) -> int:
         """The TTL the server granted (etcd rounds up to whole seconds)."""
         return self._info.ttl_ms
-
-    @property
-    def lost(self) -> bool:
-        """True once the session is known or presumed lost, and every lock in it with it."""
-        with self._guard:
-            return self._renewal.is_lost(time.monotonic())
-
-    def ensure_alive(self) -> None:
-        with self._guard:
-            reason = self._renewal.reason(time.monotonic())
-        if reason is not None:
-            raise LeaseLostError(f"session {self.session_id} is lost: {reason}")
 
     def _acquire(
         self,
