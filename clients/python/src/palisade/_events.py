@@ -34,6 +34,7 @@ from urllib.parse import quote
 import httpx
 
 from ._errors import (
+    DecodeError,
     PalisadeError,
     QuotaExceededError,
     StorageFailedError,
@@ -42,6 +43,7 @@ from ._errors import (
 )
 from ._failover import Call, Exchange, Op, Retry
 from ._paths import segment
+from ._types import read_fields
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import aio
@@ -151,24 +153,6 @@ _TYPES: Dict[str, Type[Event]] = {
     cls.type: cls
     for cls in (GrantedEvent, ReleasedEvent, ExpiredEvent, FencedEvent, RejectedEvent, ResetEvent)
 }
-# Each field's check: a non-negative int, a str, or either of those or None.
-_INT, _STR, _OPT_INT = "int", "str", "int?"
-_FIELDS: Dict[str, Dict[str, str]] = {
-    "granted": {"lock": _STR, "epoch": _INT, "holder": _STR, "ttl_ms": _INT},
-    "released": {"lock": _STR, "epoch": _INT, "holder": _STR, "cause": _STR},
-    "expired": {"lock": _STR, "epoch": _INT, "holder": _STR},
-    "fenced": {"lock": _STR, "high_water": _INT, "seq": _INT},
-    "rejected": {"lock": _STR, "code": _STR, "epoch": _OPT_INT, "high_water": _OPT_INT},
-    "reset": {"reason": _STR},
-}
-
-
-def _fits(kind: str, value: Any) -> bool:
-    if kind == _STR:
-        return isinstance(value, str)
-    if value is None:
-        return kind == _OPT_INT
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def parse_event(data: str) -> Optional[Event]:
@@ -183,10 +167,10 @@ def parse_event(data: str) -> Optional[Event]:
     kind = raw.get("type")
     if not isinstance(kind, str) or kind not in _TYPES:
         return None
-    fields = {"id": _INT, "at_ms": _INT, **_FIELDS[kind]}
-    if not all(_fits(check, raw.get(name)) for name, check in fields.items()):
+    try:
+        return read_fields(_TYPES[kind], "event", raw)
+    except DecodeError:
         return None
-    return _TYPES[kind](**{name: raw[name] for name in fields})
 
 
 class SseParser:

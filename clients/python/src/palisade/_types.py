@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import functools
 import json
+import typing
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from ._errors import DecodeError
+
+T = TypeVar("T")
 
 __all__ = [
     "Grant",
@@ -100,6 +105,54 @@ class _Fields:
         return _Fields(what, value)
 
 
+_READERS = {str: "text", int: "num", bool: "flag", bytes: "value"}
+#: Field metadata of a required field that servers before it leave out: read as 0 then.
+_ABSENT_IS_0 = {"absent": 0}
+
+
+@functools.lru_cache(maxsize=None)
+def _field_readers(cls: type) -> Tuple[Tuple[str, str, Any, Optional[type]], ...]:
+    """Each field of the dataclass ``cls``: its name, the :class:`_Fields` reader of its
+    type, its default, and the item type of a list field."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for field in dataclasses.fields(cls):
+        kind = hints[field.name]
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        optional = typing.get_origin(kind) is Union
+        item = args[0] if typing.get_origin(kind) is list else None
+        base = args[0] if optional else kind
+        default = field.metadata.get("absent", field.default)
+        if item is not None:
+            reader = "items"
+        elif optional or default is not dataclasses.MISSING:
+            reader = "opt_" + _READERS[base]
+        else:
+            reader = _READERS[base]
+        out.append((field.name, reader, default, item))
+    return tuple(out)
+
+
+def read_fields(cls: Type[T], what: str, body: Mapping[str, Any], **given: Any) -> T:
+    """An instance of the dataclass ``cls`` from the JSON object ``body`` (``what`` names
+    it in errors), each field read by its type: a string, an unsigned integer, a boolean,
+    base64 bytes, or a list of objects of another such dataclass. An ``Optional`` field
+    may be absent or null; a field with a default takes it then. ``given`` fields are
+    not read."""
+    f = _Fields(what, body)
+    values = dict(given)
+    kind: Any = cls
+    for name, reader, default, item in _field_readers(kind):
+        if name in values:
+            continue
+        if item is not None:
+            values[name] = [read_fields(item, name, f.obj(x, name).body) for x in f.items(name)]
+            continue
+        value = getattr(f, reader)(name)
+        values[name] = default if value is None and default is not dataclasses.MISSING else value
+    return cls(**values)
+
+
 @dataclass(frozen=True)
 class Grant:
     """A granted lease, from ``POST /v1/locks/{lock}/acquire``."""
@@ -121,18 +174,7 @@ class Grant:
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "Grant":
-        f = _Fields("acquire answer", body)
-        return Grant(
-            lock=f.text("lock"),
-            holder=f.text("holder"),
-            epoch=f.num("epoch"),
-            token=f.text("token"),
-            lease_id=f.text("lease_id"),
-            ttl_ms=f.num("ttl_ms"),
-            value=f.opt_value("value"),
-            lock_delay_ms=f.opt_num("lock_delay_ms") or 0,
-            session=f.opt_text("session"),
-        )
+        return read_fields(Grant, "acquire answer", body)
 
 
 @dataclass(frozen=True)
@@ -146,8 +188,7 @@ class KeepaliveInfo:
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "KeepaliveInfo":
-        f = _Fields("keepalive answer", body)
-        return KeepaliveInfo(f.text("lease_id"), f.text("lock"), f.num("epoch"), f.num("ttl_ms"))
+        return read_fields(KeepaliveInfo, "keepalive answer", body)
 
 
 @dataclass(frozen=True)
@@ -174,19 +215,7 @@ class LockStatus:
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "LockStatus":
-        f = _Fields("lock status", body)
-        return LockStatus(
-            lock=f.text("lock"),
-            epoch=f.num("epoch"),
-            holder=f.opt_text("holder"),
-            lease_id=f.opt_text("lease_id"),
-            remaining_ms=f.opt_num("remaining_ms"),
-            waiters=f.num("waiters"),
-            lease_epoch=f.opt_num("lease_epoch"),
-            value=f.opt_value("value"),
-            lock_delay_ms=f.opt_num("lock_delay_ms"),
-            session=f.opt_text("session"),
-        )
+        return read_fields(LockStatus, "lock status", body)
 
     @staticmethod
     def parse_list(body: Mapping[str, Any]) -> List["LockStatus"]:
@@ -211,13 +240,7 @@ class PublicKey:
     @staticmethod
     def parse_list(body: Mapping[str, Any]) -> List["PublicKey"]:
         f = _Fields("key list", body)
-        keys = []
-        for item in f.items("keys"):
-            k = f.obj(item, "keys")
-            keys.append(
-                PublicKey(k.text("key_id"), k.text("alg"), k.text("public_key"), k.opt_text("status"))
-            )
-        return keys
+        return [read_fields(PublicKey, "keys", f.obj(item, "keys").body) for item in f.items("keys")]
 
 
 @dataclass(frozen=True)
@@ -241,18 +264,7 @@ class TokenCheck:
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "TokenCheck":
-        f = _Fields("token check", body)
-        return TokenCheck(
-            genuine=f.flag("genuine"),
-            lock=f.opt_text("lock"),
-            epoch=f.opt_num("epoch"),
-            holder=f.opt_text("holder"),
-            key_id=f.opt_text("key_id"),
-            current_epoch=f.opt_num("current_epoch"),
-            current=f.opt_flag("current"),
-            lease_alive=f.opt_flag("lease_alive"),
-            reason=f.opt_text("reason"),
-        )
+        return read_fields(TokenCheck, "token check", body)
 
 
 @dataclass(frozen=True)
@@ -263,14 +275,13 @@ class FenceStatus:
     #: The largest epoch admitted (0 if nothing ever was).
     high_water: int
     #: The sequence number admitted with ``high_water`` (sequence namespaces).
-    seq: int
+    seq: int = dataclasses.field(metadata=_ABSENT_IS_0)
     #: ``"epoch"`` or ``"sequence"``.
     policy: str
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "FenceStatus":
-        f = _Fields("fence status", body)
-        return FenceStatus(f.text("lock"), f.num("high_water"), f.opt_num("seq") or 0, f.text("policy"))
+        return read_fields(FenceStatus, "fence status", body)
 
 
 @dataclass(frozen=True)
@@ -297,8 +308,7 @@ class WriteResult:
 
     @staticmethod
     def parse(body: Mapping[str, Any], replayed: bool) -> "WriteResult":
-        f = _Fields("write answer", body)
-        return WriteResult(f.num("revision"), f.num("epoch"), replayed)
+        return read_fields(WriteResult, "write answer", body, replayed=replayed)
 
 
 @dataclass(frozen=True)
@@ -312,8 +322,7 @@ class Proclaimed:
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "Proclaimed":
-        f = _Fields("proclaim answer", body)
-        return Proclaimed(f.text("lease_id"), f.text("lock"), f.num("epoch"), f.opt_value("value"))
+        return read_fields(Proclaimed, "proclaim answer", body)
 
 
 @dataclass(frozen=True)
@@ -338,11 +347,4 @@ class SessionInfo:
 
     @staticmethod
     def parse(body: Mapping[str, Any]) -> "SessionInfo":
-        f = _Fields("session", body)
-        leases = []
-        for item in f.items("leases"):
-            lf = f.obj(item, "leases")
-            leases.append(SessionLease(lf.text("lease_id"), lf.text("lock"), lf.num("epoch")))
-        return SessionInfo(
-            f.text("session_id"), f.text("holder"), f.num("ttl_ms"), f.num("remaining_ms"), leases
-        )
+        return read_fields(SessionInfo, "session", body)
