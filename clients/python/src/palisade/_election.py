@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Iterator, Optional, TypeVar, Union
 
+from ._attrs import Forward
 from ._errors import LockHeldError, PalisadeError
 from ._events import AsyncEventStream, Event, EventStream, FencedEvent, RejectedEvent, lock_events_path
 from ._failover import Op
@@ -165,20 +166,9 @@ class _LeaderBase(Generic[LeaseT]):
     def __init__(self, lease: LeaseT) -> None:
         self.lease = lease
 
-    @property
-    def epoch(self) -> int:
-        """The term: also the fencing token's epoch."""
-        return self.lease.epoch
-
-    @property
-    def token(self) -> str:
-        """The fencing token to attach to every write this leader makes."""
-        return self.lease.token
-
-    @property
-    def lost(self) -> bool:
-        """True once leadership is known or presumed lost; False is no promise."""
-        return self.lease.lost
+    epoch = Forward[int]("lease", "The term: also the fencing token's epoch.")
+    token = Forward[str]("lease", "The fencing token to attach to every write this leader makes.")
+    lost = Forward[bool]("lease", "True once leadership is known or presumed lost; False is no promise.")
 
 
 class Leader(_LeaderBase["Lease"]):

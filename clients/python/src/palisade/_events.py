@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ._attrs import Forward
 from ._errors import (
     DecodeError,
     PalisadeError,
@@ -340,19 +341,9 @@ class _Stream:
         self._state = _State(path, last_event_id, on_connect)
         self._response: Optional[httpx.Response] = None
 
-    @property
-    def last_event_id(self) -> Optional[int]:
-        return self._state.last_event_id
-
-    @property
-    def last_error(self) -> Optional[PalisadeError]:
-        """The last failure that was retried (``None`` if none was)."""
-        return self._state.last_error
-
-    @property
-    def connections(self) -> int:
-        """How many connections the stream has opened (1 + reconnections)."""
-        return self._state.connections
+    last_event_id = Forward[Optional[int]]("_state", "The id of the last event delivered.")
+    last_error = Forward[Optional[PalisadeError]]("_state", "The last failure that was retried (``None`` if none was).")
+    connections = Forward[int]("_state", "How many connections the stream has opened (1 + reconnections).")
 
     @property
     def connected(self) -> bool:

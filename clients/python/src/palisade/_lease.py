@@ -8,6 +8,7 @@ import itertools
 import time
 from typing import ContextManager, Optional
 
+from ._attrs import Forward
 from ._errors import LeaseLostError
 from ._renewal import Renewal
 from ._types import Grant
@@ -64,31 +65,12 @@ class LeaseBase(Scheduled):
         """The lease as granted."""
         return self._grant
 
-    @property
-    def lock(self) -> str:
-        return self._grant.lock
-
-    @property
-    def holder(self) -> str:
-        return self._grant.holder
-
-    @property
-    def epoch(self) -> int:
-        """This holder's ownership generation."""
-        return self._grant.epoch
-
-    @property
-    def token(self) -> str:
-        """The fencing token to attach to every mutation of this lock's resources."""
-        return self._grant.token
-
-    @property
-    def lease_id(self) -> str:
-        return self._grant.lease_id
-
-    @property
-    def ttl_ms(self) -> int:
-        return self._grant.ttl_ms
+    lock = Forward[str]("_grant")
+    holder = Forward[str]("_grant")
+    epoch = Forward[int]("_grant", "This holder's ownership generation.")
+    token = Forward[str]("_grant", "The fencing token to attach to every mutation of this lock's resources.")
+    lease_id = Forward[str]("_grant")
+    ttl_ms = Forward[int]("_grant")
 
     def next_seq(self) -> int:
         """1, 2, 3, ...: sequence numbers for this lease's writes to a ``sequence``

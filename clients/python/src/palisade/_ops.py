@@ -19,6 +19,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _protocol as proto
+from ._attrs import Forward
 from ._errors import LeaseLostError, SessionExpiredError, StaleTokenError
 from ._failover import Call, Endpoints, Op
 from ._lease import LeaseBase, Scheduled
@@ -510,14 +511,8 @@ class SessionOps(Scheduled, Generic[LockT]):
     def _stop_renewing(self, reason: str) -> None:
         raise NotImplementedError
 
-    @property
-    def session_id(self) -> str:
-        return self._info.session_id
-
-    @property
-    def ttl_ms(self) -> int:
-        """The TTL the server granted (etcd rounds up to whole seconds)."""
-        return self._info.ttl_ms
+    session_id = Forward[str]("_info")
+    ttl_ms = Forward[int]("_info", "The TTL the server granted (etcd rounds up to whole seconds).")
 
     def _acquire(
         self,

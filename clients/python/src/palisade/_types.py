@@ -14,7 +14,7 @@ import functools
 import json
 import typing
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from ._errors import DecodeError
 
@@ -153,9 +153,25 @@ def read_fields(cls: Type[T], what: str, body: Mapping[str, Any], **given: Any) 
     return cls(**values)
 
 
+W = TypeVar("W", bound="_Wire")
+
+
+class _Wire:
+    """A wire type read from a JSON object by :func:`read_fields`."""
+
+    #: What the object is called in a :class:`DecodeError`.
+    _what: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls: Type[W], body: Mapping[str, Any]) -> W:
+        return read_fields(cls, cls._what, body)
+
+
 @dataclass(frozen=True)
-class Grant:
+class Grant(_Wire):
     """A granted lease, from ``POST /v1/locks/{lock}/acquire``."""
+
+    _what: ClassVar[str] = "acquire answer"
 
     lock: str
     holder: str
@@ -172,29 +188,25 @@ class Grant:
     #: The session the lease belongs to, if any.
     session: Optional[str] = None
 
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "Grant":
-        return read_fields(Grant, "acquire answer", body)
-
 
 @dataclass(frozen=True)
-class KeepaliveInfo:
+class KeepaliveInfo(_Wire):
     """A renewed lease: it runs ``ttl_ms`` from when the server handled the renewal."""
+
+    _what: ClassVar[str] = "keepalive answer"
 
     lease_id: str
     lock: str
     epoch: int
     ttl_ms: int
 
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "KeepaliveInfo":
-        return read_fields(KeepaliveInfo, "keepalive answer", body)
-
 
 @dataclass(frozen=True)
-class LockStatus:
+class LockStatus(_Wire):
     """One lock's status. ``epoch`` is the last epoch issued (0 if never acquired);
     ``holder``, ``lease_id`` and ``remaining_ms`` are ``None`` while the lock is free."""
+
+    _what: ClassVar[str] = "lock status"
 
     lock: str
     epoch: int
@@ -212,10 +224,6 @@ class LockStatus:
     lock_delay_ms: Optional[int] = None
     #: The live lease's session (shown to its owner only).
     session: Optional[str] = None
-
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "LockStatus":
-        return read_fields(LockStatus, "lock status", body)
 
     @staticmethod
     def parse_list(body: Mapping[str, Any]) -> List["LockStatus"]:
@@ -244,13 +252,15 @@ class PublicKey:
 
 
 @dataclass(frozen=True)
-class TokenCheck:
+class TokenCheck(_Wire):
     """The issuer's online verdict on a token (Chubby's CheckSequencer).
 
     When ``genuine`` is false only ``reason`` is set. ``current and lease_alive`` is a
     snapshot that can be out of date when it arrives: only a resource's high-water check
     at the moment of the write fences.
     """
+
+    _what: ClassVar[str] = "token check"
 
     genuine: bool
     lock: Optional[str] = None
@@ -262,14 +272,12 @@ class TokenCheck:
     lease_alive: Optional[bool] = None
     reason: Optional[str] = None
 
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "TokenCheck":
-        return read_fields(TokenCheck, "token check", body)
-
 
 @dataclass(frozen=True)
-class FenceStatus:
+class FenceStatus(_Wire):
     """A namespace's fence state, from ``GET /v1/fences/{lock}``."""
+
+    _what: ClassVar[str] = "fence status"
 
     lock: str
     #: The largest epoch admitted (0 if nothing ever was).
@@ -278,10 +286,6 @@ class FenceStatus:
     seq: int = dataclasses.field(metadata=_ABSENT_IS_0)
     #: ``"epoch"`` or ``"sequence"``.
     policy: str
-
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "FenceStatus":
-        return read_fields(FenceStatus, "fence status", body)
 
 
 @dataclass(frozen=True)
@@ -312,17 +316,15 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
-class Proclaimed:
+class Proclaimed(_Wire):
     """A lease's new value, from ``POST /v1/leases/{lease_id}/proclaim``."""
+
+    _what: ClassVar[str] = "proclaim answer"
 
     lease_id: str
     lock: str
     epoch: int
     value: Optional[bytes]
-
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "Proclaimed":
-        return read_fields(Proclaimed, "proclaim answer", body)
 
 
 @dataclass(frozen=True)
@@ -335,9 +337,11 @@ class SessionLease:
 
 
 @dataclass(frozen=True)
-class SessionInfo:
+class SessionInfo(_Wire):
     """A session: its holder, TTL, time left and live leases (for a close: the leases
     it released)."""
+
+    _what: ClassVar[str] = "session"
 
     session_id: str
     holder: str
@@ -345,6 +349,3 @@ class SessionInfo:
     remaining_ms: int
     leases: List[SessionLease]
 
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "SessionInfo":
-        return read_fields(SessionInfo, "session", body)
