@@ -16,11 +16,12 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Generator, Generic, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 import httpx
 
 from ._errors import PalisadeError, TransportError, decode_error
+from ._stepper import Stepper
 
 T = TypeVar("T")
 
@@ -217,7 +218,7 @@ def _over(endpoints: Endpoints, op: Op[T]) -> Generator[Tuple[str, Call], Outcom
         return result
 
 
-class Exchange(Generic[T]):
+class Exchange(Stepper[Tuple[str, Call], Outcome, T]):
     """One operation run over the endpoints, for a client that does the sending::
 
         exchange = Exchange(endpoints, op)
@@ -231,24 +232,7 @@ class Exchange(Generic[T]):
     """
 
     def __init__(self, endpoints: Endpoints, op: Op[T]) -> None:
-        self._steps = _over(endpoints, op)
-        self._next: Optional[Tuple[str, Call]] = None
-        self._step(lambda: next(self._steps))
-
-    def _step(self, step: Callable[[], Tuple[str, Call]]) -> None:
-        try:
-            self._next = step()
-        except StopIteration as done:
-            self._next = None
-            self.value: T = done.value
-
-    def __iter__(self) -> Iterator[Tuple[str, Call]]:
-        while self._next is not None:
-            yield self._next
-
-    def got(self, outcome: Outcome) -> None:
-        """What the request last yielded came back with."""
-        self._step(lambda: self._steps.send(outcome))
+        super().__init__(_over(endpoints, op))
 
 
 def request_args(call: Call) -> Dict[str, Any]:
