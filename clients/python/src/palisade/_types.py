@@ -14,7 +14,7 @@ import functools
 import json
 import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from ._errors import DecodeError
 
@@ -46,6 +46,20 @@ def parse_json(content: bytes) -> Dict[str, Any]:
     return value
 
 
+def _uint(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+#: Each scalar type a wire field may have: the check of its JSON value, and what a
+#: mismatch says the value is not. ``bytes`` travel as standard base64 text.
+_CHECKS: Dict[type, Tuple[Callable[[Any], bool], str]] = {
+    int: (_uint, "an unsigned integer"),
+    str: (lambda v: isinstance(v, str), "a string"),
+    bool: (lambda v: isinstance(v, bool), "a boolean"),
+    bytes: (lambda v: isinstance(v, str), "a string"),
+}
+
+
 class _Fields:
     """Typed reads from one decoded JSON object; every mismatch is a DecodeError."""
 
@@ -56,42 +70,21 @@ class _Fields:
     def _bad(self, name: str, expected: str) -> DecodeError:
         return DecodeError(f"{self.what}: field {name!r} is not {expected}")
 
-    def num(self, name: str) -> int:
+    def read(self, name: str, kind: type, optional: bool) -> Any:
+        """Field ``name`` as a ``kind`` (a key of ``_CHECKS``); ``None`` if it is absent
+        or null and ``optional``."""
         value = self.body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-        raise self._bad(name, "an unsigned integer")
-
-    def opt_num(self, name: str) -> Optional[int]:
-        return None if self.body.get(name) is None else self.num(name)
-
-    def text(self, name: str) -> str:
-        value = self.body.get(name)
-        if isinstance(value, str):
-            return value
-        raise self._bad(name, "a string")
-
-    def opt_text(self, name: str) -> Optional[str]:
-        return None if self.body.get(name) is None else self.text(name)
-
-    def flag(self, name: str) -> bool:
-        value = self.body.get(name)
-        if isinstance(value, bool):
-            return value
-        raise self._bad(name, "a boolean")
-
-    def opt_flag(self, name: str) -> Optional[bool]:
-        return None if self.body.get(name) is None else self.flag(name)
-
-    def opt_value(self, name: str) -> Optional[bytes]:
-        """A lock value: standard base64 on the wire, bytes here."""
-        text = self.opt_text(name)
-        if text is None:
+        if value is None and optional:
             return None
-        try:
-            return base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise self._bad(name, "base64") from None
+        check, expected = _CHECKS[kind]
+        if not check(value):
+            raise self._bad(name, expected)
+        if kind is bytes:
+            try:
+                return base64.b64decode(str(value), validate=True)
+            except (binascii.Error, ValueError):
+                raise self._bad(name, "base64") from None
+        return value
 
     def items(self, name: str) -> List[Any]:
         value = self.body.get(name)
@@ -105,31 +98,23 @@ class _Fields:
         return _Fields(what, value)
 
 
-_READERS = {str: "text", int: "num", bool: "flag", bytes: "value"}
 #: Field metadata of a required field that servers before it leave out: read as 0 then.
 _ABSENT_IS_0 = {"absent": 0}
 
 
 @functools.lru_cache(maxsize=None)
-def _field_readers(cls: type) -> Tuple[Tuple[str, str, Any, Optional[type]], ...]:
-    """Each field of the dataclass ``cls``: its name, the :class:`_Fields` reader of its
-    type, its default, and the item type of a list field."""
+def _field_kinds(cls: type) -> Tuple[Tuple[str, type, bool, Any, bool], ...]:
+    """Each field of the dataclass ``cls``: its name, its type (for a list, its items'),
+    whether it may be absent, its default, and whether it is a list."""
     hints = typing.get_type_hints(cls)
     out = []
     for field in dataclasses.fields(cls):
         kind = hints[field.name]
+        origin = typing.get_origin(kind)
         args = [a for a in typing.get_args(kind) if a is not type(None)]
-        optional = typing.get_origin(kind) is Union
-        item = args[0] if typing.get_origin(kind) is list else None
-        base = args[0] if optional else kind
         default = field.metadata.get("absent", field.default)
-        if item is not None:
-            reader = "items"
-        elif optional or default is not dataclasses.MISSING:
-            reader = "opt_" + _READERS[base]
-        else:
-            reader = _READERS[base]
-        out.append((field.name, reader, default, item))
+        optional = origin is Union or default is not dataclasses.MISSING
+        out.append((field.name, args[0] if origin in (Union, list) else kind, optional, default, origin is list))
     return tuple(out)
 
 
@@ -141,14 +126,14 @@ def read_fields(cls: Type[T], what: str, body: Mapping[str, Any], **given: Any) 
     not read."""
     f = _Fields(what, body)
     values = dict(given)
-    kind: Any = cls
-    for name, reader, default, item in _field_readers(kind):
+    kinds: Any = cls
+    for name, kind, optional, default, many in _field_kinds(kinds):
         if name in values:
             continue
-        if item is not None:
-            values[name] = [read_fields(item, name, f.obj(x, name).body) for x in f.items(name)]
+        if many:
+            values[name] = [read_fields(kind, name, f.obj(x, name).body) for x in f.items(name)]
             continue
-        value = getattr(f, reader)(name)
+        value = f.read(name, kind, optional)
         values[name] = default if value is None and default is not dataclasses.MISSING else value
     return cls(**values)
 
