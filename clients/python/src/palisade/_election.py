@@ -29,7 +29,7 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Iterator, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Optional, TypeVar, Union
 
 from ._attrs import Forward
 from ._errors import LockHeldError, PalisadeError
@@ -113,11 +113,9 @@ class _ElectionOps(Generic[ClientT, LeaderT, ObserverT]):
     def _run(self, op: Op[T]) -> Any:
         return self._client._run(op)  # type: ignore[attr-defined]
 
-    def _lead(self, lease: Any) -> LeaderT:
-        raise NotImplementedError
-
-    def _observer(self) -> ObserverT:
-        raise NotImplementedError
+    #: The leader and observer types of this client.
+    _leader_type: Callable[[Any], LeaderT]
+    _observer_type: Callable[[Any, str, float, bool], ObserverT]
 
     def _campaign(
         self, value: Union[bytes, str], *, candidate: Optional[str] = None, timeout: Optional[float] = None
@@ -132,7 +130,7 @@ class _ElectionOps(Generic[ClientT, LeaderT, ObserverT]):
                     self.name, holder=candidate, ttl_ms=self.ttl_ms, wait_ms=_wait_ms(deadline),
                     value=value, lock_delay_ms=self.lock_delay_ms,
                 )
-                return self._lead(lease)
+                return self._leader_type(lease)
             except LockHeldError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
@@ -144,20 +142,7 @@ class _ElectionOps(Generic[ClientT, LeaderT, ObserverT]):
     def observe(self) -> ObserverT:
         """An observer of this election's leadership changes (close it, or use it as a
         context manager, to end its events stream)."""
-        return self._observer()
-
-
-class Election(_ElectionOps["Client", "Leader", "Observer"]):
-    """An election on the lock ``name``: candidates campaign, observers watch."""
-
-    def _lead(self, lease: "Lease") -> "Leader":
-        return Leader(lease)
-
-    def _observer(self) -> "Observer":
-        return Observer(self._client, self.name, self.poll_interval, self.use_events)
-
-    campaign = blocking(_ElectionOps._campaign)
-    leader = blocking(_ElectionOps._leader)
+        return self._observer_type(self._client, self.name, self.poll_interval, self.use_events)
 
 
 class _LeaderBase(Generic[LeaseT]):
@@ -314,20 +299,16 @@ class Observer(_Watching["Client"]):
         self.close()
 
 
+class Election(_ElectionOps["Client", "Leader", "Observer"]):
+    """An election on the lock ``name``: candidates campaign, observers watch."""
+
+    _leader_type = Leader
+    _observer_type = Observer
+    campaign = blocking(_ElectionOps._campaign)
+    leader = blocking(_ElectionOps._leader)
+
+
 _NOTHING = object()
-
-
-class AsyncElection(_ElectionOps["aio.Client", "AsyncLeader", "AsyncObserver"]):
-    """The asyncio twin of :class:`Election` (``palisade.aio.Election``)."""
-
-    def _lead(self, lease: "aio.Lease") -> "AsyncLeader":
-        return AsyncLeader(lease)
-
-    def _observer(self) -> "AsyncObserver":
-        return AsyncObserver(self._client, self.name, self.poll_interval, self.use_events)
-
-    campaign = asynchronous(_ElectionOps._campaign)
-    leader = asynchronous(_ElectionOps._leader)
 
 
 class AsyncLeader(_LeaderBase["aio.Lease"]):
@@ -415,3 +396,12 @@ class AsyncObserver(_Watching["aio.Client"]):
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+class AsyncElection(_ElectionOps["aio.Client", "AsyncLeader", "AsyncObserver"]):
+    """The asyncio twin of :class:`Election` (``palisade.aio.Election``)."""
+
+    _leader_type = AsyncLeader
+    _observer_type = AsyncObserver
+    campaign = asynchronous(_ElectionOps._campaign)
+    leader = asynchronous(_ElectionOps._leader)

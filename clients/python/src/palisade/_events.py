@@ -84,37 +84,37 @@ class Event:
 
 
 @dataclass(frozen=True)
-class GrantedEvent(Event):
-    """A lease was granted: ``holder`` got ``epoch`` of ``lock`` for ``ttl_ms``."""
+class _LeaseEvent(Event):
+    """An event of one lease: ``holder``'s lease of ``epoch`` on ``lock``."""
 
-    type: ClassVar[str] = "granted"
     lock: str
     epoch: int
     holder: str
+
+
+@dataclass(frozen=True)
+class GrantedEvent(_LeaseEvent):
+    """A lease was granted: ``holder`` got ``epoch`` of ``lock`` for ``ttl_ms``."""
+
+    type: ClassVar[str] = "granted"
     ttl_ms: int
 
 
 @dataclass(frozen=True)
-class ReleasedEvent(Event):
+class ReleasedEvent(_LeaseEvent):
     """The lease of ``epoch`` ended by release (``cause`` ``"release"``), or, over etcd,
     through another node by a release or an expiry the server cannot tell apart
     (``"unknown"``)."""
 
     type: ClassVar[str] = "released"
-    lock: str
-    epoch: int
-    holder: str
     cause: str
 
 
 @dataclass(frozen=True)
-class ExpiredEvent(Event):
+class ExpiredEvent(_LeaseEvent):
     """The lease of ``epoch`` ran out without renewal."""
 
     type: ClassVar[str] = "expired"
-    lock: str
-    epoch: int
-    holder: str
 
 
 @dataclass(frozen=True)
