@@ -28,7 +28,7 @@ import json
 import socket
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, ClassVar, Deque, Dict, Iterator, List, Optional, Tuple, Type
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, ClassVar, Deque, Dict, Generic, Iterator, List, Optional, Tuple, Type, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -60,6 +60,8 @@ __all__ = [
     "RejectedEvent",
     "ResetEvent",
 ]
+
+ClientT = TypeVar("ClientT")
 
 #: Seconds without a byte (not even the server's keep-alive comment, sent every 15 s)
 #: after which a connection is treated as dead and reopened.
@@ -327,12 +329,15 @@ def _timeout(http: Any) -> httpx.Timeout:
     return httpx.Timeout(IDLE_LIMIT, connect=connect if connect is not None else IDLE_LIMIT)
 
 
-class _Stream:
-    """What both streams share: their client, state and open response."""
+class _Stream(Generic[ClientT]):
+    """What both streams share: their client, state, open response and whether they
+    were closed (an event only read and set, never waited on, by the asyncio stream)."""
+
+    _chunks: Any
 
     def __init__(
         self,
-        client: Any,
+        client: ClientT,
         path: str,
         last_event_id: Optional[int] = None,
         on_connect: Optional[Callable[[], None]] = None,
@@ -340,6 +345,12 @@ class _Stream:
         self._client = client
         self._state = _State(path, last_event_id, on_connect)
         self._response: Optional[httpx.Response] = None
+        self._chunks = None
+        self._closed = threading.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
 
     last_event_id = Forward[Optional[int]]("_state", "The id of the last event delivered.")
     last_error = Forward[Optional[PalisadeError]]("_state", "The last failure that was retried (``None`` if none was).")
@@ -351,14 +362,14 @@ class _Stream:
 
     def _exchange(self) -> "Tuple[Exchange[httpx.Response], Any]":
         """The opening of a connection, and the HTTP client to send it with."""
-        http = self._client._http
-        return Exchange(self._client._endpoints, self._state.open()), http
+        client: Any = self._client
+        return Exchange(client._endpoints, self._state.open()), client._http
 
     def _request(self, http: Any, url: str, call: Call) -> httpx.Request:
         return http.build_request("GET", url, headers=call.headers, timeout=_timeout(http))  # type: ignore[no-any-return]
 
 
-class EventStream(_Stream):
+class EventStream(_Stream["Client"]):
     """A blocking iterator of :class:`Event` objects (see the module docs); made by
     :meth:`palisade.Client.watch` and :meth:`palisade.Client.events`::
 
@@ -372,20 +383,7 @@ class EventStream(_Stream):
     then stops. Use one stream from one thread (:meth:`close` may come from another).
     """
 
-    def __init__(
-        self,
-        client: "Client",
-        path: str,
-        last_event_id: Optional[int] = None,
-        on_connect: Optional[Callable[[], None]] = None,
-    ) -> None:
-        super().__init__(client, path, last_event_id, on_connect)
-        self._chunks: Optional[Iterator[bytes]] = None
-        self._closed = threading.Event()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed.is_set()
+    _chunks: Optional[Iterator[bytes]]
 
     def connect(self) -> None:
         """Opens the connection now (iterating opens it otherwise): every event after this
@@ -471,20 +469,11 @@ class EventStream(_Stream):
         self.close()
 
 
-class AsyncEventStream(_Stream):
+class AsyncEventStream(_Stream["aio.Client"]):
     """The asyncio twin of :class:`EventStream` (``async for event in client.watch(...)``),
     made by :meth:`palisade.aio.Client.watch` and :meth:`palisade.aio.Client.events`."""
 
-    def __init__(
-        self,
-        client: "aio.Client",
-        path: str,
-        last_event_id: Optional[int] = None,
-        on_connect: Optional[Callable[[], None]] = None,
-    ) -> None:
-        super().__init__(client, path, last_event_id, on_connect)
-        self._chunks: Optional[AsyncIterator[bytes]] = None
-        self._closed = False
+    _chunks: Optional[AsyncIterator[bytes]]
 
     async def connect(self) -> None:
         """Opens the connection now; see :meth:`EventStream.connect`."""
@@ -516,7 +505,7 @@ class AsyncEventStream(_Stream):
     async def __anext__(self) -> Event:
         state = self._state
         while True:
-            if self._closed:
+            if self._closed.is_set():
                 await self._drop()
                 raise StopAsyncIteration
             if state.ready:
@@ -543,7 +532,7 @@ class AsyncEventStream(_Stream):
             state.feed(chunk)
 
     async def aclose(self) -> None:
-        self._closed = True
+        self._closed.set()
         await self._drop()
 
     async def __aenter__(self) -> "AsyncEventStream":
