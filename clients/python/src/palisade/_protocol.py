@@ -1,9 +1,9 @@
 """The HTTP protocol without I/O: what each call sends and how answers are read.
 
-The blocking client (``palisade.Client``) and the asyncio client (``palisade.aio.Client``)
-are thin shells over this module and ``_failover``: each builds a :class:`Call` here,
-sends it with httpx through an ``Attempts`` loop over the endpoints, and parses the
-answer here. So the two clients cannot disagree about headers, error codes or retries.
+The operations of both clients (``_ops``) build each :class:`Call` here and read its
+answer here; the blocking client (``palisade.Client``) and the asyncio client
+(``palisade.aio.Client``) only send it, with httpx, where ``_failover.Exchange`` says.
+So the two clients cannot disagree about headers, error codes or retries.
 
 Every call says how freely it may be resent (:class:`Retry`). A fenced write or barrier
 sent by a client with several endpoints carries an ``Idempotency-Key`` (a fresh one,

@@ -1,8 +1,9 @@
 """The blocking client: :class:`Client`, :class:`Lease`, :class:`Kv`, :class:`FencedKv`.
 
-A thin shell over ``_protocol`` (what to send, how to read it), ``_failover`` (which node
-next) and ``_renewal`` (when to renew, when the lease is lost). The asyncio client in
-``aio.py`` is the same shell over the same modules.
+A thin shell over ``_ops`` (what each method does, without I/O), ``_protocol`` (what to
+send, how to read it), ``_failover`` (which node next) and ``_renewal`` (when to renew,
+when the lease is lost): it only sends, with ``httpx.Client``, and runs the renewal
+threads. The asyncio client in ``aio.py`` is the same shell over the same modules.
 
 Threads: one ``httpx.Client`` (a pool of keep-alive connections) per :class:`Client`,
 shared by the caller's threads and one renewal thread per live lease. A lease's renewal

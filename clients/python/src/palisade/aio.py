@@ -9,10 +9,11 @@
             await lease.fence()
             await lease.kv.put("invoice-17", b"paid")
 
-The same shell as the blocking client over the same ``_protocol``, ``_failover`` and
-``_renewal`` modules, so both send the same requests, raise the same errors and fail
-over by the same rule. A lease is renewed by one task on the event loop that acquired it; its state
-is touched only from that loop, so nothing is locked.
+The same shell as the blocking client over the same ``_ops``, ``_protocol``,
+``_failover`` and ``_renewal`` modules, so both send the same requests, raise the same
+errors and fail over by the same rule; it sends with ``httpx.AsyncClient``. A lease is
+renewed by one task on the event loop that acquired it; its state is touched only from
+that loop, so nothing is locked.
 """
 
 from __future__ import annotations
