@@ -25,17 +25,16 @@ from ._events import EventStream, lock_events_path, prefix_events_path
 from ._failover import Exchange, Op, request_args
 from ._ops import (
     ClientOps,
+    Ends,
     FencedKvOps,
     HeldOps,
     KvOps,
     LockArgs,
     LockContextBase,
+    Scoped,
     SessionLockOps,
     SessionOps,
-    Value,
     blocking,
-    Ends,
-    Scoped,
     lost_reason,
     waiting,
 )

@@ -36,6 +36,8 @@ from ._events import lock_events_path, prefix_events_path
 from ._failover import Exchange, Op, request_args
 from ._errors import __all__ as _error_names
 from ._ops import (
+    AsyncEnds,
+    AsyncScoped,
     ClientOps,
     FencedKvOps,
     HeldOps,
@@ -44,10 +46,7 @@ from ._ops import (
     LockContextBase,
     SessionLockOps,
     SessionOps,
-    Value,
     asynchronous,
-    AsyncEnds,
-    AsyncScoped,
     lost_reason,
     waiting,
 )
