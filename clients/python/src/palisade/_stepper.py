@@ -34,7 +34,10 @@ class Stepper(Generic[Y, S, R]):
 
     def __iter__(self) -> Iterator[Y]:
         while self._next is not None:
-            yield self._next
+            todo, self._next = self._next, None
+            yield todo
+            if self._next is None and not hasattr(self, "value"):
+                raise RuntimeError("a step was taken without telling its outcome (got)")
 
     def got(self, outcome: S) -> None:
         """What doing the last thing yielded came back with."""
