@@ -5,13 +5,14 @@ opens its own connection and transaction, admits, writes and commits, or rolls b
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from typing import Any, Optional
+from typing import Any, ContextManager, Optional
 
 import psycopg
 
 from palisade import ConflictError
-from palisade.gates import postgres, sqlite
+from palisade.gates import Admitted, postgres, sqlite
 from palisade.tokens import Verifier
 
 PG_UPSERT = "INSERT INTO kv (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
@@ -22,81 +23,81 @@ class Rollback(Exception):
     """The caller's own step after the admit fails."""
 
 
-class SqliteGate:
-    name = "sqlite"
+class _Gate:
+    """One gate's operations; the subclasses say how to connect and open a transaction."""
 
-    def __init__(self, path: str, verifier: Verifier) -> None:
-        self.path = path
+    name = ""
+    module: Any = None
+    upsert = ""
+    select = ""
+
+    def __init__(self, target: str, verifier: Verifier) -> None:
+        self.target = target
         self.verifier = verifier
+
+    def session(self) -> ContextManager[Any]:
+        """A connection, closed at the end of the block."""
+        raise NotImplementedError
+
+    def transaction(self, conn: Any) -> ContextManager[Any]:
+        raise NotImplementedError
+
+    def run(self, token: Any, lock: str, key: str, value: str, own_key: Optional[str] = None,
+            fail_after: bool = False, seq: Optional[int] = None) -> Admitted:
+        """A fenced write in its own transaction: ``own_key`` is written before the admit,
+        and ``fail_after`` fails the transaction after the write."""
+        with self.session() as conn, self.transaction(conn):
+            if own_key is not None:
+                conn.execute(self.upsert, (own_key, "own"))
+            if seq is None:
+                admitted: Admitted = self.module.admit(conn, self.verifier, token, lock)
+            else:
+                admitted = self.module.admit_sequenced(conn, self.verifier, token, lock, seq)
+            conn.execute(self.upsert, (key, value))
+            if fail_after:
+                raise Rollback()
+        return admitted
+
+    def read(self, key: str) -> Optional[str]:
+        with self.session() as conn:
+            row = conn.execute(self.select, (key,)).fetchone()
+            return None if row is None else str(row[0])
+
+    def high_water(self, lock: str) -> int:
+        with self.session() as conn:
+            return int(self.module.high_water(conn, lock).epoch)
+
+
+class SqliteGate(_Gate):
+    name = "sqlite"
+    module = sqlite
+    upsert = SQLITE_UPSERT
+    select = "SELECT value FROM kv WHERE key = ?"
 
     def connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        return sqlite3.connect(self.target, timeout=30, isolation_level=None)
 
-    def run(self, token: Any, lock: str, key: str, value: str, own_key: Optional[str] = None,
-            fail_after: bool = False, seq: Optional[int] = None) -> None:
-        conn = self.connect()
-        try:
-            with sqlite.transaction(conn):
-                if own_key is not None:
-                    conn.execute(SQLITE_UPSERT, (own_key, "own"))
-                if seq is None:
-                    sqlite.admit(conn, self.verifier, token, lock)
-                else:
-                    sqlite.admit_sequenced(conn, self.verifier, token, lock, seq)
-                conn.execute(SQLITE_UPSERT, (key, value))
-                if fail_after:
-                    raise Rollback()
-        finally:
-            conn.close()
+    def session(self) -> ContextManager[sqlite3.Connection]:
+        return contextlib.closing(self.connect())
 
-    def read(self, key: str) -> Optional[str]:
-        conn = self.connect()
-        try:
-            row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-            return None if row is None else str(row[0])
-        finally:
-            conn.close()
-
-    def high_water(self, lock: str) -> int:
-        conn = self.connect()
-        try:
-            return sqlite.high_water(conn, lock).epoch
-        finally:
-            conn.close()
+    def transaction(self, conn: sqlite3.Connection) -> ContextManager[Any]:
+        return sqlite.transaction(conn)
 
 
-class PgGate:
+class PgGate(_Gate):
     name = "postgres"
-
-    def __init__(self, dsn: str, verifier: Verifier) -> None:
-        self.dsn = dsn
-        self.verifier = verifier
+    module = postgres
+    upsert = PG_UPSERT
+    select = "SELECT value FROM kv WHERE key = %s"
 
     def connect(self) -> "psycopg.Connection[Any]":
-        return psycopg.connect(self.dsn)
+        return psycopg.connect(self.target)
 
-    def run(self, token: Any, lock: str, key: str, value: str, own_key: Optional[str] = None,
-            fail_after: bool = False, seq: Optional[int] = None) -> None:
-        with self.connect() as conn:
-            with conn.transaction():
-                if own_key is not None:
-                    conn.execute(PG_UPSERT, (own_key, "own"))
-                if seq is None:
-                    postgres.admit(conn, self.verifier, token, lock)
-                else:
-                    postgres.admit_sequenced(conn, self.verifier, token, lock, seq)
-                conn.execute(PG_UPSERT, (key, value))
-                if fail_after:
-                    raise Rollback()
+    def session(self) -> "psycopg.Connection[Any]":
+        return self.connect()
 
-    def read(self, key: str) -> Optional[str]:
-        with self.connect() as conn:
-            row = conn.execute("SELECT value FROM kv WHERE key = %s", (key,)).fetchone()
-            return None if row is None else str(row[0])
-
-    def high_water(self, lock: str) -> int:
-        with self.connect() as conn:
-            return postgres.high_water(conn, lock).epoch
+    def transaction(self, conn: "psycopg.Connection[Any]") -> ContextManager[Any]:
+        return conn.transaction()
 
 
 Gate = Any  # SqliteGate or PgGate

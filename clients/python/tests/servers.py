@@ -4,6 +4,8 @@ instructions, never a silent skip."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import pwd
 import select
@@ -231,3 +233,20 @@ def run_writer(args: List[str], stdin: Optional[str] = None) -> List[str]:
     if done.returncode != 0:
         raise AssertionError(f"fenced_writer {args[0]} failed ({done.returncode}): {done.stderr}")
     return done.stdout.splitlines()
+
+
+def principal(name: str, key: str, locks: str, allow: Sequence[str], max_ttl_ms: Optional[int] = None) -> str:
+    """One ``[[principal]]`` of an ``--auth-file`` with one grant; its bearer key is
+    stored as the key's SHA-256, as the server reads it."""
+    lines = ["[[principal]]", f'name = "{name}"', f'key_sha256 = "{hashlib.sha256(key.encode()).hexdigest()}"']
+    if max_ttl_ms is not None:
+        lines.append(f"max_ttl_ms = {max_ttl_ms}")
+    lines += ["[[principal.grant]]", f'locks = "{locks}"', f"allow = {json.dumps(list(allow))}"]
+    return "\n".join(lines) + "\n"
+
+
+def auth_file(dir: Path, *principals: str) -> Path:
+    """An ``--auth-file`` in ``dir`` listing ``principals`` (see :func:`principal`)."""
+    path = dir / "auth.toml"
+    path.write_text("\n".join(principals))
+    return path

@@ -4,7 +4,6 @@ fenced store with every write option, typed errors, and bad input refused before
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import threading
 import time
@@ -35,7 +34,7 @@ from palisade import (
 )
 from palisade.tokens import KeyRing, Verifier
 
-from servers import PalisadeServer, free_port
+from servers import PalisadeServer, auth_file, free_port, principal
 
 
 def refused_by_a_fresh_client(client: Client, call: Callable[[Client], object], error: type) -> None:
@@ -311,25 +310,12 @@ def test_keys_principals_and_grants_against_an_auth_server(tmp_path: Path) -> No
     """A server with ``--auth-file``: the bearer key names the principal, the principal
     becomes the holder (a label after it), grants and quotas refuse with typed errors."""
     writer_key, reader_key = "pal_writer-" + "w" * 20, "pal_reader-" + "r" * 20
-    digest = lambda key: hashlib.sha256(key.encode()).hexdigest()  # noqa: E731
-    auth_file = tmp_path / "auth.toml"
-    auth_file.write_text(f"""
-[[principal]]
-name = "billing"
-key_sha256 = "{digest(writer_key)}"
-max_ttl_ms = 60000
-[[principal.grant]]
-locks = "orders*"
-allow = ["acquire", "read", "write", "check"]
-
-[[principal]]
-name = "auditor"
-key_sha256 = "{digest(reader_key)}"
-[[principal.grant]]
-locks = "orders*"
-allow = ["read"]
-""")
-    server = PalisadeServer(["--auth-file", str(auth_file)])
+    auth = auth_file(
+        tmp_path,
+        principal("billing", writer_key, "orders*", ["acquire", "read", "write", "check"], max_ttl_ms=60000),
+        principal("auditor", reader_key, "orders*", ["read"]),
+    )
+    server = PalisadeServer(["--auth-file", str(auth)])
     try:
         with Client(server.url) as anonymous:
             assert anonymous.keys()  # public keys are public

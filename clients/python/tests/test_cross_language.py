@@ -29,11 +29,11 @@ from palisade import (
     BadSignatureError,
     WrongLockError,
 )
-from palisade.gates import Admitted, postgres
+from palisade.gates import Admitted
 from palisade.gates import sqlite as sqlite_gate
 from palisade.tokens import Claims, KeyRing, Verifier, canonical_payload, key_id_of
 
-from gates_support import PG_UPSERT, SQLITE_UPSERT, PgGate, SqliteGate
+from gates_support import PgGate, SqliteGate
 from servers import PalisadeServer, fenced_writer_bin, run_writer
 
 
@@ -80,27 +80,8 @@ class Db:
         return outcome(lambda: self._python_write(token, lock, key, value, seq))
 
     def _python_write(self, token: Any, lock: str, key: str, value: str, seq: Any) -> Admitted:
-        gate = self.gate
-        if isinstance(gate, SqliteGate):
-            conn = gate.connect()
-            try:
-                with sqlite_gate.transaction(conn):
-                    if seq is None:
-                        admitted = sqlite_gate.admit(conn, gate.verifier, token, lock)
-                    else:
-                        admitted = sqlite_gate.admit_sequenced(conn, gate.verifier, token, lock, seq)
-                    conn.execute(SQLITE_UPSERT, (key, value))
-                return admitted
-            finally:
-                conn.close()
-        with gate.connect() as conn:
-            with conn.transaction():
-                if seq is None:
-                    admitted = postgres.admit(conn, gate.verifier, token, lock)
-                else:
-                    admitted = postgres.admit_sequenced(conn, gate.verifier, token, lock, seq)
-                conn.execute(PG_UPSERT, (key, value))
-            return admitted
+        admitted: Admitted = self.gate.run(token, lock, key, value, seq=seq)
+        return admitted
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -8,7 +8,6 @@ bounds are tested on their own."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import queue
 import select
 import socket
@@ -41,7 +40,7 @@ from palisade import (
 )
 from palisade._events import MAX_LINE, SseParser, parse_event
 
-from servers import PalisadeServer, free_port
+from servers import PalisadeServer, auth_file, free_port, principal
 
 E = TypeVar("E", bound=Event)
 #: Bounds a hang (a failure), never a speed.
@@ -333,23 +332,11 @@ def _pki(dir: Path) -> Tuple[Path, Path, Path]:
 def test_a_bearer_key_over_tls_sees_only_the_locks_it_may_read(tmp_path: Path) -> None:
     ca, cert, key = _pki(tmp_path)
     reader_key, writer_key = "pal_reader-" + "r" * 20, "pal_writer-" + "w" * 20
-    digest = lambda k: hashlib.sha256(k.encode()).hexdigest()  # noqa: E731
-    auth = tmp_path / "auth.toml"
-    auth.write_text(f"""
-[[principal]]
-name = "writer"
-key_sha256 = "{digest(writer_key)}"
-[[principal.grant]]
-locks = "*"
-allow = ["acquire", "read", "write"]
-
-[[principal]]
-name = "reader"
-key_sha256 = "{digest(reader_key)}"
-[[principal.grant]]
-locks = "orders*"
-allow = ["read"]
-""")
+    auth = auth_file(
+        tmp_path,
+        principal("writer", writer_key, "*", ["acquire", "read", "write"]),
+        principal("reader", reader_key, "orders*", ["read"]),
+    )
     server = PalisadeServer(["--auth-file", str(auth), "--tls-cert", str(cert), "--tls-key", str(key)])
     try:
         assert server.url.startswith("https://")

@@ -261,3 +261,67 @@ def test_lost_is_final() -> None:
     r.renewed(sent_at=0.1, ttl_ms=1000)
     r.lose("something later")
     assert r.is_lost(0.2) and r.reason(0.2) == "the server says the lease expired or was released"
+
+
+# ---- operations run without I/O ------------------------------------------------------
+
+
+def _answer(status: int, body: object) -> httpx.Response:
+    return httpx.Response(status, content=json.dumps(body).encode(), request=httpx.Request("GET", "http://x"))
+
+
+def test_an_exchange_moves_past_an_unreachable_node_and_a_503_to_the_answer() -> None:
+    def op() -> _failover.Op[str]:
+        response = yield proto.lock_status("orders")
+        return str(proto.body(response)["lock"])
+
+    ends = _failover.Endpoints(["http://a", "http://b", "http://c"])
+    exchange = _failover.Exchange(ends, op())
+    sent = []
+    outcomes = [
+        httpx.ConnectError("refused", request=httpx.Request("GET", "http://a")),
+        _answer(503, err("unavailable")),
+        _answer(200, {"lock": "orders"}),
+    ]
+    for (url, call), outcome in zip(exchange, outcomes):
+        sent.append(url)
+        exchange.got(outcome)
+    assert sent == ["http://a/v1/locks/orders", "http://b/v1/locks/orders", "http://c/v1/locks/orders"]
+    assert exchange.value == "orders"
+    assert ends.order()[0] == "http://c"  # the node that answered is tried first next time
+
+
+def test_an_exchange_raises_the_failure_inside_the_operation() -> None:
+    caught = []
+
+    def op() -> _failover.Op[None]:
+        try:
+            yield proto.acquire("orders", "h", 1000, 0)
+        except Exception as e:
+            caught.append(e)
+            raise
+
+    exchange = _failover.Exchange(_failover.Endpoints(["http://a"]), op())
+    url, _ = next(iter(exchange))
+    with pytest.raises(Exception) as raised:
+        exchange.got(httpx.ReadTimeout("lost", request=httpx.Request("POST", url)))
+    assert caught == [raised.value] and raised.value.outcome_unknown is True  # type: ignore[attr-defined]
+
+
+def test_wire_types_fill_what_older_servers_leave_out() -> None:
+    from palisade import FenceStatus, Grant
+
+    grant = Grant.parse({"lock": "l", "holder": "h", "epoch": 1, "token": "t", "lease_id": "i", "ttl_ms": 5})
+    assert (grant.lock_delay_ms, grant.value, grant.session) == (0, None, None)
+    assert FenceStatus.parse({"lock": "l", "high_water": 2, "policy": "epoch"}).seq == 0
+    with pytest.raises(DecodeError, match="fence status: field 'high_water' is not an unsigned integer"):
+        FenceStatus.parse({"lock": "l", "high_water": True, "policy": "epoch"})
+
+
+def test_an_event_without_its_optional_fields_is_read_not_raised() -> None:
+    from palisade import RejectedEvent
+    from palisade._events import parse_event
+
+    event = parse_event(json.dumps({"type": "rejected", "id": 3, "at_ms": 1, "lock": "l", "code": "missing_token"}))
+    assert event == RejectedEvent(id=3, at_ms=1, lock="l", code="missing_token", epoch=None, high_water=None)
+    assert parse_event(json.dumps({"type": "granted", "id": 3, "at_ms": 1, "lock": "l"})) is None

@@ -48,64 +48,25 @@ from ._errors import *  # noqa: F403 - every error class is part of the surface
 from ._errors import __all__ as _error_names
 from ._protocol import CONNECT_TIMEOUT, LIST_LIMIT, REQUEST_TIMEOUT, WAIT_MARGIN
 from ._election import Election, Leader, LeaderInfo, Observer
-from ._events import (
-    Event,
-    EventStream,
-    ExpiredEvent,
-    FencedEvent,
-    GrantedEvent,
-    RejectedEvent,
-    ReleasedEvent,
-    ResetEvent,
-)
-from ._sync import Client, FencedKv, Kv, Lease, LockContext, Session, SessionLock
-from ._types import (
-    Entry,
-    FenceStatus,
-    Grant,
-    KeepaliveInfo,
-    LockStatus,
-    Proclaimed,
-    PublicKey,
-    SessionInfo,
-    SessionLease,
-    TokenCheck,
-    WriteResult,
-)
+from ._events import *  # noqa: F403 - the event classes
+from ._events import EventStream
+from ._events import __all__ as _event_names
+from ._sync import *  # noqa: F403 - the client, its leases, sessions and namespaces
+from ._sync import __all__ as _client_names
+from ._types import *  # noqa: F403 - the wire types
+from ._types import __all__ as _type_names
 from ._version import __version__
 
 __all__ = [
     "__version__",
-    "Client",
-    "Lease",
-    "LockContext",
-    "Kv",
-    "FencedKv",
-    "Session",
-    "SessionLock",
+    *_client_names,
     "Election",
     "Leader",
     "LeaderInfo",
     "Observer",
     "EventStream",
-    "Event",
-    "GrantedEvent",
-    "ReleasedEvent",
-    "ExpiredEvent",
-    "FencedEvent",
-    "RejectedEvent",
-    "ResetEvent",
-    "Proclaimed",
-    "SessionInfo",
-    "SessionLease",
-    "Grant",
-    "KeepaliveInfo",
-    "LockStatus",
-    "PublicKey",
-    "TokenCheck",
-    "FenceStatus",
-    "Entry",
-    "WriteResult",
+    *_event_names,
+    *_type_names,
     "REQUEST_TIMEOUT",
     "CONNECT_TIMEOUT",
     "WAIT_MARGIN",

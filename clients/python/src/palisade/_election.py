@@ -29,10 +29,14 @@ import asyncio
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterator, Optional, TypeVar, Union
 
+from ._attrs import Forward
 from ._errors import LockHeldError, PalisadeError
 from ._events import AsyncEventStream, Event, EventStream, FencedEvent, RejectedEvent, lock_events_path
+from ._failover import Op
+from ._lease import LeaseBase
+from ._ops import ClientOps, asynchronous, blocking
 from ._types import LockStatus, Proclaimed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -40,6 +44,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from ._sync import Client, FencedKv, Lease
 
 __all__ = ["Election", "Leader", "LeaderInfo", "Observer"]
+
+T = TypeVar("T")
+ClientT = TypeVar("ClientT", bound="ClientOps[Any, Any, Any, Any, Any]")
+LeaseT = TypeVar("LeaseT", bound=LeaseBase)
+LeaderT = TypeVar("LeaderT")
+ObserverT = TypeVar("ObserverT")
 
 #: How often an observer looks, in seconds, unless told.
 DEFAULT_POLL_INTERVAL = 0.5
@@ -78,12 +88,12 @@ def _wait_ms(deadline: Optional[float]) -> int:
     return max(0, min(_MAX_WAIT_MS, int((deadline - time.monotonic()) * 1000)))
 
 
-class Election:
-    """An election on the lock ``name``: candidates campaign, observers watch."""
+class _ElectionOps(Generic[ClientT, LeaderT, ObserverT]):
+    """Both elections: their settings, and what campaigning and asking who leads do."""
 
     def __init__(
         self,
-        client: "Client",
+        client: ClientT,
         name: str,
         *,
         ttl_ms: int = 10_000,
@@ -100,54 +110,54 @@ class Election:
         #: Whether observers use the lock's events stream (False: they poll only).
         self.use_events = use_events
 
-    def campaign(
+    def _run(self, op: Op[T]) -> Any:
+        return self._client._run(op)  # type: ignore[attr-defined]
+
+    #: The leader and observer types of this client.
+    _leader_type: Callable[[Any], LeaderT]
+    _observer_type: Callable[[Any, str, float, bool], ObserverT]
+
+    def _campaign(
         self, value: Union[bytes, str], *, candidate: Optional[str] = None, timeout: Optional[float] = None
-    ) -> "Leader":
+    ) -> Op[LeaderT]:
         """Waits in line until this candidate leads, advertising ``value``; with
         ``timeout`` (seconds), raises :class:`LockHeldError` once it has passed. Other
         errors are raised as they come: an acquire whose answer was lost is not resent."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             try:
-                lease = self._client.acquire(
+                lease = yield from self._client._acquire(
                     self.name, holder=candidate, ttl_ms=self.ttl_ms, wait_ms=_wait_ms(deadline),
                     value=value, lock_delay_ms=self.lock_delay_ms,
                 )
-                return Leader(lease)
+                return self._leader_type(lease)
             except LockHeldError:
                 if deadline is not None and time.monotonic() >= deadline:
                     raise
 
-    def leader(self) -> Optional[LeaderInfo]:
+    def _leader(self) -> Op[Optional[LeaderInfo]]:
         """Who leads now, if anyone."""
-        return LeaderInfo.of(self._client.lock_status(self.name))
+        return LeaderInfo.of((yield from self._client._lock_status(self.name)))
 
-    def observe(self) -> "Observer":
+    def observe(self) -> ObserverT:
         """An observer of this election's leadership changes (close it, or use it as a
         context manager, to end its events stream)."""
-        return Observer(self._client, self.name, self.poll_interval, self.use_events)
+        return self._observer_type(self._client, self.name, self.poll_interval, self.use_events)
 
 
-class Leader:
-    """This candidate leads: a lease on the election's lock, renewed in the background."""
+class _LeaderBase(Generic[LeaseT]):
+    """What both leaders read from their lease."""
 
-    def __init__(self, lease: "Lease") -> None:
+    def __init__(self, lease: LeaseT) -> None:
         self.lease = lease
 
-    @property
-    def epoch(self) -> int:
-        """The term: also the fencing token's epoch."""
-        return self.lease.epoch
+    epoch = Forward[int]("lease", "The term: also the fencing token's epoch.")
+    token = Forward[str]("lease", "The fencing token to attach to every write this leader makes.")
+    lost = Forward[bool]("lease", "True once leadership is known or presumed lost; False is no promise.")
 
-    @property
-    def token(self) -> str:
-        """The fencing token to attach to every write this leader makes."""
-        return self.lease.token
 
-    @property
-    def lost(self) -> bool:
-        """True once leadership is known or presumed lost; False is no promise."""
-        return self.lease.lost
+class Leader(_LeaderBase["Lease"]):
+    """This candidate leads: a lease on the election's lock, renewed in the background."""
 
     def wait_lost(self, timeout: Optional[float] = None) -> bool:
         return self.lease.wait_lost(timeout)
@@ -177,7 +187,35 @@ class Leader:
         self.resign()
 
 
-class Observer:
+class _Watching(Generic[T]):
+    """What both observers keep (their lock, the last leadership returned) and decide
+    (whether a read is news, how long to wait for the next)."""
+
+    def __init__(self, client: T, lock: str, poll_interval: float, use_events: bool) -> None:
+        self._client = client
+        self._lock = lock
+        self._poll = poll_interval
+        self._use_events = use_events
+        self._seen: Any = _NOTHING
+
+    def _news(self, now: Optional[LeaderInfo]) -> bool:
+        """Whether ``now`` differs from what was returned last (always, the first time)."""
+        if self._seen is not _NOTHING and now == self._seen:
+            return False
+        self._seen = now
+        return True
+
+    def _wait(self, deadline: Optional[float], timeout: Optional[float]) -> float:
+        """How long to wait before the next read; :class:`TimeoutError` past ``deadline``."""
+        if deadline is None:
+            return self._poll
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no leadership change of {self._lock!r} within {timeout} s")
+        return min(self._poll, left)
+
+
+class Observer(_Watching["Client"]):
     """Watches an election: :meth:`changed` returns each new leadership.
 
     At its first :meth:`changed` it starts a thread that reads the lock's events stream;
@@ -187,11 +225,7 @@ class Observer:
     """
 
     def __init__(self, client: "Client", lock: str, poll_interval: float, use_events: bool = True) -> None:
-        self._client = client
-        self._lock = lock
-        self._poll = poll_interval
-        self._use_events = use_events
-        self._seen: Any = _NOTHING
+        super().__init__(client, lock, poll_interval, use_events)
         self._wake = threading.Condition()
         self._woken = False
         self._stream: Optional[EventStream] = None
@@ -242,15 +276,9 @@ class Observer:
                 # Cleared before the read: anything the stream reports after it wakes us.
                 self._woken = False
             now = LeaderInfo.of(self._client.lock_status(self._lock))
-            if self._seen is _NOTHING or now != self._seen:
-                self._seen = now
+            if self._news(now):
                 return now
-            wait = self._poll
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"no leadership change of {self._lock!r} within {timeout} s")
-                wait = min(wait, left)
+            wait = self._wait(deadline, timeout)
             with self._wake:
                 self._wake.wait_for(lambda: self._woken, timeout=wait)
 
@@ -271,70 +299,20 @@ class Observer:
         self.close()
 
 
+class Election(_ElectionOps["Client", "Leader", "Observer"]):
+    """An election on the lock ``name``: candidates campaign, observers watch."""
+
+    _leader_type = Leader
+    _observer_type = Observer
+    campaign = blocking(_ElectionOps._campaign)
+    leader = blocking(_ElectionOps._leader)
+
+
 _NOTHING = object()
 
 
-class AsyncElection:
-    """The asyncio twin of :class:`Election` (``palisade.aio.Election``)."""
-
-    def __init__(
-        self,
-        client: "aio.Client",
-        name: str,
-        *,
-        ttl_ms: int = 10_000,
-        lock_delay_ms: Optional[int] = None,
-        poll_interval: float = DEFAULT_POLL_INTERVAL,
-        use_events: bool = True,
-    ) -> None:
-        self._client = client
-        self.name = name
-        self.ttl_ms = ttl_ms
-        self.lock_delay_ms = lock_delay_ms
-        #: Seconds between status reads when the events stream reports nothing.
-        self.poll_interval = max(poll_interval, 0.01)
-        #: Whether observers use the lock's events stream (False: they poll only).
-        self.use_events = use_events
-
-    async def campaign(
-        self, value: Union[bytes, str], *, candidate: Optional[str] = None, timeout: Optional[float] = None
-    ) -> "AsyncLeader":
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            try:
-                lease = await self._client.acquire(
-                    self.name, holder=candidate, ttl_ms=self.ttl_ms, wait_ms=_wait_ms(deadline),
-                    value=value, lock_delay_ms=self.lock_delay_ms,
-                )
-                return AsyncLeader(lease)
-            except LockHeldError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise
-
-    async def leader(self) -> Optional[LeaderInfo]:
-        return LeaderInfo.of(await self._client.lock_status(self.name))
-
-    def observe(self) -> "AsyncObserver":
-        return AsyncObserver(self._client, self.name, self.poll_interval, self.use_events)
-
-
-class AsyncLeader:
+class AsyncLeader(_LeaderBase["aio.Lease"]):
     """The asyncio twin of :class:`Leader`."""
-
-    def __init__(self, lease: "aio.Lease") -> None:
-        self.lease = lease
-
-    @property
-    def epoch(self) -> int:
-        return self.lease.epoch
-
-    @property
-    def token(self) -> str:
-        return self.lease.token
-
-    @property
-    def lost(self) -> bool:
-        return self.lease.lost
 
     async def wait_lost(self, timeout: Optional[float] = None) -> bool:
         return await self.lease.wait_lost(timeout)
@@ -353,16 +331,12 @@ class AsyncLeader:
         await self.lease.release()
 
 
-class AsyncObserver:
+class AsyncObserver(_Watching["aio.Client"]):
     """The asyncio twin of :class:`Observer`: the events stream is read by a task on the
     loop of the first :meth:`changed`."""
 
     def __init__(self, client: "aio.Client", lock: str, poll_interval: float, use_events: bool = True) -> None:
-        self._client = client
-        self._lock = lock
-        self._poll = poll_interval
-        self._use_events = use_events
-        self._seen: Any = _NOTHING
+        super().__init__(client, lock, poll_interval, use_events)
         self._wake: Optional[asyncio.Event] = None
         self._stream: Optional[AsyncEventStream] = None
         self._reader: Optional["asyncio.Task[None]"] = None
@@ -398,15 +372,9 @@ class AsyncObserver:
         while True:
             self._wake.clear()
             now = LeaderInfo.of(await self._client.lock_status(self._lock))
-            if self._seen is _NOTHING or now != self._seen:
-                self._seen = now
+            if self._news(now):
                 return now
-            wait = self._poll
-            if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError(f"no leadership change of {self._lock!r} within {timeout} s")
-                wait = min(wait, left)
+            wait = self._wait(deadline, timeout)
             try:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except asyncio.TimeoutError:
@@ -428,3 +396,12 @@ class AsyncObserver:
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+
+
+class AsyncElection(_ElectionOps["aio.Client", "AsyncLeader", "AsyncObserver"]):
+    """The asyncio twin of :class:`Election` (``palisade.aio.Election``)."""
+
+    _leader_type = AsyncLeader
+    _observer_type = AsyncObserver
+    campaign = asynchronous(_ElectionOps._campaign)
+    leader = asynchronous(_ElectionOps._leader)

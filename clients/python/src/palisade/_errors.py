@@ -318,6 +318,26 @@ class DecodeError(PalisadeError):
     code = "decode"
 
 
+#: The errors whose answer carries nothing beyond the message, by their code.
+_SIMPLE: Dict[str, Type[PalisadeError]] = {
+    cls.code: cls
+    for cls in (
+        LeaseLostError,
+        SessionExpiredError,
+        NotFoundError,
+        MissingTokenError,
+        InvalidTokenError,
+        IdempotencyConflictError,
+        StorageFailedError,
+        BadRequestError,
+        UnauthenticatedError,
+        PermissionDeniedError,
+        ConflictError,
+        UnavailableError,
+    )
+}
+
+
 def _int_field(extra: Mapping[str, Any], name: str) -> Optional[int]:
     value = extra.get(name)
     # bool is an int in Python; a JSON true is not a number.
@@ -365,21 +385,7 @@ def _decode_known(status: int, code: str, message: str, extra: Mapping[str, Any]
         if not isinstance(resource, str) or limit is None:
             return None
         return QuotaExceededError(message, resource, limit, status=status)
-    simple: Dict[str, Type[PalisadeError]] = {
-        "lease_expired": LeaseLostError,
-        "session_expired": SessionExpiredError,
-        "not_found": NotFoundError,
-        "missing_token": MissingTokenError,
-        "invalid_token": InvalidTokenError,
-        "idempotency_conflict": IdempotencyConflictError,
-        "storage_failed": StorageFailedError,
-        "bad_request": BadRequestError,
-        "unauthenticated": UnauthenticatedError,
-        "permission_denied": PermissionDeniedError,
-        "write_conflict": ConflictError,
-        "unavailable": UnavailableError,
-    }
-    cls = simple.get(code)
+    cls = _SIMPLE.get(code)
     return cls(message, status=status) if cls is not None else None
 
 

@@ -28,25 +28,29 @@ import json
 import socket
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, ClassVar, Deque, Dict, Iterator, List, Optional, Type
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, ClassVar, Deque, Dict, Generic, Iterator, List, Optional, Tuple, Type, TypeVar
 from urllib.parse import quote
 
 import httpx
 
+from ._attrs import Forward
 from ._errors import (
+    DecodeError,
     PalisadeError,
     QuotaExceededError,
     StorageFailedError,
     TransportError,
     decode_error,
 )
-from ._failover import Attempts, Call, Retry
+from ._failover import Call, Exchange, Op, Retry
 from ._paths import segment
+from ._types import read_fields
 
 if TYPE_CHECKING:  # pragma: no cover
     from . import aio
     from ._sync import Client
 
+#: The event classes (both clients export them; the streams are their own).
 __all__ = [
     "Event",
     "GrantedEvent",
@@ -55,11 +59,9 @@ __all__ = [
     "FencedEvent",
     "RejectedEvent",
     "ResetEvent",
-    "EventStream",
-    "AsyncEventStream",
-    "IDLE_LIMIT",
-    "MAX_LINE",
 ]
+
+ClientT = TypeVar("ClientT")
 
 #: Seconds without a byte (not even the server's keep-alive comment, sent every 15 s)
 #: after which a connection is treated as dead and reopened.
@@ -84,37 +86,37 @@ class Event:
 
 
 @dataclass(frozen=True)
-class GrantedEvent(Event):
-    """A lease was granted: ``holder`` got ``epoch`` of ``lock`` for ``ttl_ms``."""
+class _LeaseEvent(Event):
+    """An event of one lease: ``holder``'s lease of ``epoch`` on ``lock``."""
 
-    type: ClassVar[str] = "granted"
     lock: str
     epoch: int
     holder: str
+
+
+@dataclass(frozen=True)
+class GrantedEvent(_LeaseEvent):
+    """A lease was granted: ``holder`` got ``epoch`` of ``lock`` for ``ttl_ms``."""
+
+    type: ClassVar[str] = "granted"
     ttl_ms: int
 
 
 @dataclass(frozen=True)
-class ReleasedEvent(Event):
+class ReleasedEvent(_LeaseEvent):
     """The lease of ``epoch`` ended by release (``cause`` ``"release"``), or, over etcd,
     through another node by a release or an expiry the server cannot tell apart
     (``"unknown"``)."""
 
     type: ClassVar[str] = "released"
-    lock: str
-    epoch: int
-    holder: str
     cause: str
 
 
 @dataclass(frozen=True)
-class ExpiredEvent(Event):
+class ExpiredEvent(_LeaseEvent):
     """The lease of ``epoch`` ran out without renewal."""
 
     type: ClassVar[str] = "expired"
-    lock: str
-    epoch: int
-    holder: str
 
 
 @dataclass(frozen=True)
@@ -154,24 +156,6 @@ _TYPES: Dict[str, Type[Event]] = {
     cls.type: cls
     for cls in (GrantedEvent, ReleasedEvent, ExpiredEvent, FencedEvent, RejectedEvent, ResetEvent)
 }
-# Each field's check: a non-negative int, a str, or either of those or None.
-_INT, _STR, _OPT_INT = "int", "str", "int?"
-_FIELDS: Dict[str, Dict[str, str]] = {
-    "granted": {"lock": _STR, "epoch": _INT, "holder": _STR, "ttl_ms": _INT},
-    "released": {"lock": _STR, "epoch": _INT, "holder": _STR, "cause": _STR},
-    "expired": {"lock": _STR, "epoch": _INT, "holder": _STR},
-    "fenced": {"lock": _STR, "high_water": _INT, "seq": _INT},
-    "rejected": {"lock": _STR, "code": _STR, "epoch": _OPT_INT, "high_water": _OPT_INT},
-    "reset": {"reason": _STR},
-}
-
-
-def _fits(kind: str, value: Any) -> bool:
-    if kind == _STR:
-        return isinstance(value, str)
-    if value is None:
-        return kind == _OPT_INT
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def parse_event(data: str) -> Optional[Event]:
@@ -186,10 +170,10 @@ def parse_event(data: str) -> Optional[Event]:
     kind = raw.get("type")
     if not isinstance(kind, str) or kind not in _TYPES:
         return None
-    fields = {"id": _INT, "at_ms": _INT, **_FIELDS[kind]}
-    if not all(_fits(check, raw.get(name)) for name, check in fields.items()):
+    try:
+        return read_fields(_TYPES[kind], "event", raw)
+    except DecodeError:
         return None
-    return _TYPES[kind](**{name: raw[name] for name in fields})
 
 
 class SseParser:
@@ -293,8 +277,13 @@ class _State:
         self.connections = 0
         self.received = False
 
-    def call(self) -> Call:
-        return Call("GET", self.path, _headers(self.last_event_id), retry=Retry.SAFE)
+    def open(self) -> Op[httpx.Response]:
+        """Opens a connection (over the endpoints, like any read): the answer if it is
+        the stream, the typed error if it is not."""
+        response = yield Call("GET", self.path, _headers(self.last_event_id), retry=Retry.SAFE)
+        if response.status_code != 200:
+            raise decode_error(response.status_code, response.content)
+        return response
 
     def connected(self) -> None:
         self.parser = SseParser()
@@ -340,7 +329,47 @@ def _timeout(http: Any) -> httpx.Timeout:
     return httpx.Timeout(IDLE_LIMIT, connect=connect if connect is not None else IDLE_LIMIT)
 
 
-class EventStream:
+class _Stream(Generic[ClientT]):
+    """What both streams share: their client, state, open response and whether they
+    were closed (an event only read and set, never waited on, by the asyncio stream)."""
+
+    _chunks: Any
+
+    def __init__(
+        self,
+        client: ClientT,
+        path: str,
+        last_event_id: Optional[int] = None,
+        on_connect: Optional[Callable[[], None]] = None,
+    ) -> None:
+        self._client = client
+        self._state = _State(path, last_event_id, on_connect)
+        self._response: Optional[httpx.Response] = None
+        self._chunks = None
+        self._closed = threading.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    last_event_id = Forward[Optional[int]]("_state", "The id of the last event delivered.")
+    last_error = Forward[Optional[PalisadeError]]("_state", "The last failure that was retried (``None`` if none was).")
+    connections = Forward[int]("_state", "How many connections the stream has opened (1 + reconnections).")
+
+    @property
+    def connected(self) -> bool:
+        return self._response is not None
+
+    def _exchange(self) -> "Tuple[Exchange[httpx.Response], Any]":
+        """The opening of a connection, and the HTTP client to send it with."""
+        client: Any = self._client
+        return Exchange(client._endpoints, self._state.open()), client._http
+
+    def _request(self, http: Any, url: str, call: Call) -> httpx.Request:
+        return http.build_request("GET", url, headers=call.headers, timeout=_timeout(http))  # type: ignore[no-any-return]
+
+
+class EventStream(_Stream["Client"]):
     """A blocking iterator of :class:`Event` objects (see the module docs); made by
     :meth:`palisade.Client.watch` and :meth:`palisade.Client.events`::
 
@@ -354,67 +383,27 @@ class EventStream:
     then stops. Use one stream from one thread (:meth:`close` may come from another).
     """
 
-    def __init__(
-        self,
-        client: "Client",
-        path: str,
-        last_event_id: Optional[int] = None,
-        on_connect: Optional[Callable[[], None]] = None,
-    ) -> None:
-        self._client = client
-        self._state = _State(path, last_event_id, on_connect)
-        self._response: Optional[httpx.Response] = None
-        self._chunks: Optional[Iterator[bytes]] = None
-        self._closed = threading.Event()
-
-    @property
-    def last_event_id(self) -> Optional[int]:
-        return self._state.last_event_id
-
-    @property
-    def last_error(self) -> Optional[PalisadeError]:
-        """The last failure that was retried (``None`` if none was)."""
-        return self._state.last_error
-
-    @property
-    def connections(self) -> int:
-        """How many connections the stream has opened (1 + reconnections)."""
-        return self._state.connections
-
-    @property
-    def connected(self) -> bool:
-        return self._response is not None
-
-    @property
-    def closed(self) -> bool:
-        return self._closed.is_set()
+    _chunks: Optional[Iterator[bytes]]
 
     def connect(self) -> None:
         """Opens the connection now (iterating opens it otherwise): every event after this
         returns reaches the stream. Raises what opening it raised."""
         if self._response is not None:
             return
-        http = self._client._http
-        attempts = Attempts(self._client._endpoints, self._state.call())
-        for base in attempts:
-            request = http.build_request(
-                "GET", base + self._state.path, headers=self._state.call().headers, timeout=_timeout(http)
-            )
+        exchange, http = self._exchange()
+        for url, call in exchange:
             try:
-                response = http.send(request, stream=True)
+                response = http.send(self._request(http, url, call), stream=True)
             except httpx.TransportError as e:
-                attempts.failed(base, e)
+                exchange.got(e)
                 continue
             if response.status_code != 200:
                 response.read()
                 response.close()
-            if attempts.answered(base, response):
-                if response.status_code != 200:
-                    raise decode_error(response.status_code, response.content)
-                self._response, self._chunks = response, response.iter_bytes()
-                self._state.connected()
-                return
-        raise attempts.exhausted()
+            exchange.got(response)
+        self._response = exchange.value
+        self._chunks = self._response.iter_bytes()
+        self._state.connected()
 
     def _drop(self) -> None:
         response, self._response, self._chunks = self._response, None, None
@@ -480,64 +469,30 @@ class EventStream:
         self.close()
 
 
-class AsyncEventStream:
+class AsyncEventStream(_Stream["aio.Client"]):
     """The asyncio twin of :class:`EventStream` (``async for event in client.watch(...)``),
     made by :meth:`palisade.aio.Client.watch` and :meth:`palisade.aio.Client.events`."""
 
-    def __init__(
-        self,
-        client: "aio.Client",
-        path: str,
-        last_event_id: Optional[int] = None,
-        on_connect: Optional[Callable[[], None]] = None,
-    ) -> None:
-        self._client = client
-        self._state = _State(path, last_event_id, on_connect)
-        self._response: Optional[httpx.Response] = None
-        self._chunks: Optional[AsyncIterator[bytes]] = None
-        self._closed = False
-
-    @property
-    def last_event_id(self) -> Optional[int]:
-        return self._state.last_event_id
-
-    @property
-    def last_error(self) -> Optional[PalisadeError]:
-        return self._state.last_error
-
-    @property
-    def connections(self) -> int:
-        return self._state.connections
-
-    @property
-    def connected(self) -> bool:
-        return self._response is not None
+    _chunks: Optional[AsyncIterator[bytes]]
 
     async def connect(self) -> None:
         """Opens the connection now; see :meth:`EventStream.connect`."""
         if self._response is not None:
             return
-        http = self._client._http
-        attempts = Attempts(self._client._endpoints, self._state.call())
-        for base in attempts:
-            request = http.build_request(
-                "GET", base + self._state.path, headers=self._state.call().headers, timeout=_timeout(http)
-            )
+        exchange, http = self._exchange()
+        for url, call in exchange:
             try:
-                response = await http.send(request, stream=True)
+                response = await http.send(self._request(http, url, call), stream=True)
             except httpx.TransportError as e:
-                attempts.failed(base, e)
+                exchange.got(e)
                 continue
             if response.status_code != 200:
                 await response.aread()
                 await response.aclose()
-            if attempts.answered(base, response):
-                if response.status_code != 200:
-                    raise decode_error(response.status_code, response.content)
-                self._response, self._chunks = response, response.aiter_bytes()
-                self._state.connected()
-                return
-        raise attempts.exhausted()
+            exchange.got(response)
+        self._response = exchange.value
+        self._chunks = self._response.aiter_bytes()
+        self._state.connected()
 
     async def _drop(self) -> None:
         response, self._response, self._chunks = self._response, None, None
@@ -550,7 +505,7 @@ class AsyncEventStream:
     async def __anext__(self) -> Event:
         state = self._state
         while True:
-            if self._closed:
+            if self._closed.is_set():
                 await self._drop()
                 raise StopAsyncIteration
             if state.ready:
@@ -577,7 +532,7 @@ class AsyncEventStream:
             state.feed(chunk)
 
     async def aclose(self) -> None:
-        self._closed = True
+        self._closed.set()
         await self._drop()
 
     async def __aenter__(self) -> "AsyncEventStream":

@@ -16,11 +16,14 @@ from __future__ import annotations
 import enum
 import threading
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Set
+from typing import Any, Dict, Generator, Iterator, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 import httpx
 
 from ._errors import PalisadeError, TransportError, decode_error
+from ._stepper import Stepper
+
+T = TypeVar("T")
 
 
 class Retry(enum.Enum):
@@ -175,3 +178,64 @@ class Attempts:
         if self._last is None:  # pragma: no cover - there is always at least one base
             return TransportError("no endpoint to send to", outcome_unknown=False)
         return self._last
+
+
+#: What one HTTP request to one endpoint came back with.
+Outcome = Union[httpx.Response, httpx.TransportError]
+#: An operation without I/O: it yields the :class:`Call` objects to send, takes each
+#: answer, and returns the result (or raises the typed error).
+Op = Generator[Call, httpx.Response, T]
+
+
+def _attempt(endpoints: Endpoints, call: Call) -> Generator[Tuple[str, Call], Outcome, httpx.Response]:
+    """One call over the endpoints (:class:`Attempts`): yields the URL to send it to and
+    takes what came back; returns the answer that is the call's outcome."""
+    attempts = Attempts(endpoints, call)
+    for base in attempts:
+        outcome = yield base + call.path, call
+        if isinstance(outcome, httpx.TransportError):
+            attempts.failed(base, outcome)
+            continue
+        if attempts.answered(base, outcome):
+            return outcome
+    raise attempts.exhausted()
+
+
+def _over(endpoints: Endpoints, op: Op[T]) -> Generator[Tuple[str, Call], Outcome, T]:
+    """Runs ``op``, sending each of its calls over the endpoints; a call that fails on
+    every endpoint is raised inside ``op``, where it was made."""
+    try:
+        call = next(op)
+        while True:
+            try:
+                response = yield from _attempt(endpoints, call)
+            except PalisadeError as e:
+                call = op.throw(e)
+            else:
+                call = op.send(response)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+
+
+class Exchange(Stepper[Tuple[str, Call], Outcome, T]):
+    """One operation run over the endpoints, for a client that does the sending::
+
+        exchange = Exchange(endpoints, op)
+        for url, call in exchange:
+            try:
+                outcome = http.request(call.method, url, ...)
+            except httpx.TransportError as e:
+                outcome = e
+            exchange.got(outcome)
+        return exchange.value
+    """
+
+    def __init__(self, endpoints: Endpoints, op: Op[T]) -> None:
+        super().__init__(_over(endpoints, op))
+
+
+def request_args(call: Call) -> Dict[str, Any]:
+    """The keyword arguments of ``request`` for ``call`` (its URL aside)."""
+    timeout: Any = httpx.USE_CLIENT_DEFAULT if call.timeout is None else call.timeout
+    return {"headers": call.headers, "content": call.body, "timeout": timeout}

@@ -8,74 +8,69 @@ import itertools
 import time
 from typing import ContextManager, Optional
 
+from ._attrs import Forward
 from ._errors import LeaseLostError
 from ._renewal import Renewal
 from ._types import Grant
 
 
-class LeaseBase:
-    """A granted lease and its renewal schedule.
+class Scheduled:
+    """Something kept alive by a renewal schedule: a lease, or a session.
 
-    ``guard`` protects the schedule: the blocking lease's condition variable (its renewal
-    thread writes the schedule while callers read it), or a no-op for the asyncio lease,
+    ``guard`` protects the schedule: the blocking client's condition variable (its renewal
+    thread writes the schedule while callers read it), or a no-op for the asyncio client,
     whose task runs on the caller's loop.
     """
 
-    def __init__(self, grant: Grant, sent_at: float, guard: ContextManager[object]) -> None:
-        self._grant = grant
-        self._renewal = Renewal(grant.ttl_ms, sent_at)
+    def __init__(self, ttl_ms: int, sent_at: float, guard: ContextManager[object]) -> None:
+        self._renewal = Renewal(ttl_ms, sent_at)
         self._guard = guard
+
+    def _name(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def lost(self) -> bool:
+        """True once it is known or presumed lost (a session: with every lock in it).
+        ``False`` is not permission to write: the process can pause right after asking."""
+        with self._guard:
+            return self._renewal.is_lost(time.monotonic())
+
+    @property
+    def lost_reason(self) -> Optional[str]:
+        """Why it is lost, or ``None`` while it is believed alive."""
+        with self._guard:
+            return self._renewal.reason(time.monotonic())
+
+    def ensure_alive(self) -> None:
+        """Raises :class:`LeaseLostError` if it is known or presumed lost."""
+        reason = self.lost_reason
+        if reason is not None:
+            raise LeaseLostError(f"{self._name()} is lost: {reason}")
+
+
+class LeaseBase(Scheduled):
+    """A granted lease and its renewal schedule."""
+
+    def __init__(self, grant: Grant, sent_at: float, guard: ContextManager[object]) -> None:
+        super().__init__(grant.ttl_ms, sent_at, guard)
+        self._grant = grant
         self._seq = itertools.count(1)
+
+    def _name(self) -> str:
+        return f"lease {self.lease_id} on {self.lock!r}"
 
     @property
     def grant(self) -> Grant:
         """The lease as granted."""
         return self._grant
 
-    @property
-    def lock(self) -> str:
-        return self._grant.lock
-
-    @property
-    def holder(self) -> str:
-        return self._grant.holder
-
-    @property
-    def epoch(self) -> int:
-        """This holder's ownership generation."""
-        return self._grant.epoch
-
-    @property
-    def token(self) -> str:
-        """The fencing token to attach to every mutation of this lock's resources."""
-        return self._grant.token
-
-    @property
-    def lease_id(self) -> str:
-        return self._grant.lease_id
-
-    @property
-    def ttl_ms(self) -> int:
-        return self._grant.ttl_ms
-
-    @property
-    def lost(self) -> bool:
-        """True once the lease is known or presumed lost. ``False`` is not permission to
-        write: the process can pause right after asking."""
-        with self._guard:
-            return self._renewal.is_lost(time.monotonic())
-
-    @property
-    def lost_reason(self) -> Optional[str]:
-        """Why the lease is lost, or ``None`` while it is believed alive."""
-        with self._guard:
-            return self._renewal.reason(time.monotonic())
-
-    def ensure_alive(self) -> None:
-        """Raises :class:`LeaseLostError` if the lease is known or presumed lost."""
-        reason = self.lost_reason
-        if reason is not None:
-            raise LeaseLostError(f"lease {self.lease_id} on {self.lock!r} is lost: {reason}")
+    lock = Forward[str]("_grant")
+    holder = Forward[str]("_grant")
+    epoch = Forward[int]("_grant", "This holder's ownership generation.")
+    token = Forward[str]("_grant", "The fencing token to attach to every mutation of this lock's resources.")
+    lease_id = Forward[str]("_grant")
+    ttl_ms = Forward[int]("_grant")
 
     def next_seq(self) -> int:
         """1, 2, 3, ...: sequence numbers for this lease's writes to a ``sequence``

@@ -1,9 +1,9 @@
 """The HTTP protocol without I/O: what each call sends and how answers are read.
 
-The blocking client (``palisade.Client``) and the asyncio client (``palisade.aio.Client``)
-are thin shells over this module and ``_failover``: each builds a :class:`Call` here,
-sends it with httpx through an ``Attempts`` loop over the endpoints, and parses the
-answer here. So the two clients cannot disagree about headers, error codes or retries.
+The operations of both clients (``_ops``) build each :class:`Call` here and read its
+answer here; the blocking client (``palisade.Client``) and the asyncio client
+(``palisade.aio.Client``) only send it, with httpx, where ``_failover.Exchange`` says.
+So the two clients cannot disagree about headers, error codes or retries.
 
 Every call says how freely it may be resent (:class:`Retry`). A fenced write or barrier
 sent by a client with several endpoints carries an ``Idempotency-Key`` (a fresh one,
@@ -19,26 +19,14 @@ import socket
 import ssl
 import uuid
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union
 
 import httpx
 
 from ._errors import BadRequestError, DecodeError, InvalidTokenError, NotFoundError, decode_error
 from ._failover import Call, Retry
 from ._paths import key_path, segment
-from ._types import (
-    Entry,
-    FenceStatus,
-    Grant,
-    KeepaliveInfo,
-    LockStatus,
-    Proclaimed,
-    PublicKey,
-    SessionInfo,
-    TokenCheck,
-    WriteResult,
-    parse_json,
-)
+from ._types import Entry, WriteResult, parse_json
 from ._version import __version__
 
 #: Bound on every call that is not a queued acquire, in seconds. A server that does not
@@ -59,6 +47,8 @@ MIN_TTL_MS, MAX_WAIT_MS = 50, 300_000
 #: Largest lock value, in bytes (the server's bound; sent as base64).
 MAX_LOCK_VALUE_BYTES = 4096
 _U64_MAX = 2**64 - 1
+
+T = TypeVar("T")
 
 FENCING_TOKEN = "Fencing-Token"
 FENCING_SEQ = "Fencing-Seq"
@@ -331,40 +321,9 @@ def body(response: httpx.Response) -> Dict[str, Any]:
     return parse_json(expect_ok(response).content)
 
 
-def grant(response: httpx.Response) -> Grant:
-    return Grant.parse(body(response))
-
-
-def proclaimed(response: httpx.Response) -> Proclaimed:
-    return Proclaimed.parse(body(response))
-
-
-def session_of(response: httpx.Response) -> SessionInfo:
-    return SessionInfo.parse(body(response))
-
-
-def keepalive_info(response: httpx.Response) -> KeepaliveInfo:
-    return KeepaliveInfo.parse(body(response))
-
-
-def lock_status_of(response: httpx.Response) -> LockStatus:
-    return LockStatus.parse(body(response))
-
-
-def lock_list(response: httpx.Response) -> List[LockStatus]:
-    return LockStatus.parse_list(body(response))
-
-
-def public_keys(response: httpx.Response) -> List[PublicKey]:
-    return PublicKey.parse_list(body(response))
-
-
-def token_check(response: httpx.Response) -> TokenCheck:
-    return TokenCheck.parse(body(response))
-
-
-def fence_status(response: httpx.Response) -> FenceStatus:
-    return FenceStatus.parse(body(response))
+def read(parse: Callable[[Dict[str, Any]], T], response: httpx.Response) -> T:
+    """A success's JSON body, read by ``parse`` (a wire type's ``parse``, say)."""
+    return parse(body(response))
 
 
 def write_result(response: httpx.Response) -> WriteResult:

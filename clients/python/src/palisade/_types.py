@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import functools
 import json
+import typing
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Callable, ClassVar, Dict, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
 from ._errors import DecodeError
+
+T = TypeVar("T")
 
 __all__ = [
     "Grant",
@@ -41,6 +46,20 @@ def parse_json(content: bytes) -> Dict[str, Any]:
     return value
 
 
+def _uint(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+#: Each scalar type a wire field may have: the check of its JSON value, and what a
+#: mismatch says the value is not. ``bytes`` travel as standard base64 text.
+_CHECKS: Dict[type, Tuple[Callable[[Any], bool], str]] = {
+    int: (_uint, "an unsigned integer"),
+    str: (lambda v: isinstance(v, str), "a string"),
+    bool: (lambda v: isinstance(v, bool), "a boolean"),
+    bytes: (lambda v: isinstance(v, str), "a string"),
+}
+
+
 class _Fields:
     """Typed reads from one decoded JSON object; every mismatch is a DecodeError."""
 
@@ -51,42 +70,21 @@ class _Fields:
     def _bad(self, name: str, expected: str) -> DecodeError:
         return DecodeError(f"{self.what}: field {name!r} is not {expected}")
 
-    def num(self, name: str) -> int:
+    def read(self, name: str, kind: type, optional: bool) -> Any:
+        """Field ``name`` as a ``kind`` (a key of ``_CHECKS``); ``None`` if it is absent
+        or null and ``optional``."""
         value = self.body.get(name)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
-        raise self._bad(name, "an unsigned integer")
-
-    def opt_num(self, name: str) -> Optional[int]:
-        return None if self.body.get(name) is None else self.num(name)
-
-    def text(self, name: str) -> str:
-        value = self.body.get(name)
-        if isinstance(value, str):
-            return value
-        raise self._bad(name, "a string")
-
-    def opt_text(self, name: str) -> Optional[str]:
-        return None if self.body.get(name) is None else self.text(name)
-
-    def flag(self, name: str) -> bool:
-        value = self.body.get(name)
-        if isinstance(value, bool):
-            return value
-        raise self._bad(name, "a boolean")
-
-    def opt_flag(self, name: str) -> Optional[bool]:
-        return None if self.body.get(name) is None else self.flag(name)
-
-    def opt_value(self, name: str) -> Optional[bytes]:
-        """A lock value: standard base64 on the wire, bytes here."""
-        text = self.opt_text(name)
-        if text is None:
+        if value is None and optional:
             return None
-        try:
-            return base64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError):
-            raise self._bad(name, "base64") from None
+        check, expected = _CHECKS[kind]
+        if not check(value):
+            raise self._bad(name, expected)
+        if kind is bytes:
+            try:
+                return base64.b64decode(str(value), validate=True)
+            except (binascii.Error, ValueError):
+                raise self._bad(name, "base64") from None
+        return value
 
     def items(self, name: str) -> List[Any]:
         value = self.body.get(name)
@@ -100,9 +98,65 @@ class _Fields:
         return _Fields(what, value)
 
 
+#: Field metadata of a required field that servers before it leave out: read as 0 then.
+_ABSENT_IS_0 = {"absent": 0}
+
+
+@functools.lru_cache(maxsize=None)
+def _field_kinds(cls: type) -> Tuple[Tuple[str, type, bool, Any, bool], ...]:
+    """Each field of the dataclass ``cls``: its name, its type (for a list, its items'),
+    whether it may be absent, its default, and whether it is a list."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for field in dataclasses.fields(cls):
+        kind = hints[field.name]
+        origin = typing.get_origin(kind)
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        default = field.metadata.get("absent", field.default)
+        optional = origin is Union or default is not dataclasses.MISSING
+        out.append((field.name, args[0] if origin in (Union, list) else kind, optional, default, origin is list))
+    return tuple(out)
+
+
+def read_fields(cls: Type[T], what: str, body: Mapping[str, Any], **given: Any) -> T:
+    """An instance of the dataclass ``cls`` from the JSON object ``body`` (``what`` names
+    it in errors), each field read by its type: a string, an unsigned integer, a boolean,
+    base64 bytes, or a list of objects of another such dataclass. An ``Optional`` field
+    may be absent or null; a field with a default takes it then. ``given`` fields are
+    not read."""
+    f = _Fields(what, body)
+    values = dict(given)
+    kinds: Any = cls
+    for name, kind, optional, default, many in _field_kinds(kinds):
+        if name in values:
+            continue
+        if many:
+            values[name] = [read_fields(kind, name, f.obj(x, name).body) for x in f.items(name)]
+            continue
+        value = f.read(name, kind, optional)
+        values[name] = default if value is None and default is not dataclasses.MISSING else value
+    return cls(**values)
+
+
+W = TypeVar("W", bound="_Wire")
+
+
+class _Wire:
+    """A wire type read from a JSON object by :func:`read_fields`."""
+
+    #: What the object is called in a :class:`DecodeError`.
+    _what: ClassVar[str] = ""
+
+    @classmethod
+    def parse(cls: Type[W], body: Mapping[str, Any]) -> W:
+        return read_fields(cls, cls._what, body)
+
+
 @dataclass(frozen=True)
-class Grant:
+class Grant(_Wire):
     """A granted lease, from ``POST /v1/locks/{lock}/acquire``."""
+
+    _what: ClassVar[str] = "acquire answer"
 
     lock: str
     holder: str
@@ -119,41 +173,25 @@ class Grant:
     #: The session the lease belongs to, if any.
     session: Optional[str] = None
 
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "Grant":
-        f = _Fields("acquire answer", body)
-        return Grant(
-            lock=f.text("lock"),
-            holder=f.text("holder"),
-            epoch=f.num("epoch"),
-            token=f.text("token"),
-            lease_id=f.text("lease_id"),
-            ttl_ms=f.num("ttl_ms"),
-            value=f.opt_value("value"),
-            lock_delay_ms=f.opt_num("lock_delay_ms") or 0,
-            session=f.opt_text("session"),
-        )
-
 
 @dataclass(frozen=True)
-class KeepaliveInfo:
+class KeepaliveInfo(_Wire):
     """A renewed lease: it runs ``ttl_ms`` from when the server handled the renewal."""
+
+    _what: ClassVar[str] = "keepalive answer"
 
     lease_id: str
     lock: str
     epoch: int
     ttl_ms: int
 
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "KeepaliveInfo":
-        f = _Fields("keepalive answer", body)
-        return KeepaliveInfo(f.text("lease_id"), f.text("lock"), f.num("epoch"), f.num("ttl_ms"))
-
 
 @dataclass(frozen=True)
-class LockStatus:
+class LockStatus(_Wire):
     """One lock's status. ``epoch`` is the last epoch issued (0 if never acquired);
     ``holder``, ``lease_id`` and ``remaining_ms`` are ``None`` while the lock is free."""
+
+    _what: ClassVar[str] = "lock status"
 
     lock: str
     epoch: int
@@ -171,22 +209,6 @@ class LockStatus:
     lock_delay_ms: Optional[int] = None
     #: The live lease's session (shown to its owner only).
     session: Optional[str] = None
-
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "LockStatus":
-        f = _Fields("lock status", body)
-        return LockStatus(
-            lock=f.text("lock"),
-            epoch=f.num("epoch"),
-            holder=f.opt_text("holder"),
-            lease_id=f.opt_text("lease_id"),
-            remaining_ms=f.opt_num("remaining_ms"),
-            waiters=f.num("waiters"),
-            lease_epoch=f.opt_num("lease_epoch"),
-            value=f.opt_value("value"),
-            lock_delay_ms=f.opt_num("lock_delay_ms"),
-            session=f.opt_text("session"),
-        )
 
     @staticmethod
     def parse_list(body: Mapping[str, Any]) -> List["LockStatus"]:
@@ -211,23 +233,19 @@ class PublicKey:
     @staticmethod
     def parse_list(body: Mapping[str, Any]) -> List["PublicKey"]:
         f = _Fields("key list", body)
-        keys = []
-        for item in f.items("keys"):
-            k = f.obj(item, "keys")
-            keys.append(
-                PublicKey(k.text("key_id"), k.text("alg"), k.text("public_key"), k.opt_text("status"))
-            )
-        return keys
+        return [read_fields(PublicKey, "keys", f.obj(item, "keys").body) for item in f.items("keys")]
 
 
 @dataclass(frozen=True)
-class TokenCheck:
+class TokenCheck(_Wire):
     """The issuer's online verdict on a token (Chubby's CheckSequencer).
 
     When ``genuine`` is false only ``reason`` is set. ``current and lease_alive`` is a
     snapshot that can be out of date when it arrives: only a resource's high-water check
     at the moment of the write fences.
     """
+
+    _what: ClassVar[str] = "token check"
 
     genuine: bool
     lock: Optional[str] = None
@@ -239,38 +257,20 @@ class TokenCheck:
     lease_alive: Optional[bool] = None
     reason: Optional[str] = None
 
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "TokenCheck":
-        f = _Fields("token check", body)
-        return TokenCheck(
-            genuine=f.flag("genuine"),
-            lock=f.opt_text("lock"),
-            epoch=f.opt_num("epoch"),
-            holder=f.opt_text("holder"),
-            key_id=f.opt_text("key_id"),
-            current_epoch=f.opt_num("current_epoch"),
-            current=f.opt_flag("current"),
-            lease_alive=f.opt_flag("lease_alive"),
-            reason=f.opt_text("reason"),
-        )
-
 
 @dataclass(frozen=True)
-class FenceStatus:
+class FenceStatus(_Wire):
     """A namespace's fence state, from ``GET /v1/fences/{lock}``."""
+
+    _what: ClassVar[str] = "fence status"
 
     lock: str
     #: The largest epoch admitted (0 if nothing ever was).
     high_water: int
     #: The sequence number admitted with ``high_water`` (sequence namespaces).
-    seq: int
+    seq: int = dataclasses.field(metadata=_ABSENT_IS_0)
     #: ``"epoch"`` or ``"sequence"``.
     policy: str
-
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "FenceStatus":
-        f = _Fields("fence status", body)
-        return FenceStatus(f.text("lock"), f.num("high_water"), f.opt_num("seq") or 0, f.text("policy"))
 
 
 @dataclass(frozen=True)
@@ -297,23 +297,19 @@ class WriteResult:
 
     @staticmethod
     def parse(body: Mapping[str, Any], replayed: bool) -> "WriteResult":
-        f = _Fields("write answer", body)
-        return WriteResult(f.num("revision"), f.num("epoch"), replayed)
+        return read_fields(WriteResult, "write answer", body, replayed=replayed)
 
 
 @dataclass(frozen=True)
-class Proclaimed:
+class Proclaimed(_Wire):
     """A lease's new value, from ``POST /v1/leases/{lease_id}/proclaim``."""
+
+    _what: ClassVar[str] = "proclaim answer"
 
     lease_id: str
     lock: str
     epoch: int
     value: Optional[bytes]
-
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "Proclaimed":
-        f = _Fields("proclaim answer", body)
-        return Proclaimed(f.text("lease_id"), f.text("lock"), f.num("epoch"), f.opt_value("value"))
 
 
 @dataclass(frozen=True)
@@ -326,9 +322,11 @@ class SessionLease:
 
 
 @dataclass(frozen=True)
-class SessionInfo:
+class SessionInfo(_Wire):
     """A session: its holder, TTL, time left and live leases (for a close: the leases
     it released)."""
+
+    _what: ClassVar[str] = "session"
 
     session_id: str
     holder: str
@@ -336,13 +334,3 @@ class SessionInfo:
     remaining_ms: int
     leases: List[SessionLease]
 
-    @staticmethod
-    def parse(body: Mapping[str, Any]) -> "SessionInfo":
-        f = _Fields("session", body)
-        leases = []
-        for item in f.items("leases"):
-            lf = f.obj(item, "leases")
-            leases.append(SessionLease(lf.text("lease_id"), lf.text("lock"), lf.num("epoch")))
-        return SessionInfo(
-            f.text("session_id"), f.text("holder"), f.num("ttl_ms"), f.num("remaining_ms"), leases
-        )

@@ -35,7 +35,8 @@ autocommit connection outside ``conn.transaction()`` is refused with ``ValueErro
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import contextlib
+from typing import Any, Iterator, Optional
 
 try:
     import psycopg
@@ -47,6 +48,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
     ) from e
 
 from .._errors import ConflictError, PalisadeError, StorageFailedError
+from .._stepper import Stepper
 from ..tokens import Verifier
 from . import Admitted, AdmitSteps, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
 
@@ -87,11 +89,7 @@ def _db_error(e: psycopg.Error) -> PalisadeError:
 
 def _steps(verifier: Verifier, token: Any, lock: str, policy: Policy, seq: Optional[int]) -> AdmitSteps:
     return admit_steps(
-        verifier,
-        token,
-        lock,
-        policy,
-        seq,
+        verifier, token, lock, policy, seq,
         read_mark=Step(LOCK_MARK, (lock,), fetch=True),
         create_mark=Step(CREATE_MARK, (lock,), fetch=False),
         store_mark=lambda hw: Step(STORE_MARK, (hw.epoch, hw.seq, lock), fetch=False),
@@ -149,20 +147,25 @@ def high_water(conn: "psycopg.Connection[Any]", lock: str) -> HighWater:
 def _run(conn: "psycopg.Connection[Any]", steps: AdmitSteps) -> Admitted:
     _require_transaction(conn)
     try:
-        try:
-            step = next(steps)
-            while True:
+        with _mapped():
+            run = Stepper(steps)
+            for step in run:
                 cursor = conn.execute(step.sql, step.params)
-                step = steps.send(cursor.fetchone() if step.fetch else None)
-        except psycopg.Error as e:
-            raise _db_error(e) from e
-    except StopIteration as done:
-        admitted: Admitted = done.value
-        return admitted
+                run.got(cursor.fetchone() if step.fetch else None)
     except Exception:
         # Any refusal, or a failure of the gate's own statements, aborts the transaction.
         _poison(conn)
         raise
+    return run.value
+
+
+@contextlib.contextmanager
+def _mapped() -> Iterator[None]:
+    """PostgreSQL's failures as the gate's errors."""
+    try:
+        yield
+    except psycopg.Error as e:
+        raise _db_error(e) from e
 
 
 def _poison(conn: "psycopg.Connection[Any]") -> None:
@@ -212,19 +215,15 @@ async def high_water_async(conn: "psycopg.AsyncConnection[Any]", lock: str) -> H
 async def _run_async(conn: "psycopg.AsyncConnection[Any]", steps: AdmitSteps) -> Admitted:
     _require_transaction(conn)
     try:
-        try:
-            step = next(steps)
-            while True:
+        with _mapped():
+            run = Stepper(steps)
+            for step in run:
                 cursor = await conn.execute(step.sql, step.params)
-                step = steps.send(await cursor.fetchone() if step.fetch else None)
-        except psycopg.Error as e:
-            raise _db_error(e) from e
-    except StopIteration as done:
-        admitted: Admitted = done.value
-        return admitted
+                run.got(await cursor.fetchone() if step.fetch else None)
     except Exception:
         try:
             await conn.execute(POISON)
         except psycopg.Error:
             pass  # expected, as in _poison
         raise
+    return run.value

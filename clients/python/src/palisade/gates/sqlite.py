@@ -38,6 +38,7 @@ import sqlite3
 from typing import Any, Iterator, Optional
 
 from .._errors import ConflictError, PalisadeError, StorageFailedError
+from .._stepper import Stepper
 from ..tokens import Verifier
 from . import Admitted, AdmitSteps, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
 
@@ -140,11 +141,7 @@ def high_water(conn: sqlite3.Connection, lock: str) -> HighWater:
 
 def _steps(verifier: Verifier, token: Any, lock: str, policy: Policy, seq: Optional[int]) -> AdmitSteps:
     return admit_steps(
-        verifier,
-        token,
-        lock,
-        policy,
-        seq,
+        verifier, token, lock, policy, seq,
         read_mark=Step(SELECT_MARK, (lock,), fetch=True),
         create_mark=None,
         store_mark=lambda hw: Step(STORE_MARK, (lock, hw.epoch, hw.seq), fetch=False),
@@ -158,12 +155,10 @@ def _run(conn: sqlite3.Connection, steps: AdmitSteps) -> Admitted:
             "otherwise the mark is read and written outside the caller's unit of work"
         )
     try:
-        step = next(steps)
-        while True:
+        run = Stepper(steps)
+        for step in run:
             cursor = conn.execute(step.sql, step.params)
-            step = steps.send(cursor.fetchone() if step.fetch else None)
-    except StopIteration as done:
-        admitted: Admitted = done.value
-        return admitted
+            run.got(cursor.fetchone() if step.fetch else None)
     except sqlite3.Error as e:
         raise _db_error(e) from e
+    return run.value
