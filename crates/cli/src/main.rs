@@ -135,6 +135,9 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     init_logging(&cli.log_format, default_level);
+    if let Command::Serve(_) = cli.command {
+        no_huge_pages();
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -149,6 +152,17 @@ fn main() -> ExitCode {
             eprintln!("error: {line}");
             ExitCode::from(code)
         }
+    }
+}
+
+/// The server opts out of transparent huge pages, as Redis does. The allocator asks for
+/// them on its arena, and a 2 MiB page stays resident as long as one allocation on it
+/// lives: with a million locks, about 12 MiB of the resident set after a restart was pages
+/// held only that way. Best effort: where the kernel has no such switch, nothing changes.
+fn no_huge_pages() {
+    #[cfg(target_os = "linux")]
+    if let Err(e) = nix::sys::prctl::set_thp_disable(true) {
+        tracing::debug!(error = %e, "transparent huge pages stay as the kernel has them");
     }
 }
 

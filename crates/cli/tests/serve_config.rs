@@ -176,3 +176,17 @@ fn completions_and_man_pages_are_generated() {
         assert!(text.contains(".TH"), "{page}");
     }
 }
+
+/// The server opts out of transparent huge pages (see `no_huge_pages` in main.rs): the
+/// kernel reports the switch in the process's status.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_server_runs_without_transparent_huge_pages() {
+    let server = common::Server::start(&[]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", server.pid())).unwrap();
+    let Some(line) = status.lines().find(|l| l.starts_with("THP_enabled:")) else {
+        // Kernels before 6.0 do not report it; there is nothing to read.
+        return;
+    };
+    assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
+}
