@@ -14,7 +14,7 @@ use tower::ServiceExt;
 
 use palisade_core::lock_table::TableConfig;
 use palisade_issuer::Issuer;
-use palisade_server::api::{router, AppState};
+use palisade_server::api::{router, Shared};
 use palisade_server::auth::{key_digest, parse, Auth};
 use palisade_server::keys::{KeyRegistry, KeyStore};
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
@@ -68,12 +68,12 @@ fn requests(c: &mut Criterion) {
         let issuer = Issuer::start(log, keys.signer(), TableConfig::default())
             .await
             .expect("issuer");
-        let state = AppState::new(Arc::new(issuer), store, keys);
+        let state = Shared::new(Arc::new(issuer), store, keys);
         let file = dir.path().join("auth.toml");
         std::fs::write(&file, auth_text(100)).expect("auth file");
         let mut authed = state.clone();
         authed.auth = Some(Arc::new(Auth::load(&file).expect("auth file loads")));
-        (router(state), router(authed))
+        (router(state.into()), router(authed.into()))
     });
     for (name, app, key) in [
         ("router/status_no_auth", open, None),

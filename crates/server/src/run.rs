@@ -9,7 +9,7 @@ use palisade_storage::{FencedStore, IssuerLog};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::api::{router, AppState};
+use crate::api::{router, Shared};
 use crate::audit::Audit;
 use crate::auth::Auth;
 use crate::config::{BackendConfig, ServerConfig};
@@ -94,7 +94,7 @@ impl RunningServer {
     }
 }
 
-/// Who may call, and the audit log: the parts of [`AppState`] every backend shares.
+/// Who may call, and the audit log: the parts of [`Shared`] every backend shares.
 pub(crate) struct Front {
     pub auth: Option<Arc<Auth>>,
     pub audit: Audit,
@@ -159,16 +159,16 @@ impl Front {
         issuer: Arc<dyn palisade_issuer::LockService>,
         backend: Arc<dyn FencedStore>,
         keys: Arc<KeyRegistry>,
-    ) -> AppState {
+    ) -> Shared {
         issuer.observe(self.observe.clone());
-        AppState {
+        Shared {
             policies: Arc::new(config.policies.clone()),
             max_value_bytes: config.max_value_bytes,
             auth: self.auth,
             audit: self.audit,
             limits: config.limits,
             observe: self.observe,
-            ..AppState::new(issuer, backend, keys)
+            ..Shared::new(issuer, backend, keys)
         }
     }
 }
@@ -442,7 +442,7 @@ fn listen_reason(e: &std::io::Error) -> String {
 /// acquisitions are answered rather than waited for.
 pub(crate) async fn listen_and_serve(
     listener: Listener,
-    state: AppState,
+    state: Shared,
     what: String,
     on_stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<RunningServer, ServerError> {
@@ -452,7 +452,7 @@ pub(crate) async fn listen_and_serve(
     let issuer = state.issuer.clone();
     let observe = state.observe.clone();
     let auth = state.auth.is_some();
-    let app = router(state);
+    let app = router(state.into());
     let task = tokio::spawn(async move {
         let shutdown = async move {
             let _ = rx.await;
