@@ -83,30 +83,23 @@ async fn forged_tokens_are_rejected_and_change_nothing() {
         let (got, body) = http.put("vault", "k", Some(&forged), "forged").await;
         assert_eq!((got, code(&body)), (status, expected), "{what}: {body}");
         // Same for delete and the barrier.
-        let (got, body) = http
-            .send(
-                http.client
-                    .delete(format!("{}/v1/kv/vault/k", server.url))
-                    .header("Fencing-Token", &forged),
-            )
-            .await;
-        assert_eq!(
-            (got, code(&body)),
-            (status, expected),
-            "{what} (delete): {body}"
-        );
-        let (got, body) = http
-            .send(
-                http.client
-                    .post(format!("{}/v1/fences/vault", server.url))
-                    .header("Fencing-Token", &forged),
-            )
-            .await;
-        assert_eq!(
-            (got, code(&body)),
-            (status, expected),
-            "{what} (fence): {body}"
-        );
+        for (route, req) in [
+            (
+                "delete",
+                http.client.delete(format!("{}/v1/kv/vault/k", server.url)),
+            ),
+            (
+                "fence",
+                http.client.post(format!("{}/v1/fences/vault", server.url)),
+            ),
+        ] {
+            let (got, body) = http.send(req.header("Fencing-Token", &forged)).await;
+            assert_eq!(
+                (got, code(&body)),
+                (status, expected),
+                "{what} ({route}): {body}"
+            );
+        }
         assert_eq!(
             http.get_value("vault", "k").await.as_deref(),
             Some("genuine"),

@@ -16,7 +16,7 @@ use palisade_api::wire::{FenceAnswer, FenceStatus, KeyList, WriteAnswer};
 use palisade_api::{headers as h, ErrorCode};
 use palisade_storage::{Action, Applied, ApplyError, FencedOp, Idempotency, Precondition};
 
-use super::{lock_name, path, read_body, ApiError, AppState, ListQuery};
+use super::{lock_name, path, query_of, read_body, ApiError, AppState, ListQuery};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, Verb};
 
@@ -216,6 +216,25 @@ fn written(applied: Applied) -> Response {
     response
 }
 
+/// What a put and a delete check first, in this order: the lock and key, the token, the
+/// preconditions. Notes the lock and the token's epoch in `seen` as they are known.
+async fn key_write(
+    state: &AppState,
+    caller: &Caller,
+    params: Result<Path<(String, String)>, PathRejection>,
+    headers: &HeaderMap,
+    seen: &mut Seen,
+) -> Result<(String, String, Fencing, Precondition), ApiError> {
+    let (lock, key) = path(params)?;
+    lock_name(&lock)?;
+    seen.lock = Some(lock.clone());
+    check_key(&key)?;
+    let f = fencing(state, caller, &lock, headers).await?;
+    seen.epoch = Some(f.epoch);
+    let pre = precondition(headers)?;
+    Ok((lock, key, f, pre))
+}
+
 pub async fn put(
     State(state): State<AppState>,
     caller: Caller,
@@ -236,13 +255,7 @@ async fn put_seen(
     body: Body,
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
-    let (lock, key) = path(params)?;
-    lock_name(&lock)?;
-    seen.lock = Some(lock.clone());
-    check_key(&key)?;
-    let f = fencing(state, &caller, &lock, &headers).await?;
-    seen.epoch = Some(f.epoch);
-    let pre = precondition(&headers)?;
+    let (lock, key, f, pre) = key_write(state, &caller, params, &headers, seen).await?;
     let value = read_body(&headers, body, state.max_value_bytes).await?;
     let action = Action::Put {
         key,
@@ -270,13 +283,7 @@ async fn delete_seen(
     headers: HeaderMap,
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
-    let (lock, key) = path(params)?;
-    lock_name(&lock)?;
-    seen.lock = Some(lock.clone());
-    check_key(&key)?;
-    let f = fencing(state, &caller, &lock, &headers).await?;
-    seen.epoch = Some(f.epoch);
-    let pre = precondition(&headers)?;
+    let (lock, key, f, pre) = key_write(state, &caller, params, &headers, seen).await?;
     let action = Action::Delete {
         key,
         precondition: pre,
@@ -383,7 +390,7 @@ pub async fn list(
     let lock = path(lock)?;
     lock_name(&lock)?;
     caller.require(Verb::Read, &lock)?;
-    let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
+    let query = query_of(query)?;
     let limit = query.limit();
     let keys = state.backend.list(&lock, &query.prefix, limit).await?;
     Ok(Json(KeyList { lock, keys }))
