@@ -216,25 +216,6 @@ fn written(applied: Applied) -> Response {
     response
 }
 
-/// What a put and a delete check first, in this order: the lock and key, the token, the
-/// preconditions. Notes the lock and the token's epoch in `seen` as they are known.
-async fn key_write(
-    state: &AppState,
-    caller: &Caller,
-    params: Result<Path<(String, String)>, PathRejection>,
-    headers: &HeaderMap,
-    seen: &mut Seen,
-) -> Result<(String, String, Fencing, Precondition), ApiError> {
-    let (lock, key) = path(params)?;
-    lock_name(&lock)?;
-    seen.lock = Some(lock.clone());
-    check_key(&key)?;
-    let f = fencing(state, caller, &lock, headers).await?;
-    seen.epoch = Some(f.epoch);
-    let pre = precondition(headers)?;
-    Ok((lock, key, f, pre))
-}
-
 pub async fn put(
     State(state): State<AppState>,
     caller: Caller,
@@ -243,26 +224,8 @@ pub async fn put(
     body: Body,
 ) -> Result<Response, ApiError> {
     let mut seen = Seen::default();
-    let result = put_seen(&state, caller, params, headers, body, &mut seen).await;
+    let result = change_seen(&state, caller, params, headers, Some(body), &mut seen).await;
     observed(&state, seen, result)
-}
-
-async fn put_seen(
-    state: &AppState,
-    caller: Caller,
-    params: Result<Path<(String, String)>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-    seen: &mut Seen,
-) -> Result<Response, ApiError> {
-    let (lock, key, f, pre) = key_write(state, &caller, params, &headers, seen).await?;
-    let value = read_body(&headers, body, state.max_value_bytes).await?;
-    let action = Action::Put {
-        key,
-        value,
-        precondition: pre,
-    };
-    apply(state, lock, f, action).await
 }
 
 pub async fn delete(
@@ -272,21 +235,35 @@ pub async fn delete(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let mut seen = Seen::default();
-    let result = delete_seen(&state, caller, params, headers, &mut seen).await;
+    let result = change_seen(&state, caller, params, headers, None, &mut seen).await;
     observed(&state, seen, result)
 }
 
-async fn delete_seen(
+/// A put of `body` (a delete without one): the lock and key, the token, the
+/// preconditions, then the value, checked in this order. Notes the lock and the token's
+/// epoch in `seen` as they are known.
+async fn change_seen(
     state: &AppState,
     caller: Caller,
     params: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
+    body: Option<Body>,
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
-    let (lock, key, f, pre) = key_write(state, &caller, params, &headers, seen).await?;
-    let action = Action::Delete {
-        key,
-        precondition: pre,
+    let (lock, key) = path(params)?;
+    lock_name(&lock)?;
+    seen.lock = Some(lock.clone());
+    check_key(&key)?;
+    let f = fencing(state, &caller, &lock, &headers).await?;
+    seen.epoch = Some(f.epoch);
+    let precondition = precondition(&headers)?;
+    let action = match body {
+        Some(body) => Action::Put {
+            key,
+            value: read_body(&headers, body, state.max_value_bytes).await?,
+            precondition,
+        },
+        None => Action::Delete { key, precondition },
     };
     apply(state, lock, f, action).await
 }

@@ -369,4 +369,33 @@ mod tests {
         );
         assert_eq!(v.as_object().unwrap().len(), 7);
     }
+
+    #[test]
+    fn the_bytes_keep_their_order() {
+        let bus = EventBus::new(4, 2);
+        let mut sub = bus.subscribe(None).unwrap();
+        let id = bus.publish(&Body::Released {
+            lock: "orders".into(),
+            epoch: 3,
+            holder: "h".into(),
+            cause: "release".into(),
+        });
+        let Ok(Live::Event(e)) = sub.live.try_recv() else {
+            panic!("no event")
+        };
+        let head = format!(r#"{{"id":{id},"at_ms":"#);
+        assert!(e.json.starts_with(&head), "{}", e.json);
+        assert!(
+            e.json.ends_with(
+                r#","type":"released","lock":"orders","epoch":3,"holder":"h","cause":"release"}"#
+            ),
+            "{}",
+            e.json
+        );
+        // A reset's keys are sorted, as they were when it was written with `json!`.
+        let reset = reset_json(5, ResetReason::Lagged);
+        let (head, tail) = reset.split_once(',').unwrap();
+        assert!(head.starts_with(r#"{"at_ms":"#), "{reset}");
+        assert_eq!(tail, r#""id":5,"reason":"lagged","type":"reset"}"#);
+    }
 }
