@@ -13,7 +13,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use palisade_adapters::objects::FencedObjects;
 use palisade_adapters::AdmitError;
 use palisade_token::Verifier;
-use support::{suite, GateUnderTest, Issuer, LOCK, OTHER_LOCK};
+use support::{GateUnderTest, Issuer, LOCK, OTHER_LOCK};
 
 struct ObjectGate {
     objects: FencedObjects,
@@ -57,23 +57,7 @@ impl GateUnderTest for ObjectGate {
     }
 }
 
-#[tokio::test]
-async fn fencing_scenario() {
-    let issuer = Issuer::new();
-    suite::fencing_scenario(&ObjectGate::new(&issuer), &issuer).await;
-}
-
-#[tokio::test]
-async fn bad_tokens() {
-    let issuer = Issuer::new();
-    suite::bad_tokens(&ObjectGate::new(&issuer), &issuer).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_epochs() {
-    let issuer = Issuer::new();
-    suite::racing_epochs(Arc::new(ObjectGate::new(&issuer)), &issuer, 100).await;
-}
+support::suite_tests!(|issuer| ObjectGate::new(issuer), racers: 100);
 
 /// The adapter's atomic unit is one object: a refused write leaves its bytes and version
 /// exactly as they were (there is no "caller's own write" to roll back).

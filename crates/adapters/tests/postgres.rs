@@ -9,7 +9,7 @@ use std::sync::Arc;
 use palisade_adapters::{postgres, AdmitError};
 use palisade_token::Verifier;
 use support::servers::{self, Server};
-use support::{suite, GateUnderTest, Issuer, TransactionalGate, LOCK};
+use support::{GateUnderTest, Issuer, TransactionalGate, LOCK};
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
@@ -168,42 +168,7 @@ impl TransactionalGate for PgGate {
     }
 }
 
-#[tokio::test]
-async fn fencing_scenario() {
-    let issuer = Issuer::new();
-    suite::fencing_scenario(&PgGate::start(&issuer).await, &issuer).await;
-}
-
-#[tokio::test]
-async fn bad_tokens() {
-    let issuer = Issuer::new();
-    suite::bad_tokens(&PgGate::start(&issuer).await, &issuer).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_epochs() {
-    let issuer = Issuer::new();
-    suite::racing_epochs(Arc::new(PgGate::start(&issuer).await), &issuer, 40).await;
-}
-
-#[tokio::test]
-async fn rejected_admit_rolls_back_own_writes() {
-    let issuer = Issuer::new();
-    suite::rejected_admit_rolls_back_own_writes(&PgGate::start(&issuer).await, &issuer).await;
-}
-
-#[tokio::test]
-async fn failure_after_admit_rolls_back_the_mark() {
-    let issuer = Issuer::new();
-    let gate = PgGate::start(&issuer).await;
-    suite::failure_after_admit_rolls_back_the_mark(&gate, &issuer).await;
-}
-
-#[tokio::test]
-async fn sequence_policy() {
-    let issuer = Issuer::new();
-    suite::sequence_policy(&PgGate::start(&issuer).await, &issuer).await;
-}
+support::suite_tests!(|issuer| PgGate::start(issuer).await, racers: 40, transactional);
 
 /// Even a caller that ignores the refusal and commits gets nothing committed: the refusal
 /// aborted the transaction inside PostgreSQL.

@@ -12,7 +12,7 @@ use palisade_token::Verifier;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use support::servers::{self, Server};
-use support::{suite, GateUnderTest, Issuer, LOCK};
+use support::{GateUnderTest, Issuer, LOCK};
 
 struct RedisGate {
     con: MultiplexedConnection,
@@ -70,23 +70,7 @@ impl GateUnderTest for RedisGate {
     }
 }
 
-#[tokio::test]
-async fn fencing_scenario() {
-    let issuer = Issuer::new();
-    suite::fencing_scenario(&RedisGate::start(&issuer).await, &issuer).await;
-}
-
-#[tokio::test]
-async fn bad_tokens() {
-    let issuer = Issuer::new();
-    suite::bad_tokens(&RedisGate::start(&issuer).await, &issuer).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_epochs() {
-    let issuer = Issuer::new();
-    suite::racing_epochs(Arc::new(RedisGate::start(&issuer).await), &issuer, 40).await;
-}
+support::suite_tests!(|issuer| RedisGate::start(issuer).await, racers: 40);
 
 /// The script is the transaction: a refused call writes none of its keys, an admitted
 /// one writes all of them.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use palisade_adapters::{sqlite, AdmitError};
 use palisade_token::Verifier;
 use rusqlite::{Connection, OptionalExtension};
-use support::{suite, GateUnderTest, Issuer, TransactionalGate};
+use support::{GateUnderTest, Issuer, TransactionalGate};
 use tempfile::TempDir;
 
 const UPSERT: &str = "INSERT INTO kv (key, value) VALUES (?1, ?2) \
@@ -152,41 +152,7 @@ impl TransactionalGate for SqliteGate {
     }
 }
 
-#[tokio::test]
-async fn fencing_scenario() {
-    let issuer = Issuer::new();
-    suite::fencing_scenario(&SqliteGate::new(&issuer), &issuer).await;
-}
-
-#[tokio::test]
-async fn bad_tokens() {
-    let issuer = Issuer::new();
-    suite::bad_tokens(&SqliteGate::new(&issuer), &issuer).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn racing_epochs() {
-    let issuer = Issuer::new();
-    suite::racing_epochs(Arc::new(SqliteGate::new(&issuer)), &issuer, 40).await;
-}
-
-#[tokio::test]
-async fn rejected_admit_rolls_back_own_writes() {
-    let issuer = Issuer::new();
-    suite::rejected_admit_rolls_back_own_writes(&SqliteGate::new(&issuer), &issuer).await;
-}
-
-#[tokio::test]
-async fn failure_after_admit_rolls_back_the_mark() {
-    let issuer = Issuer::new();
-    suite::failure_after_admit_rolls_back_the_mark(&SqliteGate::new(&issuer), &issuer).await;
-}
-
-#[tokio::test]
-async fn sequence_policy() {
-    let issuer = Issuer::new();
-    suite::sequence_policy(&SqliteGate::new(&issuer), &issuer).await;
-}
+support::suite_tests!(|issuer| SqliteGate::new(issuer), racers: 40, transactional);
 
 /// A deferred transaction that read the mark before another writer committed cannot
 /// commit a decision made on the stale read: SQLite refuses the upgrade.

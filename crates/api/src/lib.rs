@@ -10,7 +10,8 @@
 //!   connections, which scripts and tests read to learn the address;
 //! - [`recipes`]: the limits of lock values and per-lock lock-delay;
 //! - [`wire`]: the JSON bodies (error answers, acquire, leases, lock status and lists,
-//!   the token check), with their field names and skip rules.
+//!   the token check, the fenced store's answers, namespaces, keys and the admin key
+//!   routes, health, the events), with their field names and skip rules.
 //!
 //! ## What this crate does not do
 //! - No I/O and no HTTP types: it depends on nothing but serde (and base64 for lock

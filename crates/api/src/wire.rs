@@ -6,6 +6,8 @@
 //! Readers ignore fields they do not know (except in requests, which the server checks
 //! strictly), so a newer server may add fields without breaking older clients.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -318,6 +320,169 @@ pub struct KeysAnswer {
     pub keys: Vec<PublicKey>,
 }
 
+/// `GET /healthz` → 200 (`{"status":"ok"}`); a failed store answers `storage_failed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Health {
+    pub status: String,
+}
+
+/// One namespace of the fenced store, as `GET /v1/fences` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceInfo {
+    pub lock: String,
+    /// The largest epoch admitted.
+    pub high_water: u64,
+    /// The sequence number admitted with `high_water` (sequence namespaces).
+    pub seq: u64,
+    /// The namespace's equal-epoch policy, e.g. `"epoch"` or `"sequence"`.
+    pub policy: String,
+    /// How many keys it holds; `null` when the backend has not counted it yet.
+    pub keys: Option<u64>,
+    /// How many bytes its keys and values take; `null` like `keys`.
+    pub bytes: Option<u64>,
+}
+
+/// `GET /v1/fences` → 200: one page of namespaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NamespaceList {
+    pub namespaces: Vec<NamespaceInfo>,
+    /// Pass as `after` for the next page; `null` on the last page.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// One signing key, as the admin routes (and `palisade admin keys list`) show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminKey {
+    pub key_id: String,
+    /// Always `"Ed25519"` today.
+    pub alg: String,
+    /// base64url of the 32-byte key.
+    pub public_key: String,
+    /// `active`, `verifying` or `retired`.
+    pub status: String,
+    /// `key_set`, or `trust_file` for a `--trust-key-file` key (always `verifying`).
+    pub source: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaced_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired_at: Option<u64>,
+}
+
+/// `GET /v1/admin/keys` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdminKeys {
+    /// The active key's id.
+    pub active: String,
+    pub keys: Vec<AdminKey>,
+}
+
+/// `POST /v1/admin/keys/rotate` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysRotated {
+    pub active: String,
+    /// The key that was active before and is now verifying.
+    pub previous: String,
+    pub keys: Vec<AdminKey>,
+}
+
+/// `POST /v1/admin/keys/{key_id}/retire` → 200.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyRetired {
+    pub retired: String,
+    /// False when the key was already retired (nothing changed).
+    pub changed: bool,
+    pub active: String,
+    pub keys: Vec<AdminKey>,
+}
+
+/// One event of the events streams (`GET /v1/events`, `GET /v1/locks/{lock}/events`),
+/// the `data` of a Server-Sent Event: `{"id":...,"at_ms":...,"type":...,...}` (docs/api.md,
+/// "Events"). `B` is [`EventBody`], or a reference to one for a writer that keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event<B = EventBody> {
+    /// Increasing; send the last one seen as `Last-Event-ID` to resume.
+    pub id: u64,
+    /// Wall-clock milliseconds since the Unix epoch when the server published it.
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub body: B,
+}
+
+/// What an [`Event`] says, by its `type`. A reader skips types it does not know.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventBody {
+    /// A lease was granted.
+    Granted {
+        lock: String,
+        epoch: u64,
+        holder: String,
+        ttl_ms: u64,
+    },
+    /// A lease ended by release (`cause: "release"`), or (etcd backend) ended through
+    /// another node, by a release or an expiry the server cannot tell apart
+    /// (`cause: "unknown"`).
+    Released {
+        lock: String,
+        epoch: u64,
+        holder: String,
+        cause: Cow<'static, str>,
+    },
+    /// A lease ran past its deadline without renewal.
+    Expired {
+        lock: String,
+        epoch: u64,
+        holder: String,
+    },
+    /// A namespace's high-water mark advanced to `high_water` (and `seq`, for the
+    /// sequence policy).
+    Fenced {
+        lock: String,
+        high_water: u64,
+        seq: u64,
+    },
+    /// A mutation of the namespace was refused with `code`; `epoch` is the token's (when
+    /// it verified), `high_water` the mark that refused it (stale refusals).
+    Rejected {
+        lock: String,
+        code: Cow<'static, str>,
+        epoch: Option<u64>,
+        high_water: Option<u64>,
+    },
+    /// Events may have been missed (`reason`: `unknown_last_event_id`, `lagged` or
+    /// `gap`): read the state again.
+    Reset { reason: Cow<'static, str> },
+}
+
+impl EventBody {
+    /// The event's `type`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventBody::Granted { .. } => "granted",
+            EventBody::Released { .. } => "released",
+            EventBody::Expired { .. } => "expired",
+            EventBody::Fenced { .. } => "fenced",
+            EventBody::Rejected { .. } => "rejected",
+            EventBody::Reset { .. } => "reset",
+        }
+    }
+
+    /// The lock it is about (none for a reset).
+    pub fn lock(&self) -> Option<&str> {
+        match self {
+            EventBody::Granted { lock, .. }
+            | EventBody::Released { lock, .. }
+            | EventBody::Expired { lock, .. }
+            | EventBody::Fenced { lock, .. }
+            | EventBody::Rejected { lock, .. } => Some(lock),
+            EventBody::Reset { .. } => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -412,5 +577,35 @@ mod tests {
             serde_json::to_value(&bad).unwrap(),
             json!({"genuine":false,"reason":"bad signature"})
         );
+    }
+
+    #[test]
+    fn events_keep_their_field_order_and_read_back() {
+        let event = Event {
+            id: 7,
+            at_ms: 9,
+            body: EventBody::Rejected {
+                lock: "a".into(),
+                code: "stale_token".into(),
+                epoch: Some(1),
+                high_water: None,
+            },
+        };
+        let text = serde_json::to_string(&Event {
+            id: event.id,
+            at_ms: event.at_ms,
+            body: &event.body,
+        })
+        .unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":7,"at_ms":9,"type":"rejected","lock":"a","code":"stale_token","epoch":1,"high_water":null}"#
+        );
+        assert_eq!(serde_json::from_str::<Event>(&text).unwrap(), event);
+        let reset: Event =
+            serde_json::from_str(r#"{"at_ms":1,"id":2,"reason":"lagged","type":"reset"}"#).unwrap();
+        assert_eq!(reset.body.kind(), "reset");
+        assert_eq!(reset.body.lock(), None);
+        assert!(serde_json::from_str::<Event>(r#"{"id":1,"at_ms":1,"type":"new"}"#).is_err());
     }
 }

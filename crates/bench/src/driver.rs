@@ -75,6 +75,14 @@ impl Plan {
             .collect()
     }
 
+    /// The locks client `client` works on: the one lock of `contended`, its own otherwise.
+    pub fn worker_locks(&self, client: usize) -> Vec<String> {
+        match self.job {
+            Job::Contended => vec![self.contended_lock()],
+            _ => self.locks_of(client),
+        }
+    }
+
     /// The one lock of `contended`.
     pub fn contended_lock(&self) -> String {
         format!("{}-one", self.prefix)

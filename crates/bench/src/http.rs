@@ -12,7 +12,7 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderValue, HOST};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
-use serde::Deserialize;
+use palisade_api::wire::ErrorEnvelope;
 
 use crate::OpError;
 
@@ -31,20 +31,10 @@ pub struct Response {
     pub body: Bytes,
 }
 
-#[derive(Deserialize)]
-struct ErrorBody {
-    error: ErrorCode,
-}
-
-#[derive(Deserialize)]
-struct ErrorCode {
-    code: String,
-}
-
 impl Response {
     /// The API's error code (`{"error":{"code":...}}`), or `http_<status>`.
     pub fn error(&self) -> OpError {
-        match serde_json::from_slice::<ErrorBody>(&self.body) {
+        match serde_json::from_slice::<ErrorEnvelope>(&self.body) {
             Ok(e) => OpError::new(e.error.code),
             Err(_) => OpError::new(format!("http_{}", self.status)),
         }

@@ -6,19 +6,12 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use hyper::header::HeaderValue;
 use hyper::Method;
+use palisade_api::wire::{AcquireRequest, Lease};
 use palisade_api::ErrorCode;
-use serde::Deserialize;
 
 use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS, RETRY_SLEEP};
 use crate::http::Conn;
 use crate::{BenchError, Job, OpError, Outcome, Worker};
-
-/// The fields of an acquisition answer the bench needs.
-#[derive(Deserialize)]
-pub(crate) struct Acquired {
-    pub lease_id: String,
-    pub token: String,
-}
 
 /// One lock this client works on, with its request paths computed once.
 struct LockPaths {
@@ -44,12 +37,16 @@ struct PalisadeWorker {
 }
 
 pub(crate) fn acquire_body(holder: &str, ttl_ms: u64, wait_ms: u64) -> Bytes {
-    serde_json::json!({"holder": holder, "ttl_ms": ttl_ms, "wait_ms": wait_ms})
-        .to_string()
-        .into()
+    let request = AcquireRequest {
+        holder: Some(holder.to_owned()),
+        ttl_ms: Some(ttl_ms),
+        wait_ms,
+        ..AcquireRequest::default()
+    };
+    serde_json::to_vec(&request).unwrap_or_default().into()
 }
 
-pub(crate) async fn acquire(conn: &mut Conn, path: &str, body: Bytes) -> Result<Acquired, OpError> {
+pub(crate) async fn acquire(conn: &mut Conn, path: &str, body: Bytes) -> Result<Lease, OpError> {
     conn.post_json(path, body).await?.json()
 }
 
@@ -81,10 +78,7 @@ pub(crate) async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Wor
     let conn = Conn::open(&plan.url, plan.key.as_deref())
         .await
         .map_err(|e| plan.setup_error(format!("{}: {}", plan.url, e.code)))?;
-    let names = match plan.job {
-        Job::Contended => vec![plan.contended_lock()],
-        _ => plan.locks_of(client),
-    };
+    let names = plan.worker_locks(client);
     let keys_per_lock = match plan.job {
         Job::Read => 1,
         _ => KEYS_PER_LOCK,

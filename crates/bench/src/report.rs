@@ -192,33 +192,34 @@ pub fn markdown(results: &[Results]) -> String {
         Some(v) => format!("{} ({v})", job.name()),
         None => job.name().to_string(),
     };
-    let head = |out: &mut String| {
+    // A table of `rows` by target: `cell` of the target's run, `-` where it has none.
+    let by_target = |out: &mut String, cell: &dyn Fn(Job, &Summary) -> String| {
         let names: Vec<&str> = targets.iter().map(|t| t.name()).collect();
         let _ = writeln!(out, "| job | clients | {} |", names.join(" | "));
         let _ = writeln!(out, "|---|---:|{}", "---:|".repeat(targets.len()));
+        for &(job, variant, clients) in &rows {
+            let cells: Vec<String> = targets
+                .iter()
+                .map(|&t| match find(t, job, variant, clients) {
+                    Some(r) => cell(job, r),
+                    None => "-".to_string(),
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "| {} | {clients} | {} |",
+                label(job, variant),
+                cells.join(" | ")
+            );
+        }
     };
     let mut out = String::from(
         "### Throughput (operations/s; contended: acquisitions/s, failed attempts/s)\n\n",
     );
-    head(&mut out);
-    for &(job, variant, clients) in &rows {
-        let cells: Vec<String> = targets
-            .iter()
-            .map(|&t| match find(t, job, variant, clients) {
-                Some(r) if job == Job::Contended => {
-                    format!("{} ({} failed)", count(r.ops_per_s), count(r.refused_per_s))
-                }
-                Some(r) => count(r.ops_per_s),
-                None => "-".to_string(),
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "| {} | {clients} | {} |",
-            label(job, variant),
-            cells.join(" | ")
-        );
-    }
+    by_target(&mut out, &|job, r| match job {
+        Job::Contended => format!("{} ({} failed)", count(r.ops_per_s), count(r.refused_per_s)),
+        _ => count(r.ops_per_s),
+    });
     let peers: Vec<Target> = targets
         .iter()
         .copied()
@@ -252,22 +253,9 @@ pub fn markdown(results: &[Results]) -> String {
         }
     }
     out.push_str("\n### Latency per operation, p50 / p99 / p999 (ms)\n\n");
-    head(&mut out);
-    for &(job, variant, clients) in &rows {
-        let cells: Vec<String> = targets
-            .iter()
-            .map(|&t| match find(t, job, variant, clients) {
-                Some(r) => format!("{} / {} / {}", ms(r.p50_us), ms(r.p99_us), ms(r.p999_us)),
-                None => "-".to_string(),
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "| {} | {clients} | {} |",
-            label(job, variant),
-            cells.join(" | ")
-        );
-    }
+    by_target(&mut out, &|_, r| {
+        format!("{} / {} / {}", ms(r.p50_us), ms(r.p99_us), ms(r.p999_us))
+    });
     out.push_str("\n### Every run\n\n```text\n");
     let all: Vec<Summary> = runs.iter().map(|r| (*r).clone()).collect();
     out.push_str(&table(&all));

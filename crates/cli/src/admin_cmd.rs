@@ -247,11 +247,15 @@ async fn etcd_raise(args: EtcdRaiseArgs) -> anyhow::Result<()> {
 }
 
 fn print_set(set: &keys::KeySet) -> anyhow::Result<()> {
-    let body = serde_json::json!({
-        "active": set.active().key_id,
-        "keys": keys::views(set),
-    });
-    println!("{}", serde_json::to_string_pretty(&body)?);
+    let body = palisade_api::wire::AdminKeys {
+        active: set.active().key_id.clone(),
+        keys: keys::views(set),
+    };
+    // Through a `Value` (sorted keys): the output this command has always printed.
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&serde_json::to_value(body)?)?
+    );
     Ok(())
 }
 

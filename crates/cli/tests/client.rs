@@ -8,8 +8,8 @@ use std::time::Duration;
 use common::{Server, Signal};
 use palisade_client::{AcquireOptions, Client, Error, WriteOptions};
 
-#[tokio::test]
-async fn guard_renews_in_background_and_errors_are_typed() {
+/// A server, a client of it, and the options of a 300 ms lease that does not wait.
+fn short_leases() -> (Server, Client, AcquireOptions) {
     let server = Server::start(&[]);
     let client = Client::new(&server.url).unwrap();
     let opts = AcquireOptions {
@@ -17,6 +17,12 @@ async fn guard_renews_in_background_and_errors_are_typed() {
         wait: None,
         ..AcquireOptions::default()
     };
+    (server, client, opts)
+}
+
+#[tokio::test]
+async fn guard_renews_in_background_and_errors_are_typed() {
+    let (_server, client, opts) = short_leases();
     let a = client.acquire("jobs", "a", opts.clone()).await.unwrap();
     assert_eq!(a.epoch(), 1);
     // Several TTLs later the background keepalive has kept the lease.
@@ -76,13 +82,7 @@ async fn guard_renews_in_background_and_errors_are_typed() {
 
 #[tokio::test]
 async fn lost_resolves_when_the_server_expires_the_lease() {
-    let server = Server::start(&[]);
-    let client = Client::new(&server.url).unwrap();
-    let opts = AcquireOptions {
-        ttl: Duration::from_millis(300),
-        wait: None,
-        ..AcquireOptions::default()
-    };
+    let (server, client, opts) = short_leases();
     let guard = client.acquire("pause", "a", opts).await.unwrap();
     // Freeze the server: no renewal can succeed, so the guard must notice by its deadline.
     server.signal(Signal::SIGSTOP);

@@ -83,30 +83,23 @@ async fn forged_tokens_are_rejected_and_change_nothing() {
         let (got, body) = http.put("vault", "k", Some(&forged), "forged").await;
         assert_eq!((got, code(&body)), (status, expected), "{what}: {body}");
         // Same for delete and the barrier.
-        let (got, body) = http
-            .send(
-                http.client
-                    .delete(format!("{}/v1/kv/vault/k", server.url))
-                    .header("Fencing-Token", &forged),
-            )
-            .await;
-        assert_eq!(
-            (got, code(&body)),
-            (status, expected),
-            "{what} (delete): {body}"
-        );
-        let (got, body) = http
-            .send(
-                http.client
-                    .post(format!("{}/v1/fences/vault", server.url))
-                    .header("Fencing-Token", &forged),
-            )
-            .await;
-        assert_eq!(
-            (got, code(&body)),
-            (status, expected),
-            "{what} (fence): {body}"
-        );
+        for (route, req) in [
+            (
+                "delete",
+                http.client.delete(format!("{}/v1/kv/vault/k", server.url)),
+            ),
+            (
+                "fence",
+                http.client.post(format!("{}/v1/fences/vault", server.url)),
+            ),
+        ] {
+            let (got, body) = http.send(req.header("Fencing-Token", &forged)).await;
+            assert_eq!(
+                (got, code(&body)),
+                (status, expected),
+                "{what} ({route}): {body}"
+            );
+        }
         assert_eq!(
             http.get_value("vault", "k").await.as_deref(),
             Some("genuine"),
@@ -116,22 +109,10 @@ async fn forged_tokens_are_rejected_and_change_nothing() {
     }
 
     // The online check agrees.
-    let (status, check) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/tokens/check", server.url))
-                .json(&serde_json::json!({"token": with_epoch(token, 5)})),
-        )
-        .await;
+    let (status, check) = token_check(&http, &server.url, with_epoch(token, 5)).await;
     assert_eq!(status, 200);
     assert_eq!(check["genuine"], false);
-    let (_, check) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/tokens/check", server.url))
-                .json(&serde_json::json!({"token": token})),
-        )
-        .await;
+    let (_, check) = token_check(&http, &server.url, &token).await;
     assert_eq!(check["genuine"], true);
     assert_eq!(check["current"], true);
     assert_eq!(check["lease_alive"], true);
@@ -160,13 +141,7 @@ async fn a_lease_honoured_across_a_restart_checks_as_current() {
         status["epoch"].as_u64().unwrap() > lease["epoch"].as_u64().unwrap(),
         "the counter is at the reservation ceiling after a crash: {status}"
     );
-    let (_, check) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/tokens/check", server.url))
-                .json(&serde_json::json!({"token": token})),
-        )
-        .await;
+    let (_, check) = token_check(&http, &server.url, &token).await;
     assert_eq!(
         (
             &check["current"],
@@ -181,4 +156,19 @@ async fn a_lease_honoured_across_a_restart_checks_as_current() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{out:?}");
+}
+
+/// `POST /v1/tokens/check` of `token`.
+async fn token_check(
+    http: &Http,
+    url: &str,
+    token: impl serde::Serialize,
+) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({ "token": token });
+    http.send(
+        http.client
+            .post(format!("{url}/v1/tokens/check"))
+            .json(&body),
+    )
+    .await
 }

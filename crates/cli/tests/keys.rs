@@ -28,6 +28,15 @@ fn key_id_of(token: &str) -> String {
     claims["k"].as_str().expect("key id").to_owned()
 }
 
+/// A server on a new data directory: the temp dir that holds it (keep it), the data
+/// directory, and the server.
+fn on_new_data_dir() -> (tempfile::TempDir, PathBuf, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_in(&data, 0, &[]).expect("server starts");
+    (dir, data, server)
+}
+
 /// An auth file with an admin and a worker that may acquire and write `orders*`.
 fn auth_file(dir: &Path) -> (PathBuf, String, String) {
     let admin_key = "test-admin-key-0123456789abcdef0123456789abcdef".to_owned();
@@ -56,6 +65,12 @@ impl Api {
             base: base.to_owned(),
             http: reqwest::Client::new(),
         }
+    }
+
+    /// `POST /v1/admin/keys/{key_id}/retire` as `key`.
+    async fn retire(&self, key: Option<&str>, key_id: &str) -> (u16, Value) {
+        let path = format!("/v1/admin/keys/{key_id}/retire");
+        self.call(key, Method::POST, &path).await
     }
 
     async fn call(&self, key: Option<&str>, method: Method, path: &str) -> (u16, Value) {
@@ -178,13 +193,7 @@ async fn rotation_with_the_server_running() {
     assert_eq!(api.put(worker, "orders-b", &new_token).await.0, 200);
 
     // The active key cannot be retired: a clear 409 with a stable code.
-    let (status, body) = api
-        .call(
-            root,
-            Method::POST,
-            &format!("/v1/admin/keys/{new_key}/retire"),
-        )
-        .await;
+    let (status, body) = api.retire(root, &new_key).await;
     assert_eq!((status, code(&body)), (409, "key_active"), "{body}");
     let (status, body) = api
         .call(root, Method::POST, "/v1/admin/keys/0123456789abcdef/retire")
@@ -196,13 +205,7 @@ async fn rotation_with_the_server_running() {
     assert_eq!((status, code(&body)), (400, "bad_request"), "{body}");
 
     // Retire the old key: its token answers invalid_token (it was cached as verified).
-    let (status, body) = api
-        .call(
-            root,
-            Method::POST,
-            &format!("/v1/admin/keys/{old_key}/retire"),
-        )
-        .await;
+    let (status, body) = api.retire(root, &old_key).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["changed"], true);
     let (status, body) = api.put(worker, "orders-a", &old_token).await;
@@ -256,10 +259,8 @@ async fn rotation_with_the_server_running() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn offline_rotation_and_retirement() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data, mut server) = on_new_data_dir();
     let data_arg = data.display().to_string();
-    let mut server = Server::start_in(&data, 0, &[]).expect("server starts");
     let api = Api::new(&server.url);
     let old_token = api.acquire(None, "a").await;
     let old_key = key_id_of(&old_token);
@@ -335,9 +336,7 @@ fn make_old_style(data: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_issuer_key_is_migrated_to_a_key_set() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut server = Server::start_in(&data, 0, &[]).expect("server starts");
+    let (_dir, data, mut server) = on_new_data_dir();
     let token = Api::new(&server.url).acquire(None, "a").await;
     server.kill();
     let key = make_old_style(&data);
@@ -361,10 +360,8 @@ async fn an_issuer_key_is_migrated_to_a_key_set() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_key_set_refuses_to_start_until_restored_or_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
+    let (_dir, data, mut server) = on_new_data_dir();
     let data_arg = data.display().to_string();
-    let mut server = Server::start_in(&data, 0, &[]).expect("server starts");
     let token = Api::new(&server.url).acquire(None, "a").await;
     server.kill();
     let saved = std::fs::read(data.join(KEY_SET)).unwrap();
@@ -487,21 +484,9 @@ async fn three_nodes_over_etcd_share_the_key_set() {
     }
     assert_eq!(key_id_of(&nodes[2].acquire(None, "c").await), new_key);
 
-    let (status, body) = nodes[1]
-        .call(
-            None,
-            Method::POST,
-            &format!("/v1/admin/keys/{old_key}/retire"),
-        )
-        .await;
+    let (status, body) = nodes[1].retire(None, &old_key).await;
     assert_eq!(status, 200, "{body}");
-    let (status, body) = nodes[1]
-        .call(
-            None,
-            Method::POST,
-            &format!("/v1/admin/keys/{new_key}/retire"),
-        )
-        .await;
+    let (status, body) = nodes[1].retire(None, &new_key).await;
     assert_eq!((status, code(&body)), (409, "key_active"), "{body}");
     // Node 1 learns of the retirement within its poll interval.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -556,13 +541,7 @@ async fn a_resource_verifier_follows_rotation() {
     verifier.verify(&old_token).expect("still verifying");
 
     let old_key = key_id_of(&old_token);
-    let (status, body) = api
-        .call(
-            None,
-            Method::POST,
-            &format!("/v1/admin/keys/{old_key}/retire"),
-        )
-        .await;
+    let (status, body) = api.retire(None, &old_key).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(keys.refresh().await.unwrap(), 1);
     assert!(

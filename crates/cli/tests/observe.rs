@@ -177,13 +177,8 @@ async fn metrics_and_streams_follow_the_auth_file() {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let text = api
-            .req(Some(root), reqwest::Method::GET, "/metrics")
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            .text(api.req(Some(root), reqwest::Method::GET, "/metrics"))
+            .await;
         if samples(&text).get("palisade_event_subscribers") == Some(&1.0) {
             break;
         }

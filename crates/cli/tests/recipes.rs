@@ -19,6 +19,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use common::topology::Topology;
 use common::{code, Http};
+use palisade_test_support::poll_async as until;
 use serde_json::{json, Value};
 
 /// Flags every topology of this file starts with.
@@ -71,22 +72,6 @@ impl Nodes {
 
 fn b64(bytes: &[u8]) -> String {
     B64.encode(bytes)
-}
-
-/// Polls `check` every 50 ms until it returns Some (at most `within`).
-async fn until<T, F, Fut>(within: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(found) = check().await {
-            return found;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]
@@ -349,6 +334,36 @@ async fn sessions_etcd() {
     sessions(etcd()).await;
 }
 
+/// A new session of holder `s` (through node 2) holding `locks` (each through the node of
+/// its index) with a 10 s lock-delay; its id.
+async fn session_holding(nodes: &Nodes, ttl_ms: u64, locks: &[&str]) -> String {
+    let (status, session) = nodes
+        .post(2, "/v1/sessions", json!({"holder": "s", "ttl_ms": ttl_ms}))
+        .await;
+    assert_eq!(status, 200, "{session}");
+    let id = session["session_id"].as_str().unwrap().to_owned();
+    for (i, lock) in locks.iter().enumerate() {
+        let (status, body) = nodes
+            .acquire(
+                i,
+                lock,
+                json!({"holder": "s", "session": id, "lock_delay_ms": 10_000}),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    id
+}
+
+/// Closes session `id` through node `i`, which released its two leases.
+async fn close_session_of_two(nodes: &Nodes, i: usize, id: &str) {
+    let (status, closed) = nodes
+        .post(i, &format!("/v1/sessions/{id}/close"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{closed}");
+    assert_eq!(closed["leases"].as_array().unwrap().len(), 2, "{closed}");
+}
+
 async fn session_acquire(nodes: &Nodes, i: usize, lock: &str, session: &str) -> Value {
     let (status, body) = nodes
         .acquire(
@@ -442,21 +457,7 @@ async fn sessions(mut topology: Topology) {
 
     // A crash: a session comes back with its locks, and can be renewed (its TTL is long
     // enough for the etcd topology's nodes to come back).
-    let (status, session) = nodes
-        .post(2, "/v1/sessions", json!({"holder": "s", "ttl_ms": 15_000}))
-        .await;
-    assert_eq!(status, 200, "{session}");
-    let id = session["session_id"].as_str().unwrap().to_owned();
-    for (i, lock) in ["X", "Y"].iter().enumerate() {
-        let (status, body) = nodes
-            .acquire(
-                i,
-                lock,
-                json!({"holder": "s", "session": id, "lock_delay_ms": 10_000}),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-    }
+    let id = session_holding(&nodes, 15_000, &["X", "Y"]).await;
     topology.crash_and_restart(1);
     let nodes = Nodes::of(&topology);
     let (status, body) = nodes
@@ -467,40 +468,18 @@ async fn sessions(mut topology: Topology) {
     for lock in ["X", "Y"] {
         assert_eq!(nodes.status(1, lock).await["holder"], "s", "{lock}");
     }
-    let (status, closed) = nodes
-        .post(1, &format!("/v1/sessions/{id}/close"), json!({}))
-        .await;
-    assert_eq!(status, 200, "{closed}");
-    assert_eq!(closed["leases"].as_array().unwrap().len(), 2, "{closed}");
+    close_session_of_two(&nodes, 1, &id).await;
     for lock in ["X", "Y"] {
         assert_eq!(nodes.status(2, lock).await["holder"], Value::Null, "{lock}");
     }
 
     // Closing a session releases its locks at once (no lock-delay), and only them.
-    let (status, session) = nodes
-        .post(2, "/v1/sessions", json!({"holder": "s", "ttl_ms": 60_000}))
-        .await;
-    assert_eq!(status, 200, "{session}");
-    let id = session["session_id"].as_str().unwrap().to_owned();
-    for (i, lock) in ["P", "Q"].iter().enumerate() {
-        let (status, body) = nodes
-            .acquire(
-                i,
-                lock,
-                json!({"holder": "s", "session": id, "lock_delay_ms": 10_000}),
-            )
-            .await;
-        assert_eq!(status, 200, "{body}");
-    }
+    let id = session_holding(&nodes, 60_000, &["P", "Q"]).await;
     let (status, other) = nodes
         .acquire(2, "Z", json!({"holder": "o", "ttl_ms": 60_000}))
         .await;
     assert_eq!(status, 200, "{other}");
-    let (status, closed) = nodes
-        .post(0, &format!("/v1/sessions/{id}/close"), json!({}))
-        .await;
-    assert_eq!(status, 200, "{closed}");
-    assert_eq!(closed["leases"].as_array().unwrap().len(), 2, "{closed}");
+    close_session_of_two(&nodes, 0, &id).await;
     for lock in ["P", "Q"] {
         let (status, body) = nodes
             .acquire(1, lock, json!({"holder": "n", "ttl_ms": 1000}))

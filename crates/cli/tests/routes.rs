@@ -51,65 +51,35 @@ async fn malformed_requests_get_typed_errors() {
     let url = |p: &str| format!("{}{p}", server.url);
     let c = &http.client;
 
+    let acquire = |body: &'static str| c.post(url("/v1/locks/ns/acquire")).body(body);
+    // A write of ns/k with the lease's token.
+    let put = || c.put(url("/v1/kv/ns/k")).header("Fencing-Token", &token);
+    let put_at = |path: &str| c.put(url(path)).header("Fencing-Token", &token);
+    let bad = |req: reqwest::RequestBuilder| (req, 400, "bad_request");
+    let invalid_token = |value: &[u8]| {
+        let req = c
+            .put(url("/v1/kv/ns/k"))
+            .header("Fencing-Token", value.to_vec());
+        (req, 400, "invalid_token")
+    };
+
     let cases: Vec<(reqwest::RequestBuilder, u16, &str)> = vec![
-        (
-            c.post(url("/v1/locks/ns/acquire")).body("not json"),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url("/v1/locks/ns/acquire")).body("{}"),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url("/v1/locks/ns/acquire"))
-                .body(r#"{"holder":"a","ttl_ms":-1}"#),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url("/v1/locks/ns/acquire"))
-                .body(r#"{"holder":"a","ttl_ms":"1000"}"#),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url("/v1/locks/ns/acquire"))
-                .body(r#"{"holder":"","ttl_ms":1000}"#),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url("/v1/locks/ns/acquire"))
-                .body(r#"{"holder":"a","ttl_ms":1}"#),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url("/v1/locks/ns/acquire"))
-                .body(r#"{"holder":"a","ttl_ms":1000,"wait_ms":99999999}"#),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url("/v1/locks/ns/acquire"))
-                .body(r#"{"holder":"a","ttl_ms":1000,"extra":1}"#),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url("/v1/locks/bad%20name/acquire"))
-                .body(r#"{"holder":"a","ttl_ms":1000}"#),
-            400,
-            "bad_request",
-        ),
-        (
-            c.post(url(&format!("/v1/locks/{}/acquire", "x".repeat(129))))
-                .body(r#"{"holder":"a","ttl_ms":1000}"#),
-            400,
-            "bad_request",
-        ),
+        bad(acquire("not json")),
+        bad(acquire("{}")),
+        bad(acquire(r#"{"holder":"a","ttl_ms":-1}"#)),
+        bad(acquire(r#"{"holder":"a","ttl_ms":"1000"}"#)),
+        bad(acquire(r#"{"holder":"","ttl_ms":1000}"#)),
+        bad(acquire(r#"{"holder":"a","ttl_ms":1}"#)),
+        bad(acquire(
+            r#"{"holder":"a","ttl_ms":1000,"wait_ms":99999999}"#,
+        )),
+        bad(acquire(r#"{"holder":"a","ttl_ms":1000,"extra":1}"#)),
+        bad(c
+            .post(url("/v1/locks/bad%20name/acquire"))
+            .body(r#"{"holder":"a","ttl_ms":1000}"#)),
+        bad(c
+            .post(url(&format!("/v1/locks/{}/acquire", "x".repeat(129))))
+            .body(r#"{"holder":"a","ttl_ms":1000}"#)),
         (
             c.post(url("/v1/locks/ns/acquire")).body(vec![b'{'; 70_000]),
             413,
@@ -121,9 +91,9 @@ async fn malformed_requests_get_typed_errors() {
             "lease_expired",
         ),
         (c.post(url("/v1/leases/nope/release")), 404, "lease_expired"),
-        (c.get(url("/v1/locks/%FF")), 400, "bad_request"),
-        (c.get(url("/v1/locks?limit=abc")), 400, "bad_request"),
-        (c.get(url("/v1/kv/ns?limit=-3")), 400, "bad_request"),
+        bad(c.get(url("/v1/locks/%FF"))),
+        bad(c.get(url("/v1/locks?limit=abc"))),
+        bad(c.get(url("/v1/kv/ns?limit=-3"))),
         (c.get(url("/v1/kv/ns/missing")), 404, "not_found"),
         (c.get(url("/v1/kv/..")), 404, "not_found"),
         (c.get(url("/v1/nothing-here")), 404, "not_found"),
@@ -133,103 +103,26 @@ async fn malformed_requests_get_typed_errors() {
             405,
             "method_not_allowed",
         ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", &token)
-                .body(vec![0u8; 1001]),
-            413,
-            "payload_too_large",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", &token)
-                .header("If-Match", "abc"),
-            400,
-            "bad_request",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", &token)
-                .header("If-None-Match", "\"3\""),
-            400,
-            "bad_request",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", &token)
-                .header("If-Match", "\"99\""),
-            412,
-            "revision_mismatch",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", &token)
-                .header("Fencing-Seq", "x"),
-            400,
-            "bad_request",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", &token)
-                .header("Idempotency-Key", "k".repeat(200)),
-            400,
-            "bad_request",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", &token)
-                .header("Idempotency-Key", "two words"),
-            400,
-            "bad_request",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", &token)
-                .header("Fencing-Token", &token),
-            400,
-            "bad_request",
-        ),
-        (
-            c.put(url(&format!("/v1/kv/ns/{}", "k".repeat(1025))))
-                .header("Fencing-Token", &token),
-            400,
-            "bad_request",
-        ),
-        (
-            c.put(url("/v1/kv/ns/a%00b"))
-                .header("Fencing-Token", &token),
-            400,
-            "bad_request",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", "pal1.x.y"),
-            400,
-            "invalid_token",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", "x".repeat(5000)),
-            400,
-            "invalid_token",
-        ),
-        (
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", b"\xff\xfe".as_slice()),
-            400,
-            "invalid_token",
-        ),
+        (put().body(vec![0u8; 1001]), 413, "payload_too_large"),
+        bad(put().header("If-Match", "abc")),
+        bad(put().header("If-None-Match", "\"3\"")),
+        (put().header("If-Match", "\"99\""), 412, "revision_mismatch"),
+        bad(put().header("Fencing-Seq", "x")),
+        bad(put().header("Idempotency-Key", "k".repeat(200))),
+        bad(put().header("Idempotency-Key", "two words")),
+        bad(put().header("Fencing-Token", &token)),
+        bad(put_at(&format!("/v1/kv/ns/{}", "k".repeat(1025)))),
+        bad(put_at("/v1/kv/ns/a%00b")),
+        invalid_token(b"pal1.x.y"),
+        invalid_token("x".repeat(5000).as_bytes()),
+        invalid_token(b"\xff\xfe"),
         (
             c.delete(url("/v1/kv/ns/absent"))
                 .header("Fencing-Token", &token),
             404,
             "not_found",
         ),
-        (
-            c.post(url("/v1/tokens/check")).body("[]"),
-            400,
-            "bad_request",
-        ),
+        bad(c.post(url("/v1/tokens/check")).body("[]")),
     ];
     for (req, status, expected) in cases {
         let built = req.try_clone().unwrap().build().unwrap();

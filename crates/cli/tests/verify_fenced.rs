@@ -19,19 +19,7 @@ fn lock_set_under_all_faults_has_no_violations() {
         "--seed",
         "7",
     ]);
-    let (status, summary, stdout) = (run.status, &run.summary, &run.stdout);
-    assert!(status.success(), "verify failed ({status}): {stdout}");
-    assert_eq!(summary["violations"], 0, "{stdout}");
-    for kind in ["pause", "kill", "delay", "drop", "partition"] {
-        assert!(run.faults(kind) >= 1, "no {kind} fault injected: {stdout}");
-    }
-    assert!(
-        summary["ops_by_kind"]["add"]["ok"].as_u64().unwrap_or(0) >= 5,
-        "too few acknowledged adds to mean anything: {stdout}"
-    );
-    for checker in ["tokens", "fencing", "lockset", "reads"] {
-        assert_eq!(summary["checkers"][checker]["valid"], "valid", "{stdout}");
-    }
+    run.assert_clean_lock_set(&["pause", "kill", "delay", "drop", "partition"]);
     let report = std::fs::read_to_string(run.out.path().join("report.html")).expect("report");
     assert!(report.contains("<svg") && report.contains("no violations found"));
 }

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, timeout_at, Instant};
 
-use crate::{Client, Error, FencedKv, KeepaliveInfo, Lease};
+use crate::{Client, Error, KeepaliveInfo, Lease};
 
 /// What the renewal task publishes about the lease (or session).
 #[derive(Debug, Clone, Copy)]
@@ -90,6 +90,57 @@ pub struct LeaseGuard {
     task: JoinHandle<()>,
 }
 
+/// The methods of every holder of one lease (a [`LeaseGuard`], a [`crate::SessionLock`]),
+/// written once: expanded inside the `impl` of a type with the fields `client: Client` and
+/// `lease: Lease`.
+macro_rules! lease_methods {
+    () => {
+        /// The lease as granted.
+        pub fn lease(&self) -> &$crate::Lease {
+            &self.lease
+        }
+
+        /// This holder's ownership generation.
+        pub fn epoch(&self) -> u64 {
+            self.lease.epoch
+        }
+
+        /// The fencing token to attach to mutations of this lock's resources.
+        pub fn token(&self) -> &str {
+            &self.lease.token
+        }
+
+        pub fn lease_id(&self) -> &str {
+            &self.lease.lease_id
+        }
+
+        pub fn lock(&self) -> &str {
+            &self.lease.lock
+        }
+
+        /// Replaces the value this lease advertises (`None` clears it); lock status shows
+        /// it from now on. Nothing else about the lease changes.
+        pub async fn proclaim(
+            &self,
+            value: Option<&[u8]>,
+        ) -> Result<$crate::Proclaimed, $crate::Error> {
+            self.client.proclaim(&self.lease.lease_id, value).await
+        }
+
+        /// A fenced handle on the namespace guarded by this lock, carrying this token.
+        pub fn kv(&self) -> $crate::FencedKv {
+            self.client.fenced_kv(&self.lease.lock, &self.lease.token)
+        }
+
+        /// Barrier: makes this lock's namespace admit this epoch now, fencing off every
+        /// older holder before any data is written (S10). Returns the high-water mark.
+        pub async fn fence(&self) -> Result<u64, $crate::Error> {
+            self.kv().fence().await
+        }
+    };
+}
+pub(crate) use lease_methods;
+
 impl LeaseGuard {
     pub(crate) fn start(client: Client, lease: Lease, sent_at: Instant) -> LeaseGuard {
         let renewer = client.clone();
@@ -128,28 +179,7 @@ impl LeaseGuard {
         }
     }
 
-    /// The lease as granted.
-    pub fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
-    /// This holder's ownership generation.
-    pub fn epoch(&self) -> u64 {
-        self.lease.epoch
-    }
-
-    /// The fencing token to attach to mutations of this lock's resources.
-    pub fn token(&self) -> &str {
-        &self.lease.token
-    }
-
-    pub fn lease_id(&self) -> &str {
-        &self.lease.lease_id
-    }
-
-    pub fn lock(&self) -> &str {
-        &self.lease.lock
-    }
+    lease_methods!();
 
     /// True once the lease is known or presumed lost. `false` is not a promise: the
     /// lease can be lost the moment after this returns.
@@ -163,23 +193,6 @@ impl LeaseGuard {
     /// Use it to stop work promptly (e.g. in `tokio::select!`); it is cancel-safe.
     pub async fn lost(&self) {
         lost(&self.state).await
-    }
-
-    /// Replaces the value this lease advertises (`None` clears it); lock status shows it
-    /// from now on. Nothing else about the lease changes.
-    pub async fn proclaim(&self, value: Option<&[u8]>) -> Result<crate::Proclaimed, Error> {
-        self.client.proclaim(&self.lease.lease_id, value).await
-    }
-
-    /// A fenced handle on the namespace guarded by this lock, carrying this token.
-    pub fn kv(&self) -> FencedKv {
-        self.client.fenced_kv(&self.lease.lock, &self.lease.token)
-    }
-
-    /// Barrier: makes this lock's namespace admit this epoch now, fencing off every older
-    /// holder before any data is written (S10). Returns the high-water mark.
-    pub async fn fence(&self) -> Result<u64, Error> {
-        self.kv().fence().await
     }
 
     /// Stops the renewals and releases the lease so the next waiter gets the lock.

@@ -20,7 +20,7 @@ use crate::failover::Retry;
 use crate::lease::{is_lost, lost, renew, LeaseState};
 use crate::paths::segment;
 use crate::types::encode_value;
-use crate::{AcquireOptions, Client, Error, FencedKv, Lease, Proclaimed, SessionInfo};
+use crate::{AcquireOptions, Client, Error, Lease, Proclaimed, SessionInfo};
 use palisade_api::wire::{ProclaimRequest, SessionRequest};
 
 impl Client {
@@ -186,41 +186,7 @@ pub struct SessionLock {
 }
 
 impl SessionLock {
-    /// The lease as granted.
-    pub fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
-    pub fn epoch(&self) -> u64 {
-        self.lease.epoch
-    }
-
-    pub fn token(&self) -> &str {
-        &self.lease.token
-    }
-
-    pub fn lease_id(&self) -> &str {
-        &self.lease.lease_id
-    }
-
-    pub fn lock(&self) -> &str {
-        &self.lease.lock
-    }
-
-    /// A fenced handle on the namespace guarded by this lock, carrying this token.
-    pub fn kv(&self) -> FencedKv {
-        self.client.fenced_kv(&self.lease.lock, &self.lease.token)
-    }
-
-    /// Barrier: fences off every older holder of this lock's namespace (S10).
-    pub async fn fence(&self) -> Result<u64, Error> {
-        self.kv().fence().await
-    }
-
-    /// Replaces the value this lock advertises.
-    pub async fn proclaim(&self, value: Option<&[u8]>) -> Result<Proclaimed, Error> {
-        self.client.proclaim(&self.lease.lease_id, value).await
-    }
+    crate::lease::lease_methods!();
 
     /// Releases this one lock; the session and its other locks live on.
     pub async fn release(self) -> Result<(), Error> {

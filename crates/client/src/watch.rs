@@ -20,6 +20,7 @@ use serde::Deserialize;
 
 use reqwest::Method;
 
+use palisade_api::wire::{Event, EventBody};
 use palisade_api::ErrorCode;
 
 use crate::client::Client;
@@ -36,8 +37,11 @@ const MAX_PAUSE: Duration = Duration::from_secs(5);
 
 /// One event of a lock, as docs/api.md ("Events") describes it. Event types this version
 /// does not know are skipped.
+///
+/// It is read as the contract's [`Event`] and laid out here with the id and time in each
+/// variant.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(from = "Event")]
 pub enum LockEvent {
     /// A lease was granted.
     Granted {
@@ -97,6 +101,79 @@ impl LockEvent {
             | LockEvent::Fenced { id, .. }
             | LockEvent::Rejected { id, .. }
             | LockEvent::Reset { id, .. } => *id,
+        }
+    }
+}
+
+impl From<Event> for LockEvent {
+    fn from(Event { id, at_ms, body }: Event) -> LockEvent {
+        match body {
+            EventBody::Granted {
+                lock,
+                epoch,
+                holder,
+                ttl_ms,
+            } => LockEvent::Granted {
+                id,
+                at_ms,
+                lock,
+                epoch,
+                holder,
+                ttl_ms,
+            },
+            EventBody::Released {
+                lock,
+                epoch,
+                holder,
+                cause,
+            } => LockEvent::Released {
+                id,
+                at_ms,
+                lock,
+                epoch,
+                holder,
+                cause: cause.into_owned(),
+            },
+            EventBody::Expired {
+                lock,
+                epoch,
+                holder,
+            } => LockEvent::Expired {
+                id,
+                at_ms,
+                lock,
+                epoch,
+                holder,
+            },
+            EventBody::Fenced {
+                lock,
+                high_water,
+                seq,
+            } => LockEvent::Fenced {
+                id,
+                at_ms,
+                lock,
+                high_water,
+                seq,
+            },
+            EventBody::Rejected {
+                lock,
+                code,
+                epoch,
+                high_water,
+            } => LockEvent::Rejected {
+                id,
+                at_ms,
+                lock,
+                code: code.into_owned(),
+                epoch,
+                high_water,
+            },
+            EventBody::Reset { reason } => LockEvent::Reset {
+                id,
+                at_ms,
+                reason: reason.into_owned(),
+            },
         }
     }
 }

@@ -2,10 +2,13 @@
 //! against a canned HTTP responder on port 0. It checks what goes on the wire and how
 //! answers are read; behaviour of the real server is tested in the server's own suite.
 
+mod support;
+
 use std::time::Duration;
 
 use palisade_client::{AcquireOptions, Client, Error, WriteOptions};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::read_request;
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -16,31 +19,9 @@ async fn canned(response: String) -> (Client, oneshot::Receiver<String>) {
     let (tx, rx) = oneshot::channel();
     tokio::spawn(async move {
         let (mut sock, _) = listener.accept().await.unwrap();
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 4096];
-        loop {
-            let n = sock.read(&mut chunk).await.unwrap();
-            buf.extend_from_slice(&chunk[..n]);
-            let text = String::from_utf8_lossy(&buf).to_string();
-            if let Some(end) = text.find("\r\n\r\n") {
-                let len = text
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().parse::<usize>().unwrap())
-                    })
-                    .unwrap_or(0);
-                if buf.len() >= end + 4 + len || n == 0 {
-                    break;
-                }
-            }
-            if n == 0 {
-                break;
-            }
-        }
+        let request = read_request(&mut sock).await.unwrap_or_default();
         sock.write_all(response.as_bytes()).await.unwrap();
-        let _ = tx.send(String::from_utf8_lossy(&buf).to_string());
+        let _ = tx.send(request);
     });
     (Client::new(&format!("http://{addr}")).unwrap(), rx)
 }

@@ -5,10 +5,13 @@
 //! client's `test_failover.py`; a real node killed under the client is in the CLI's
 //! `election` tests.
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 
 use palisade_client::{AcquireOptions, Client, Error};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use support::read_request;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 /// What a scripted node does with one request.
@@ -77,33 +80,6 @@ async fn serve(mut sock: TcpStream, log: Arc<Mutex<Vec<String>>>, script: Arc<Mu
                 }
             }
         }
-    }
-}
-
-/// One whole request (head and body), or None when the peer closed.
-async fn read_request(sock: &mut TcpStream) -> Option<String> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        let text = String::from_utf8_lossy(&buf).to_string();
-        if let Some(end) = text.find("\r\n\r\n") {
-            let len = text
-                .lines()
-                .find_map(|l| {
-                    l.to_ascii_lowercase()
-                        .strip_prefix("content-length:")
-                        .and_then(|v| v.trim().parse::<usize>().ok())
-                })
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                return Some(text);
-            }
-        }
-        let n = sock.read(&mut chunk).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
     }
 }
 

@@ -259,6 +259,35 @@ impl EtcdIssuer {
     /// Tries the acquisition transaction once. `queued` is our waiter key and its create
     /// revision when we come from the waiting line (which the transaction then also
     /// leaves). `Ok(None)` when a compare failed.
+    /// [`EtcdIssuer::try_grant`] with the etcd leases in `leases` (made now if there are
+    /// none yet): kept when the grant is made, handed back in `leases` for the next try
+    /// when it is not.
+    pub(crate) async fn grant_with(
+        &self,
+        leases: &mut Option<(EtcdLease, Option<EtcdLease>)>,
+        req: &AcquireRequest,
+        plan: &Plan,
+        snap: &LockSnapshot,
+        queued: Option<(&[u8], i64)>,
+    ) -> Result<Option<HolderRecord>, StorageError> {
+        let (granted, shadow) = match leases.take() {
+            Some(l) => l,
+            None => plan.leases(&self.etcd).await?,
+        };
+        let record = self
+            .try_grant(req, plan, &granted, shadow.as_ref(), snap, queued)
+            .await?;
+        if record.is_some() {
+            granted.keep();
+            if let Some(shadow) = shadow {
+                shadow.keep();
+            }
+        } else {
+            *leases = Some((granted, shadow));
+        }
+        Ok(record)
+    }
+
     pub(crate) async fn try_grant(
         &self,
         req: &AcquireRequest,
@@ -363,21 +392,9 @@ impl EtcdIssuer {
                 return Err(refusal);
             }
             // Granted only once the lock looks free, so a refusal costs no lease.
-            let (granted, shadow) = match leases.take() {
-                Some(l) => l,
-                None => plan.leases(&self.etcd).await?,
-            };
-            if let Some(record) = self
-                .try_grant(req, plan, &granted, shadow.as_ref(), &snap, None)
-                .await?
-            {
-                granted.keep();
-                if let Some(shadow) = shadow {
-                    shadow.keep();
-                }
+            if let Some(record) = self.grant_with(&mut leases, req, plan, &snap, None).await? {
                 return Ok(record);
             }
-            leases = Some((granted, shadow));
             backoff(attempt).await;
         }
         Err(contended("acquire").into())

@@ -172,22 +172,13 @@ pub(crate) async fn acquire_in_line(
         let created = place.created;
         let at_head = snap.first_waiter.as_deref() == Some(ours.as_slice());
         if at_head && snap.holder.is_none() && snap.delay.is_none() {
-            let (granted, shadow) = match leases.take() {
-                Some(l) => l,
-                None => plan.leases(etcd).await?,
-            };
             let queued = Some((ours.as_slice(), created));
             if let Some(record) = issuer
-                .try_grant(req, plan, &granted, shadow.as_ref(), &snap, queued)
+                .grant_with(&mut leases, req, plan, &snap, queued)
                 .await?
             {
-                granted.keep();
-                if let Some(shadow) = shadow {
-                    shadow.keep();
-                }
                 return Ok(record);
             }
-            leases = Some((granted, shadow));
             lost_races += 1;
             if lost_races >= MAX_ATTEMPTS {
                 return Err(contended("acquire from the line").into());

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use etcd_client::{Client, GetOptions};
-use palisade_core::gate::Policy;
 use palisade_core::lock_table::AcquireRequest;
 use palisade_etcd::{EtcdIssuer, EtcdStore};
 use palisade_issuer::LockService;
@@ -18,26 +17,7 @@ use palisade_storage::{
     Action, ApplyError, FencedOp, FencedStore, Idempotency, Precondition, StoreLimits, WallClock,
 };
 use palisade_token::Signer;
-use support::EtcdMember;
-
-fn op(ns: &str, epoch: u64, action: Action) -> FencedOp {
-    FencedOp {
-        namespace: ns.to_owned(),
-        epoch,
-        seq: None,
-        policy: Policy::Epoch,
-        idempotency: None,
-        action,
-    }
-}
-
-fn put(key: &str, value: &str) -> Action {
-    Action::Put {
-        key: key.to_owned(),
-        value: Bytes::from(value.to_owned()),
-        precondition: Precondition::None,
-    }
-}
+use support::{op, put, EtcdMember};
 
 fn delete(key: &str) -> Action {
     Action::Delete {

@@ -5,34 +5,10 @@ mod support;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use palisade_core::gate::{GateError, HighWater, Policy};
 use palisade_etcd::EtcdStore;
 use palisade_storage::{Action, ApplyError, FencedOp, FencedStore, Idempotency, Precondition};
-use support::EtcdMember;
-
-fn op(ns: &str, epoch: u64, action: Action) -> FencedOp {
-    FencedOp {
-        namespace: ns.to_owned(),
-        epoch,
-        seq: None,
-        policy: Policy::Epoch,
-        idempotency: None,
-        action,
-    }
-}
-
-fn put(key: &str, value: &str) -> Action {
-    put_if(key, value, Precondition::None)
-}
-
-fn put_if(key: &str, value: &str, precondition: Precondition) -> Action {
-    Action::Put {
-        key: key.to_owned(),
-        value: Bytes::from(value.to_owned()),
-        precondition,
-    }
-}
+use support::{op, put, put_if, EtcdMember};
 
 async fn value(store: &EtcdStore, ns: &str, key: &str) -> Option<String> {
     let entry = store.get(ns, key).await.expect("get");

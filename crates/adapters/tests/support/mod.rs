@@ -115,3 +115,52 @@ where
     }
     panic!("an operation lost 1000 races in a row");
 }
+
+/// The shared suite's tests (`suite`), each on a new gate: `$gate` makes one from
+/// `$issuer` (an `&Issuer`); `racers` is how many writers `racing_epochs` runs. With
+/// `transactional`, also the cases of [`TransactionalGate`].
+macro_rules! suite_tests {
+    (|$issuer:ident| $gate:expr, racers: $racers:expr $(, $transactional:ident)?) => {
+        #[tokio::test]
+        async fn fencing_scenario() {
+            let $issuer = &$crate::support::Issuer::new();
+            $crate::support::suite::fencing_scenario(&$gate, $issuer).await;
+        }
+
+        #[tokio::test]
+        async fn bad_tokens() {
+            let $issuer = &$crate::support::Issuer::new();
+            $crate::support::suite::bad_tokens(&$gate, $issuer).await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn racing_epochs() {
+            let $issuer = &$crate::support::Issuer::new();
+            let gate = std::sync::Arc::new($gate);
+            $crate::support::suite::racing_epochs(gate, $issuer, $racers).await;
+        }
+
+        $($crate::support::suite_tests!(@$transactional |$issuer| $gate);)?
+    };
+    (@transactional |$issuer:ident| $gate:expr) => {
+        #[tokio::test]
+        async fn rejected_admit_rolls_back_own_writes() {
+            let $issuer = &$crate::support::Issuer::new();
+            $crate::support::suite::rejected_admit_rolls_back_own_writes(&$gate, $issuer).await;
+        }
+
+        #[tokio::test]
+        async fn failure_after_admit_rolls_back_the_mark() {
+            let $issuer = &$crate::support::Issuer::new();
+            let gate = $gate;
+            $crate::support::suite::failure_after_admit_rolls_back_the_mark(&gate, $issuer).await;
+        }
+
+        #[tokio::test]
+        async fn sequence_policy() {
+            let $issuer = &$crate::support::Issuer::new();
+            $crate::support::suite::sequence_policy(&$gate, $issuer).await;
+        }
+    };
+}
+pub(crate) use suite_tests;

@@ -15,17 +15,10 @@ use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpRespo
 use palisade_api::ErrorCode;
 
 use super::{padded, Peer, Recipes};
-use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS};
+use crate::driver::{Plan, LONG_TTL_MS};
 use crate::{BenchError, Job, OpError, Worker};
 
-struct Lock {
-    lock_key: String,
-    epoch_key: String,
-    hw_key: String,
-    value_keys: Vec<String>,
-    /// The epoch this client holds (`j2`).
-    epoch: u64,
-}
+type Lock = super::LockKeys<u64>;
 
 struct EtcdWorker {
     client: Client,
@@ -57,20 +50,7 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         .await
         .map_err(|e| plan.setup_error(e))?
         .id();
-    let names = match plan.job {
-        Job::Contended => vec![plan.contended_lock()],
-        _ => plan.locks_of(client),
-    };
-    let locks = names
-        .iter()
-        .map(|name| Lock {
-            lock_key: format!("{name}/lock"),
-            epoch_key: format!("{name}/epoch"),
-            hw_key: format!("{name}/hw"),
-            value_keys: (0..KEYS_PER_LOCK).map(|k| format!("{name}/k{k}")).collect(),
-            epoch: 0,
-        })
-        .collect();
+    let locks = Lock::of_worker(&plan, client, '/');
     let mut worker = EtcdWorker {
         client: conn,
         lease,

@@ -26,6 +26,37 @@ pub(crate) fn padded(epoch: u64) -> String {
     format!("{epoch:020}")
 }
 
+/// The keys of one lock in a key-value peer (etcd, Redis), named after the lock with `sep`
+/// between: the lock, its epoch counter, its high-water mark and its values.
+#[cfg(any(feature = "peers", feature = "peer-etcd"))]
+struct LockKeys<E> {
+    lock_key: String,
+    epoch_key: String,
+    hw_key: String,
+    value_keys: Vec<String>,
+    /// The epoch this client holds (`j2`).
+    epoch: E,
+}
+
+#[cfg(any(feature = "peers", feature = "peer-etcd"))]
+impl<E: Default> LockKeys<E> {
+    /// The keys of each lock client `client` works on.
+    fn of_worker(plan: &Plan, client: usize, sep: char) -> Vec<LockKeys<E>> {
+        plan.worker_locks(client)
+            .iter()
+            .map(|name| LockKeys {
+                lock_key: format!("{name}{sep}lock"),
+                epoch_key: format!("{name}{sep}epoch"),
+                hw_key: format!("{name}{sep}hw"),
+                value_keys: (0..crate::driver::KEYS_PER_LOCK)
+                    .map(|k| format!("{name}{sep}k{k}"))
+                    .collect(),
+                epoch: E::default(),
+            })
+            .collect()
+    }
+}
+
 #[allow(unused_variables)]
 pub async fn redis_worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, BenchError> {
     #[cfg(feature = "peers")]

@@ -109,10 +109,7 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
     }
     .await
     .map_err(|e| plan.setup_error(e))?;
-    let names = match plan.job {
-        Job::Contended => vec![plan.contended_lock()],
-        _ => plan.locks_of(client),
-    };
+    let names = plan.worker_locks(client);
     let mut worker = PostgresWorker {
         client: conn,
         sql,

@@ -14,7 +14,7 @@ use redis::{AsyncConnectionConfig, Script};
 use palisade_api::ErrorCode;
 
 use super::{Peer, Recipes};
-use crate::driver::{Plan, KEYS_PER_LOCK};
+use crate::driver::Plan;
 use crate::{BenchError, Job, OpError, Worker};
 
 /// Take the lock if free (with a ttl), and only then issue the lock's next epoch.
@@ -40,14 +40,7 @@ redis.call('SET', KEYS[1], ARGV[1])
 redis.call('SET', KEYS[2], ARGV[2])
 return epoch";
 
-struct Lock {
-    lock_key: String,
-    epoch_key: String,
-    hw_key: String,
-    value_keys: Vec<String>,
-    /// The epoch this client holds (`j2`).
-    epoch: i64,
-}
+type Lock = super::LockKeys<i64>;
 
 struct RedisWorker {
     conn: MultiplexedConnection,
@@ -77,20 +70,7 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .map_err(|e| plan.setup_error(format!("{}: {e}", plan.url)))?;
-    let names = match plan.job {
-        Job::Contended => vec![plan.contended_lock()],
-        _ => plan.locks_of(client),
-    };
-    let locks = names
-        .iter()
-        .map(|name| Lock {
-            lock_key: format!("{name}:lock"),
-            epoch_key: format!("{name}:epoch"),
-            hw_key: format!("{name}:hw"),
-            value_keys: (0..KEYS_PER_LOCK).map(|k| format!("{name}:k{k}")).collect(),
-            epoch: 0,
-        })
-        .collect();
+    let locks = Lock::of_worker(&plan, client, ':');
     let mut worker = RedisWorker {
         conn,
         locks,

@@ -87,6 +87,12 @@ impl Api {
         )
     }
 
+    /// The body of the answer to `req`, as text.
+    pub async fn text(&self, req: RequestBuilder) -> String {
+        let resp = req.send().await.expect("request sent");
+        resp.text().await.expect("a body")
+    }
+
     /// Acquires as `key` (optional holder label); panics unless granted.
     pub async fn acquire(&self, key: &str, lock: &str, label: Option<&str>) -> Value {
         let mut body = json!({"ttl_ms": 60_000});
@@ -137,13 +143,8 @@ impl Api {
             .send(self.req(Some(admin), Method::GET, &format!("/v1/kv/{lock}")))
             .await;
         let value = self
-            .req(Some(admin), Method::GET, &format!("/v1/kv/{lock}/k"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+            .text(self.req(Some(admin), Method::GET, &format!("/v1/kv/{lock}/k")))
+            .await;
         // remaining_ms moves on its own; everything else must not.
         let mut status = status;
         status["remaining_ms"] = Value::Null;

@@ -59,6 +59,29 @@ impl VerifyRun {
         self.summary["faults"][kind].as_u64().unwrap_or(0)
     }
 
+    /// Asserts a clean lock-set run: it succeeded with no violation, injected each of
+    /// `faults`, acknowledged enough adds to mean anything, and every checker found it
+    /// valid.
+    pub fn assert_clean_lock_set(&self, faults: &[&str]) {
+        let (summary, stdout) = (&self.summary, &self.stdout);
+        assert!(
+            self.status.success(),
+            "verify failed ({}): {stdout}",
+            self.status
+        );
+        assert_eq!(summary["violations"], 0, "{stdout}");
+        for kind in faults {
+            assert!(self.faults(kind) >= 1, "no {kind} fault injected: {stdout}");
+        }
+        assert!(
+            summary["ops_by_kind"]["add"]["ok"].as_u64().unwrap_or(0) >= 5,
+            "too few acknowledged adds to mean anything: {stdout}"
+        );
+        for checker in ["tokens", "fencing", "lockset", "reads"] {
+            assert_eq!(summary["checkers"][checker]["valid"], "valid", "{stdout}");
+        }
+    }
+
     pub fn report(&self) -> String {
         std::fs::read_to_string(self.out.path().join("report.html")).expect("report.html")
     }

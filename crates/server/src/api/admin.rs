@@ -16,42 +16,18 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use serde::Serialize;
 
+use palisade_api::wire::{AdminKeys, KeyRetired, KeysRotated};
 use palisade_api::ErrorCode;
 use palisade_token::KeySet;
 
 use super::{path, read_body, ApiError, AppState};
 use crate::audit::AuditEvent;
 use crate::auth::Caller;
-use crate::keys::{now_unix, KeyView};
+use crate::keys::now_unix;
 
 /// Longest key id accepted in a path (ids are 16 hex characters today).
 const MAX_KEY_ID_LEN: usize = 64;
-
-#[derive(Serialize)]
-pub struct KeysAnswer {
-    /// The active key's id.
-    active: String,
-    keys: Vec<KeyView>,
-}
-
-#[derive(Serialize)]
-pub struct RotateAnswer {
-    active: String,
-    /// The key that was active before and is now verifying.
-    previous: String,
-    keys: Vec<KeyView>,
-}
-
-#[derive(Serialize)]
-pub struct RetireAnswer {
-    retired: String,
-    /// False when the key was already retired (nothing changed).
-    changed: bool,
-    active: String,
-    keys: Vec<KeyView>,
-}
 
 /// 403 `permission_denied` unless the caller is an admin (or authentication is off).
 fn require_admin(caller: &Caller, action: &str) -> Result<(), ApiError> {
@@ -71,8 +47,8 @@ fn require_admin(caller: &Caller, action: &str) -> Result<(), ApiError> {
     }
 }
 
-fn answer(state: &AppState) -> KeysAnswer {
-    KeysAnswer {
+fn answer(state: &AppState) -> AdminKeys {
+    AdminKeys {
         active: state.keys.key_set().active().key_id.clone(),
         keys: state.keys.all_keys(),
     }
@@ -82,7 +58,7 @@ fn answer(state: &AppState) -> KeysAnswer {
 pub async fn list_keys(
     State(state): State<AppState>,
     caller: Caller,
-) -> Result<Json<KeysAnswer>, ApiError> {
+) -> Result<Json<AdminKeys>, ApiError> {
     require_admin(&caller, "list signing keys")?;
     Ok(Json(answer(&state)))
 }
@@ -93,7 +69,7 @@ pub async fn rotate_keys(
     caller: Caller,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<RotateAnswer>, ApiError> {
+) -> Result<Json<KeysRotated>, ApiError> {
     require_admin(&caller, "rotate signing keys")?;
     empty_body(&headers, body).await?;
     let previous = state.keys.key_set().active().key_id.clone();
@@ -116,7 +92,7 @@ pub async fn rotate_keys(
             )),
     );
     tracing::info!(%active, %previous, principal = caller.name().unwrap_or("-"), "signing key rotated");
-    Ok(Json(RotateAnswer {
+    Ok(Json(KeysRotated {
         active,
         previous,
         keys: state.keys.all_keys(),
@@ -130,7 +106,7 @@ pub async fn retire_key(
     key_id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<RetireAnswer>, ApiError> {
+) -> Result<Json<KeyRetired>, ApiError> {
     require_admin(&caller, "retire signing keys")?;
     let key_id = path(key_id)?;
     let valid = !key_id.is_empty()
@@ -152,7 +128,7 @@ pub async fn retire_key(
         );
         tracing::info!(%key_id, principal = caller.name().unwrap_or("-"), "signing key retired");
     }
-    Ok(Json(RetireAnswer {
+    Ok(Json(KeyRetired {
         retired: key_id,
         changed,
         active: set.active().key_id.clone(),

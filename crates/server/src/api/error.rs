@@ -101,6 +101,11 @@ impl ApiError {
         .with("limit", limit)
     }
 
+    /// 503 `unavailable`: the server is shutting down.
+    pub fn shutting_down() -> Self {
+        Self::new(ErrorCode::Unavailable, "the server is shutting down")
+    }
+
     pub fn method_not_allowed() -> Self {
         Self::new(
             ErrorCode::MethodNotAllowed,

@@ -16,7 +16,7 @@ use palisade_api::wire::{FenceAnswer, FenceStatus, KeyList, WriteAnswer};
 use palisade_api::{headers as h, ErrorCode};
 use palisade_storage::{Action, Applied, ApplyError, FencedOp, Idempotency, Precondition};
 
-use super::{lock_name, path, read_body, ApiError, AppState, ListQuery};
+use super::{lock_name, path, query_of, read_body, ApiError, AppState, ListQuery};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, Verb};
 
@@ -224,32 +224,8 @@ pub async fn put(
     body: Body,
 ) -> Result<Response, ApiError> {
     let mut seen = Seen::default();
-    let result = put_seen(&state, caller, params, headers, body, &mut seen).await;
+    let result = change_seen(&state, caller, params, headers, Some(body), &mut seen).await;
     observed(&state, seen, result)
-}
-
-async fn put_seen(
-    state: &AppState,
-    caller: Caller,
-    params: Result<Path<(String, String)>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
-    seen: &mut Seen,
-) -> Result<Response, ApiError> {
-    let (lock, key) = path(params)?;
-    lock_name(&lock)?;
-    seen.lock = Some(lock.clone());
-    check_key(&key)?;
-    let f = fencing(state, &caller, &lock, &headers).await?;
-    seen.epoch = Some(f.epoch);
-    let pre = precondition(&headers)?;
-    let value = read_body(&headers, body, state.max_value_bytes).await?;
-    let action = Action::Put {
-        key,
-        value,
-        precondition: pre,
-    };
-    apply(state, lock, f, action).await
 }
 
 pub async fn delete(
@@ -259,15 +235,19 @@ pub async fn delete(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let mut seen = Seen::default();
-    let result = delete_seen(&state, caller, params, headers, &mut seen).await;
+    let result = change_seen(&state, caller, params, headers, None, &mut seen).await;
     observed(&state, seen, result)
 }
 
-async fn delete_seen(
+/// A put of `body` (a delete without one): the lock and key, the token, the
+/// preconditions, then the value, checked in this order. Notes the lock and the token's
+/// epoch in `seen` as they are known.
+async fn change_seen(
     state: &AppState,
     caller: Caller,
     params: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
+    body: Option<Body>,
     seen: &mut Seen,
 ) -> Result<Response, ApiError> {
     let (lock, key) = path(params)?;
@@ -276,10 +256,14 @@ async fn delete_seen(
     check_key(&key)?;
     let f = fencing(state, &caller, &lock, &headers).await?;
     seen.epoch = Some(f.epoch);
-    let pre = precondition(&headers)?;
-    let action = Action::Delete {
-        key,
-        precondition: pre,
+    let precondition = precondition(&headers)?;
+    let action = match body {
+        Some(body) => Action::Put {
+            key,
+            value: read_body(&headers, body, state.max_value_bytes).await?,
+            precondition,
+        },
+        None => Action::Delete { key, precondition },
     };
     apply(state, lock, f, action).await
 }
@@ -383,7 +367,7 @@ pub async fn list(
     let lock = path(lock)?;
     lock_name(&lock)?;
     caller.require(Verb::Read, &lock)?;
-    let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
+    let query = query_of(query)?;
     let limit = query.limit();
     let keys = state.backend.list(&lock, &query.prefix, limit).await?;
     Ok(Json(KeyList { lock, keys }))

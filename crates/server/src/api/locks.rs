@@ -9,10 +9,9 @@ use axum::Json;
 use serde::Deserialize;
 
 use palisade_api::wire::{self, KeepaliveInfo, Lease, LockList, LockStatus, Released};
-use palisade_api::ErrorCode;
 use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView};
 
-use super::{json_body, lock_name, path, ApiError, AppState};
+use super::{json_body, listing_permit, lock_name, path, query_of, ApiError, AppState};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, LockPattern, Verb};
 
@@ -307,13 +306,8 @@ pub async fn list(
     caller: Caller,
     query: Result<Query<LockListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
-    // Held until the answer is encoded: that is part of the work it bounds.
-    let _permit = state
-        .listings
-        .acquire()
-        .await
-        .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the server is shutting down"))?;
+    let query = query_of(query)?;
+    let _permit = listing_permit(&state).await?;
     let (found, next) = page(
         scans(&caller, &query.prefix),
         query.after.as_deref(),

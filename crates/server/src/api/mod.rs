@@ -16,7 +16,7 @@ mod tokens;
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::rejection::PathRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -190,7 +190,10 @@ async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> 
         )
         .into_response();
     }
-    Json(serde_json::json!({"status": "ok"})).into_response()
+    Json(palisade_api::wire::Health {
+        status: "ok".into(),
+    })
+    .into_response()
 }
 
 async fn not_found() -> ApiError {
@@ -277,6 +280,23 @@ fn path<T>(extracted: Result<axum::extract::Path<T>, PathRejection>) -> Result<T
     extracted
         .map(|p| p.0)
         .map_err(|e| ApiError::bad_request(format!("bad path: {}", e.body_text())))
+}
+
+/// Unpacks a query extraction, turning a rejection into `bad_request`.
+fn query_of<T>(extracted: Result<axum::extract::Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    extracted
+        .map(|q| q.0)
+        .map_err(|e| ApiError::bad_request(e.body_text()))
+}
+
+/// One of the permits of the listings running at once ([`AppState::listings`]). Hold it
+/// until the answer is encoded: that is part of the work it bounds.
+async fn listing_permit(state: &AppState) -> Result<tokio::sync::SemaphorePermit<'_>, ApiError> {
+    state
+        .listings
+        .acquire()
+        .await
+        .map_err(|_| ApiError::shutting_down())
 }
 
 /// Checks a lock name from a path.

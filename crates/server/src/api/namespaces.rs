@@ -13,13 +13,13 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use palisade_api::ErrorCode;
+use palisade_api::wire::{NamespaceInfo, NamespaceList};
 use palisade_storage::NamespaceSummary;
 
 use super::locks::{page, scans_for};
-use super::{ApiError, AppState};
+use super::{listing_permit, query_of, ApiError, AppState};
 use crate::auth::{Caller, Verb};
 
 /// `GET /v1/fences?prefix=&after=&limit=`.
@@ -32,38 +32,13 @@ pub struct NamespaceListQuery {
     limit: Option<usize>,
 }
 
-/// One namespace as listed.
-#[derive(Serialize)]
-struct NamespaceView {
-    lock: String,
-    high_water: u64,
-    seq: u64,
-    policy: String,
-    /// `null` when the backend has not counted the namespace yet (see
-    /// [`NamespaceSummary::usage`]).
-    keys: Option<u64>,
-    bytes: Option<u64>,
-}
-
-#[derive(Serialize)]
-struct NamespaceList {
-    namespaces: Vec<NamespaceView>,
-    /// Pass as `after` for the next page; `null` on the last page.
-    next: Option<String>,
-}
-
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
     query: Result<Query<NamespaceListQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let query = query.map_err(|e| ApiError::bad_request(e.body_text()))?.0;
-    // Held until the answer is encoded: that is part of the work it bounds.
-    let _permit = state
-        .listings
-        .acquire()
-        .await
-        .map_err(|_| ApiError::new(ErrorCode::Unavailable, "the server is shutting down"))?;
+    let query = query_of(query)?;
+    let _permit = listing_permit(&state).await?;
     let (found, next) = page(
         scans_for(&caller, &query.prefix, &[Verb::Read]),
         query.after.as_deref(),
@@ -79,7 +54,7 @@ pub async fn list(
         namespaces: found
             .into_iter()
             .filter(|n| caller.may(Verb::Read, &n.name))
-            .map(|n| NamespaceView {
+            .map(|n| NamespaceInfo {
                 policy: state.policies.policy(&n.name).to_string(),
                 high_water: n.high_water.epoch,
                 seq: n.high_water.seq,

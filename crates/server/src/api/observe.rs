@@ -23,9 +23,7 @@ use futures::Stream;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
-use palisade_api::ErrorCode;
-
-use super::{lock_name, path, ApiError, AppState};
+use super::{lock_name, path, query_of, ApiError, AppState};
 use crate::auth::{Caller, Verb};
 use crate::observe::events::{reset_json, Live, ResetReason, Subscription};
 use crate::observe::{metrics, Observe};
@@ -109,10 +107,7 @@ pub async fn all(
     query: Result<Query<EventsQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let prefix = query
-        .map_err(|e| ApiError::bad_request(e.body_text()))?
-        .0
-        .prefix;
+    let prefix = query_of(query)?.prefix;
     let valid = prefix.len() <= 128
         && prefix
             .bytes()
@@ -169,10 +164,7 @@ fn open(
     let last = last_event_id(headers)?;
     let bus = &state.observe.events;
     if bus.is_closed() {
-        return Err(ApiError::new(
-            ErrorCode::Unavailable,
-            "the server is shutting down",
-        ));
+        return Err(ApiError::shutting_down());
     }
     let Some(sub) = bus.subscribe(last) else {
         return Err(ApiError::quota_exceeded(
@@ -277,6 +269,7 @@ impl Follower {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use palisade_api::ErrorCode;
 
     #[test]
     fn scopes() {

@@ -138,10 +138,10 @@ pub async fn keepalive_session(
     caller: Caller,
     session_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SessionInfo>, ApiError> {
-    let session_id = session_path(session_id)?;
-    owned_session(&state, &caller, &session_id).await?;
-    let view = state.issuer.keepalive_session(&session_id).await?;
-    Ok(Json(session_info(view)))
+    let session_id = owned_session_id(&state, &caller, session_id).await?;
+    Ok(Json(session_info(
+        state.issuer.keepalive_session(&session_id).await?,
+    )))
 }
 
 pub async fn close_session(
@@ -149,10 +149,21 @@ pub async fn close_session(
     caller: Caller,
     session_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<SessionInfo>, ApiError> {
-    let session_id = session_path(session_id)?;
-    owned_session(&state, &caller, &session_id).await?;
-    let view = state.issuer.close_session(&session_id).await?;
-    Ok(Json(session_info(view)))
+    let session_id = owned_session_id(&state, &caller, session_id).await?;
+    Ok(Json(session_info(
+        state.issuer.close_session(&session_id).await?,
+    )))
+}
+
+/// The id of a session from a path, checked as [`owned_session`] checks it.
+async fn owned_session_id(
+    state: &AppState,
+    caller: &Caller,
+    extracted: Result<Path<String>, PathRejection>,
+) -> Result<String, ApiError> {
+    let session_id = session_path(extracted)?;
+    owned_session(state, caller, &session_id).await?;
+    Ok(session_id)
 }
 
 /// A session id from a path: visible ASCII without `/`, at most [`MAX_SESSION_ID_LEN`].

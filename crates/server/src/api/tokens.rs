@@ -21,9 +21,9 @@ pub async fn keys(State(state): State<AppState>) -> Json<KeysAnswer> {
         .into_iter()
         .map(|k| PublicKey {
             key_id: k.key_id,
-            alg: k.alg.to_owned(),
+            alg: k.alg,
             public_key: k.public_key,
-            status: Some(k.status.as_str().to_owned()),
+            status: Some(k.status),
         })
         .collect();
     Json(KeysAnswer { keys })

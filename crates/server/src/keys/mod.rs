@@ -38,7 +38,6 @@ use palisade_token::{
     ActiveSigner, Claims, KeySetError, Signer, TokenError, Verifier, VerifyingKey,
 };
 pub use palisade_token::{KeySet, KeyState};
-use serde::Serialize;
 
 pub use file::{
     has_database, load_secret, open_for_serving, read_legacy, read_set, remove_legacy, store,
@@ -101,33 +100,18 @@ impl From<KeyChangeError> for ApiError {
 }
 
 /// One key as the API and `admin keys list` show it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct KeyView {
-    pub key_id: String,
-    pub alg: &'static str,
-    pub public_key: String,
-    /// `active`, `verifying` or `retired`.
-    pub status: KeyState,
-    /// `key_set`, or `trust_file` for a `--trust-key-file` key (always `verifying`).
-    pub source: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub created_at: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub replaced_at: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub retired_at: Option<u64>,
-}
+pub use palisade_api::wire::AdminKey;
 
 /// Every key of `set`, oldest first.
-pub fn views(set: &KeySet) -> Vec<KeyView> {
+pub fn views(set: &KeySet) -> Vec<AdminKey> {
     set.keys()
         .iter()
-        .map(|k| KeyView {
+        .map(|k| AdminKey {
             key_id: k.key_id.clone(),
-            alg: "Ed25519",
+            alg: "Ed25519".into(),
             public_key: k.public_key_b64(),
-            status: k.state,
-            source: "key_set",
+            status: k.state.as_str().into(),
+            source: "key_set".into(),
             created_at: Some(k.created_at),
             replaced_at: k.replaced_at,
             retired_at: k.retired_at,
@@ -202,7 +186,7 @@ impl KeyRegistry {
     }
 
     /// Every key of the set and every trusted key, as `GET /v1/admin/keys` lists them.
-    pub fn all_keys(&self) -> Vec<KeyView> {
+    pub fn all_keys(&self) -> Vec<AdminKey> {
         let set = self.key_set();
         let mut keys = views(&set);
         keys.extend(self.trust_file_views(&set));
@@ -210,22 +194,22 @@ impl KeyRegistry {
     }
 
     /// The keys whose tokens verify, as `GET /v1/keys` lists them.
-    pub fn verifying_keys(&self) -> Vec<KeyView> {
+    pub fn verifying_keys(&self) -> Vec<AdminKey> {
         let mut keys = self.all_keys();
-        keys.retain(|k| k.status != KeyState::Retired);
+        keys.retain(|k| k.status != KeyState::Retired.as_str());
         keys
     }
 
-    fn trust_file_views(&self, set: &KeySet) -> Vec<KeyView> {
+    fn trust_file_views(&self, set: &KeySet) -> Vec<AdminKey> {
         self.trusted
             .iter()
             .filter(|k| set.get(&palisade_token::key_id_of(k)).is_none())
-            .map(|k| KeyView {
+            .map(|k| AdminKey {
                 key_id: palisade_token::key_id_of(k),
-                alg: "Ed25519",
+                alg: "Ed25519".into(),
                 public_key: base64_url(k),
-                status: KeyState::Verifying,
-                source: "trust_file",
+                status: KeyState::Verifying.as_str().into(),
+                source: "trust_file".into(),
                 created_at: None,
                 replaced_at: None,
                 retired_at: None,
@@ -463,7 +447,7 @@ mod tests {
         // Durable: the file holds the rotated set.
         let on_disk = read_set(&dir.path().join(KEY_SET_FILE)).unwrap().unwrap();
         assert_eq!(on_disk, *rotated);
-        let listed: Vec<_> = registry
+        let listed: Vec<(String, String, String)> = registry
             .verifying_keys()
             .into_iter()
             .map(|k| (k.key_id, k.status, k.source))
@@ -471,12 +455,16 @@ mod tests {
         assert_eq!(
             listed,
             vec![
-                (first.key_id().to_owned(), KeyState::Verifying, "key_set"),
-                (signer.key_id(), KeyState::Active, "key_set"),
+                (
+                    first.key_id().to_owned(),
+                    "verifying".into(),
+                    "key_set".into()
+                ),
+                (signer.key_id(), "active".into(), "key_set".into()),
                 (
                     trusted.key_id().to_owned(),
-                    KeyState::Verifying,
-                    "trust_file"
+                    "verifying".into(),
+                    "trust_file".into()
                 ),
             ]
         );

@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
 use tokio::sync::{broadcast, watch};
 
 /// Default of the ring's (and the live channel's) size.
@@ -37,78 +36,9 @@ pub const DEFAULT_EVENTS_BUFFER: usize = 4096;
 /// Default cap on streams open at once.
 pub const DEFAULT_MAX_SUBSCRIBERS: usize = 256;
 
-/// What an event says. The JSON of each is in docs/api.md ("Events").
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Body {
-    /// A lease was granted.
-    Granted {
-        lock: String,
-        epoch: u64,
-        holder: String,
-        ttl_ms: u64,
-    },
-    /// A lease ended by release (`cause: "release"`), or (etcd backend) ended through
-    /// another node, by a release or an expiry this node cannot tell apart
-    /// (`cause: "unknown"`).
-    Released {
-        lock: String,
-        epoch: u64,
-        holder: String,
-        cause: &'static str,
-    },
-    /// A lease ran past its deadline without renewal.
-    Expired {
-        lock: String,
-        epoch: u64,
-        holder: String,
-    },
-    /// A namespace's high-water mark advanced to `high_water` (and `seq`, for the
-    /// sequence policy).
-    Fenced {
-        lock: String,
-        high_water: u64,
-        seq: u64,
-    },
-    /// A mutation of the namespace was refused with `code`; `epoch` is the token's (when
-    /// it verified), `high_water` the mark that refused it (stale refusals).
-    Rejected {
-        lock: String,
-        code: &'static str,
-        epoch: Option<u64>,
-        high_water: Option<u64>,
-    },
-}
-
-impl Body {
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Body::Granted { .. } => "granted",
-            Body::Released { .. } => "released",
-            Body::Expired { .. } => "expired",
-            Body::Fenced { .. } => "fenced",
-            Body::Rejected { .. } => "rejected",
-        }
-    }
-
-    pub fn lock(&self) -> &str {
-        match self {
-            Body::Granted { lock, .. }
-            | Body::Released { lock, .. }
-            | Body::Expired { lock, .. }
-            | Body::Fenced { lock, .. }
-            | Body::Rejected { lock, .. } => lock,
-        }
-    }
-}
-
-#[derive(Serialize)]
-struct Wire<'a> {
-    id: u64,
-    at_ms: u64,
-    #[serde(flatten)]
-    body: &'a Body,
-}
+use palisade_api::wire::Event;
+/// What an event says: the contract's type (docs/api.md, "Events").
+pub use palisade_api::wire::EventBody as Body;
 
 /// One published event, its JSON made once for every subscriber.
 #[derive(Debug)]
@@ -141,15 +71,19 @@ impl ResetReason {
     }
 }
 
-/// The JSON of a `reset` event with id `id`.
+/// The JSON of a `reset` event with id `id`. It goes through a `Value`, whose keys are
+/// sorted: `{"at_ms":..,"id":..,"reason":..,"type":"reset"}`, as it has always been sent.
 pub fn reset_json(id: u64, reason: ResetReason) -> String {
-    serde_json::json!({
-        "id": id,
-        "at_ms": now_ms(),
-        "type": "reset",
-        "reason": reason.as_str(),
-    })
-    .to_string()
+    let event = Event {
+        id,
+        at_ms: now_ms(),
+        body: Body::Reset {
+            reason: reason.as_str().into(),
+        },
+    };
+    serde_json::to_value(event)
+        .map(|v| v.to_string())
+        .unwrap_or_default()
 }
 
 fn now_ms() -> u64 {
@@ -248,7 +182,7 @@ impl EventBus {
         let mut ring = self.ring();
         let id = ring.next_id;
         ring.next_id += 1;
-        let json = serde_json::to_string(&Wire {
+        let json = serde_json::to_string(&Event {
             id,
             at_ms: now_ms(),
             body,
@@ -257,7 +191,7 @@ impl EventBus {
         let event = Arc::new(Published {
             id,
             kind: body.kind(),
-            lock: body.lock().into(),
+            lock: body.lock().unwrap_or_default().into(),
             json: json.into_boxed_str(),
         });
         if ring.events.len() == self.capacity {
@@ -416,7 +350,7 @@ mod tests {
         let mut sub = bus.subscribe(None).unwrap();
         let id = bus.publish(&Body::Rejected {
             lock: "orders".into(),
-            code: "stale_token",
+            code: "stale_token".into(),
             epoch: Some(1),
             high_water: Some(2),
         });
@@ -434,5 +368,34 @@ mod tests {
             (Some(1), Some(2))
         );
         assert_eq!(v.as_object().unwrap().len(), 7);
+    }
+
+    #[test]
+    fn the_bytes_keep_their_order() {
+        let bus = EventBus::new(4, 2);
+        let mut sub = bus.subscribe(None).unwrap();
+        let id = bus.publish(&Body::Released {
+            lock: "orders".into(),
+            epoch: 3,
+            holder: "h".into(),
+            cause: "release".into(),
+        });
+        let Ok(Live::Event(e)) = sub.live.try_recv() else {
+            panic!("no event")
+        };
+        let head = format!(r#"{{"id":{id},"at_ms":"#);
+        assert!(e.json.starts_with(&head), "{}", e.json);
+        assert!(
+            e.json.ends_with(
+                r#","type":"released","lock":"orders","epoch":3,"holder":"h","cause":"release"}"#
+            ),
+            "{}",
+            e.json
+        );
+        // A reset's keys are sorted, as they were when it was written with `json!`.
+        let reset = reset_json(5, ResetReason::Lagged);
+        let (head, tail) = reset.split_once(',').unwrap();
+        assert!(head.starts_with(r#"{"at_ms":"#), "{reset}");
+        assert_eq!(tail, r#""id":5,"reason":"lagged","type":"reset"}"#);
     }
 }

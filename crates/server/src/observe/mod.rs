@@ -79,7 +79,7 @@ impl Observe {
         self.metrics.rejected(code);
         self.events.publish(&Body::Rejected {
             lock: lock.to_owned(),
-            code: code.as_str(),
+            code: code.as_str().into(),
             epoch,
             high_water,
         });
@@ -128,7 +128,7 @@ impl LeaseObserver for Observe {
                     lock,
                     epoch,
                     holder,
-                    cause: "release",
+                    cause: "release".into(),
                 }
             }
             LeaseChange::Ended => {
@@ -137,7 +137,7 @@ impl LeaseObserver for Observe {
                     lock,
                     epoch,
                     holder,
-                    cause: "unknown",
+                    cause: "unknown".into(),
                 }
             }
             LeaseChange::Expired => {

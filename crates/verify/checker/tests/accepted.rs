@@ -14,15 +14,6 @@ const BUDGET: Duration = Duration::from_secs(10);
 /// The sample scenario of the source article (NOTES.md), as a concurrent history, plus a
 /// lock-set round, unknown outcomes and a restart.
 fn fencing_py() -> (History, FinalState) {
-    let add = |p: u64, element: &str, epoch: u64, span: (u64, u64), rev: u64| {
-        Op::new(p, OpKind::Add, span.0)
-            .lock("set")
-            .key("s")
-            .value(element)
-            .epoch(epoch)
-            .revision(rev)
-            .ok(span.1)
-    };
     let h = History::new(vec![
         acquire(1, NS, 1, 0, 5),
         acquire(2, NS, 2, 10, 15),
@@ -71,14 +62,7 @@ fn correct_history_passes_every_checker() {
         names,
         ["tokens", "fencing", "linearizability", "lockset", "reads"]
     );
-    for (name, report) in &reports {
-        assert_eq!(
-            report.valid,
-            Validity::Valid,
-            "{name}: {}",
-            report.summary()
-        );
-    }
+    assert_all_valid(&reports);
     // The unknown write may also never have landed.
     let mut end = end;
     end.namespaces.get_mut(NS).unwrap().values.remove("w");
@@ -93,14 +77,7 @@ fn overlapping_old_write_is_not_a_violation() {
         write(2, "a", "new", 2, (10, 20), 2),
         read(3, "a", Some("new"), (110, 120)),
     ]);
-    for (name, report) in check_all(&h, &final_state(NS, 2, &[("a", "new")]), BUDGET) {
-        assert_eq!(
-            report.valid,
-            Validity::Valid,
-            "{name}: {}",
-            report.summary()
-        );
-    }
+    assert_all_valid(&check_all(&h, &final_state(NS, 2, &[("a", "new")]), BUDGET));
 }
 
 #[test]
@@ -111,14 +88,7 @@ fn cross_key_mark_is_respected() {
         stale(2, "a", "y", 1, (20, 30)),
         read(3, "a", None, (40, 50)),
     ]);
-    for (name, report) in check_all(&h, &final_state(NS, 2, &[("b", "x")]), BUDGET) {
-        assert_eq!(
-            report.valid,
-            Validity::Valid,
-            "{name}: {}",
-            report.summary()
-        );
-    }
+    assert_all_valid(&check_all(&h, &final_state(NS, 2, &[("b", "x")]), BUDGET));
 }
 
 #[test]

@@ -147,15 +147,6 @@ fn lost_acknowledged_write_in_the_register() {
 
 #[test]
 fn lost_acknowledged_add_in_the_lock_set() {
-    let add = |p: u64, element: &str, epoch: u64, span: (u64, u64), rev: u64| {
-        Op::new(p, OpKind::Add, span.0)
-            .lock("set")
-            .key("s")
-            .value(element)
-            .epoch(epoch)
-            .revision(rev)
-            .ok(span.1)
-    };
     let read_set = |p: u64, set: &str, span: (u64, u64)| {
         Op::new(p, OpKind::ReadSet, span.0)
             .lock("set")

@@ -136,36 +136,40 @@ fn damage_log_record(
     })
 }
 
-/// XORs `mask` into the byte at `at` and syncs the file.
-fn flip(file: &Path, at: u64, mask: u8) -> Result<(), VerifyError> {
-    let io = |e| VerifyError::io(format!("cannot damage {}", file.display()), e);
+/// The error of a failed damage to `file`.
+fn cannot_damage(file: &Path) -> impl Fn(std::io::Error) -> VerifyError + '_ {
+    move |e| VerifyError::io(format!("cannot damage {}", file.display()), e)
+}
+
+/// `file` open for reading and writing, and its byte at `at`.
+fn open_at(file: &Path, at: u64) -> Result<(std::fs::File, u8), VerifyError> {
+    let io = cannot_damage(file);
     let mut f = OpenOptions::new()
         .read(true)
         .write(true)
         .open(file)
-        .map_err(io)?;
+        .map_err(&io)?;
     let mut byte = [0u8; 1];
-    f.seek(SeekFrom::Start(at)).map_err(io)?;
-    f.read_exact(&mut byte).map_err(io)?;
-    byte[0] ^= mask;
-    f.seek(SeekFrom::Start(at)).map_err(io)?;
-    f.write_all(&byte).map_err(io)?;
-    f.sync_all().map_err(io)
+    f.seek(SeekFrom::Start(at)).map_err(&io)?;
+    f.read_exact(&mut byte).map_err(&io)?;
+    Ok((f, byte[0]))
+}
+
+/// XORs `mask` into the byte at `at` and syncs the file.
+fn flip(file: &Path, at: u64, mask: u8) -> Result<(), VerifyError> {
+    let io = cannot_damage(file);
+    let (mut f, byte) = open_at(file, at)?;
+    let byte = [byte ^ mask];
+    f.seek(SeekFrom::Start(at)).map_err(&io)?;
+    f.write_all(&byte).map_err(&io)?;
+    f.sync_all().map_err(&io)
 }
 
 /// Flips one bit in redb's primary commit slot (past the version byte, which redb reads
 /// before the checksum and would refuse outright: that is not the fault under test).
 fn damage_redb_primary_slot(file: &Path, pick: u64) -> Result<Damage, VerifyError> {
-    let io = |e| VerifyError::io(format!("cannot damage {}", file.display()), e);
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(file)
-        .map_err(io)?;
-    let mut god = [0u8; 1];
-    f.seek(SeekFrom::Start(REDB_GOD_BYTE)).map_err(io)?;
-    f.read_exact(&mut god).map_err(io)?;
-    let primary = u64::from(god[0] & 1);
+    let (f, god) = open_at(file, REDB_GOD_BYTE)?;
+    let primary = u64::from(god & 1);
     let offset = REDB_SLOT_0 + primary * REDB_SLOT_SIZE + 1 + pick % (REDB_SLOT_SIZE - 1);
     let mask = 1u8 << ((pick / REDB_SLOT_SIZE) % 8);
     drop(f);

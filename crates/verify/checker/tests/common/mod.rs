@@ -63,6 +63,31 @@ pub fn fence(process: u64, epoch: u64, span: (u64, u64)) -> Op {
         .ok(span.1)
 }
 
+/// An acknowledged add of `element` to the lock-set `s` of lock `set`.
+pub fn add(process: u64, element: &str, epoch: u64, span: (u64, u64), rev: u64) -> Op {
+    Op::new(process, OpKind::Add, span.0)
+        .lock("set")
+        .key("s")
+        .value(element)
+        .epoch(epoch)
+        .revision(rev)
+        .ok(span.1)
+}
+
+/// Asserts that every report of `check_all` is valid.
+pub fn assert_all_valid<'a>(
+    reports: impl IntoIterator<Item = &'a (&'static str, palisade_checker::Report)>,
+) {
+    for (name, report) in reports {
+        assert_eq!(
+            report.valid,
+            palisade_checker::Validity::Valid,
+            "{name}: {}",
+            report.summary()
+        );
+    }
+}
+
 /// A final state with one namespace.
 pub fn final_state(ns: &str, high_water: u64, values: &[(&str, &str)]) -> FinalState {
     let mut state = FinalState::default();

@@ -26,10 +26,10 @@ use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine;
 use bytes::Bytes;
-use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use palisade_api::wire::{ErrorEnvelope, FenceAnswer, FenceStatus, Health, KeyList, WriteAnswer};
 use palisade_api::{headers, ErrorCode};
 use palisade_core::gate::{self, HighWater, Policy};
 
@@ -66,12 +66,14 @@ impl Toy {
                 Ok(())
             }
             Err(_) => {
-                let body = json!({"error": {
-                    "code": ErrorCode::StaleToken.as_str(),
-                    "message": "epoch below the namespace's high-water mark",
-                    "high_water": mark.epoch,
-                    "epoch": epoch,
-                }});
+                let mut body = ErrorEnvelope::new(
+                    ErrorCode::StaleToken,
+                    "epoch below the namespace's high-water mark",
+                );
+                body.error
+                    .extra
+                    .insert("high_water".into(), mark.epoch.into());
+                body.error.extra.insert("epoch".into(), epoch.into());
                 Err(Box::new((StatusCode::CONFLICT, Json(body)).into_response()))
             }
         }
@@ -105,7 +107,14 @@ impl ToyStore {
             marks: HashMap::new(),
         }));
         let app = Router::new()
-            .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+            .route(
+                "/healthz",
+                get(|| async {
+                    Json(Health {
+                        status: "ok".into(),
+                    })
+                }),
+            )
             .route("/v1/kv/{lock}", get(list))
             .route("/v1/kv/{lock}/{*key}", get(read).put(write).delete(delete))
             .route("/v1/fences/{lock}", get(high_water).post(fence))
@@ -154,7 +163,7 @@ fn claimed_epoch(headers: &HeaderMap) -> u64 {
 }
 
 fn not_found() -> Response {
-    let body = json!({"error": {"code": ErrorCode::NotFound.as_str(), "message": "no such key"}});
+    let body = ErrorEnvelope::new(ErrorCode::NotFound, "no such key");
     (StatusCode::NOT_FOUND, Json(body)).into_response()
 }
 
@@ -187,7 +196,7 @@ async fn write(
     toy.revision += 1;
     let revision = toy.revision;
     toy.values.insert((ns, key), (body, revision, epoch));
-    Json(json!({"revision": revision, "epoch": epoch})).into_response()
+    Json(WriteAnswer { revision, epoch }).into_response()
 }
 
 async fn delete(
@@ -205,7 +214,11 @@ async fn delete(
     }
     toy.values.remove(&(ns, key));
     toy.revision += 1;
-    Json(json!({"revision": toy.revision, "epoch": epoch})).into_response()
+    Json(WriteAnswer {
+        revision: toy.revision,
+        epoch,
+    })
+    .into_response()
 }
 
 async fn list(
@@ -220,7 +233,7 @@ async fn list(
         .filter(|(n, k)| *n == ns && k.starts_with(&prefix))
         .map(|(_, k)| k.clone())
         .collect();
-    Json(json!({"lock": ns, "keys": keys})).into_response()
+    Json(KeyList { lock: ns, keys }).into_response()
 }
 
 /// The barrier: with [`Check::Nothing`] a no-op that "succeeds" and establishes
@@ -239,7 +252,12 @@ async fn fence(
         Check::Nothing => epoch,
         Check::Epoch => toy.mark(&ns),
     };
-    Json(json!({"lock": ns, "high_water": high_water, "epoch": epoch})).into_response()
+    Json(FenceAnswer {
+        lock: ns,
+        high_water,
+        epoch,
+    })
+    .into_response()
 }
 
 async fn high_water(State(state): State<Shared>, Path(ns): Path<String>) -> Response {
@@ -249,7 +267,13 @@ async fn high_water(State(state): State<Shared>, Path(ns): Path<String>) -> Resp
         Check::Epoch => "epoch",
     };
     let mark = toy.mark(&ns);
-    Json(json!({"lock": ns, "high_water": mark, "seq": 0, "policy": policy})).into_response()
+    Json(FenceStatus {
+        lock: ns,
+        high_water: mark,
+        seq: Some(0),
+        policy: policy.into(),
+    })
+    .into_response()
 }
 
 #[cfg(test)]

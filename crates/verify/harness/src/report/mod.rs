@@ -3,7 +3,7 @@
 
 mod svg;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
 use palisade_checker::{History, Report, Violation};
@@ -143,6 +143,15 @@ pub fn render(
     h
 }
 
+/// A table of `counts`: a name (`what`) and its number (`counted`) a row.
+fn count_table(h: &mut String, what: &str, counted: &str, counts: &BTreeMap<String, usize>) {
+    let _ = write!(h, "<table><tr><th>{what}</th><th>{counted}</th></tr>");
+    for (name, n) in counts {
+        let _ = write!(h, "<tr><td>{}</td><td>{n}</td></tr>", escape(name));
+    }
+    h.push_str("</table>");
+}
+
 fn counts(h: &mut String, summary: &Summary) {
     let o = &summary.ops;
     let _ = write!(
@@ -158,19 +167,13 @@ fn counts(h: &mut String, summary: &Summary) {
             c.ok, c.fail, c.info
         );
     }
-    h.push_str("</table><table><tr><th>refusal</th><th>count</th></tr>");
-    for (code, n) in &summary.fail_codes {
-        let _ = write!(h, "<tr><td>{}</td><td>{n}</td></tr>", escape(code));
-    }
-    h.push_str("</table><table><tr><th>unknown outcome</th><th>count</th></tr>");
-    for (code, n) in &summary.unknown_codes {
-        let _ = write!(h, "<tr><td>{}</td><td>{n}</td></tr>", escape(code));
-    }
-    h.push_str("</table><table><tr><th>fault</th><th>injected</th></tr>");
-    for (kind, n) in &summary.faults {
-        let _ = write!(h, "<tr><td>{kind}</td><td>{n}</td></tr>");
-    }
-    h.push_str("</table><h2>Checkers</h2><table><tr><th>checker</th><th>verdict</th><th>violations</th></tr>");
+    h.push_str("</table>");
+    count_table(h, "refusal", "count", &summary.fail_codes);
+    count_table(h, "unknown outcome", "count", &summary.unknown_codes);
+    count_table(h, "fault", "injected", &summary.faults);
+    h.push_str(
+        "<h2>Checkers</h2><table><tr><th>checker</th><th>verdict</th><th>violations</th></tr>",
+    );
     for (name, v) in &summary.checkers {
         let _ = write!(
             h,
