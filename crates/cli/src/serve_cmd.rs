@@ -311,6 +311,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     let server = palisade_server::serve(config)
         .await
         .map_err(start_failure)?;
+    crate::return_freed_memory();
     // Scripts and tests read this line to learn the URL (https:// with TLS) and port.
     println!("{}", palisade_api::listening::line(&server.url()));
     server.run_until_signal().await?;
