@@ -21,7 +21,7 @@ use tower::ServiceExt;
 
 use palisade_core::lock_table::TableConfig;
 use palisade_issuer::Issuer;
-use palisade_server::api::{router, AppState};
+use palisade_server::api::{router, Shared};
 use palisade_server::auth::{key_digest, Auth};
 use palisade_server::NamespacePolicies;
 use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
@@ -132,10 +132,10 @@ fn ctx() -> &'static Ctx {
                 .await
                 .expect("issuer");
             let policies = NamespacePolicies::parse(["seq=sequence"]).expect("policies");
-            let mut state = AppState::new(Arc::new(issuer), backend, keys);
+            let mut state = Shared::new(Arc::new(issuer), backend, keys);
             state.policies = Arc::new(policies);
             state.max_value_bytes = 1024;
-            let open = router(state.clone());
+            let open = router(state.clone().into());
             let file = dir.path().join("auth.toml");
             let digest = |key: &str| {
                 key_digest(key).iter().map(|b| format!("{b:02x}")).collect::<String>()
@@ -149,7 +149,7 @@ fn ctx() -> &'static Ctx {
             );
             std::fs::write(&file, text).expect("auth file");
             state.auth = Some(Arc::new(Auth::load(&file).expect("auth file loads")));
-            (open, router(state))
+            (open, router(state.into()))
         });
         let (app, app_auth) = app;
         Ctx {
