@@ -591,17 +591,21 @@ mod tests {
         }
     }
 
+    /// An issuer with default settings over a fresh database in `dir`.
+    async fn started(dir: &std::path::Path, signer: Signer) -> Arc<Issuer> {
+        let store = RedbBackend::open(&dir.join("db.redb"), RedbOptions::default()).expect("open");
+        Issuer::start(Arc::new(store), signer, TableConfig::default())
+            .await
+            .unwrap()
+    }
+
     /// A contended lock's hand-offs: each waiter's token, signed ahead of its turn or
     /// not, is exactly the token for its own lock, epoch and holder.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tokens_signed_ahead_are_the_waiters_own() {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
         let signer = Signer::from_secret([7; 32]);
-        let issuer = Issuer::start(Arc::new(store), signer.clone(), TableConfig::default())
-            .await
-            .unwrap();
+        let issuer = started(dir.path(), signer.clone()).await;
         let first = issuer.acquire(req("h0", 0)).await.unwrap();
         let mut waiting = Vec::new();
         for i in 1..=5 {
@@ -640,13 +644,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tokens_signed_ahead_follow_a_rotation() {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
         let old = Signer::from_secret([7; 32]);
         let new = Signer::from_secret([8; 32]);
-        let issuer = Issuer::start(Arc::new(store), old.clone(), TableConfig::default())
-            .await
-            .unwrap();
+        let issuer = started(dir.path(), old.clone()).await;
         let first = issuer.acquire(req("h0", 0)).await.unwrap();
         assert_eq!(first.token, old.issue("L", 1, "h0"));
         let queued = issuer.clone();
@@ -683,15 +683,7 @@ mod tests {
             }
         }
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
-        let issuer = Issuer::start(
-            Arc::new(store),
-            Signer::from_secret([7; 32]),
-            TableConfig::default(),
-        )
-        .await
-        .unwrap();
+        let issuer = started(dir.path(), Signer::from_secret([7; 32])).await;
         let heard = Arc::new(Heard::default());
         issuer.observe(heard.clone());
         let first = issuer.acquire(req("h0", 0)).await.unwrap();
@@ -738,15 +730,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_poisoned_lock_stops_the_issuer() {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
-        let issuer = Issuer::start(
-            Arc::new(store),
-            Signer::from_secret([7; 32]),
-            TableConfig::default(),
-        )
-        .await
-        .unwrap();
+        let issuer = started(dir.path(), Signer::from_secret([7; 32])).await;
         let first = issuer.acquire(req("h0", 0)).await.unwrap();
         let queued = issuer.clone();
         let waiter = tokio::spawn(async move { queued.acquire(req("h1", 60_000)).await });
