@@ -51,8 +51,9 @@ pub struct LedgerRestore {
     pub at_unix: u64,
 }
 
-/// See the module docs.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// See the module docs. Read by [`EpochLedger::load_onto`] (one streamed pass, no
+/// derived `Deserialize`), written by [`EpochLedger::store`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct EpochLedger {
     pub version: u32,
     /// The highest epoch known to have been issued (or set by a restore), any lock.

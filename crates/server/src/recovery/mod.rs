@@ -109,10 +109,7 @@ pub fn check_before_open(data_dir: &Path) -> Result<(), String> {
 /// ledger (fewer commits than the ledger saw durable, or a lock's epoch below the ledger's),
 /// then raises the ledger to the database.
 pub async fn check_and_refresh(data_dir: &Path, backend: &RedbBackend) -> Result<(), String> {
-    let mut summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
-    summary.commit_seq = backend.commit_seq();
-    let db_commit_seq = summary.commit_seq;
-    let (mut ledger, compared) = EpochLedger::load_onto(data_dir, summary)?;
+    let (ledger, compared, db_commit_seq) = onto_database(data_dir, backend).await?;
     let behind = |what: String| {
         format!(
             "{} is behind the epoch ledger {}: {what}. The file was replaced by an older copy \
@@ -135,8 +132,31 @@ pub async fn check_and_refresh(data_dir: &Path, backend: &RedbBackend) -> Result
             "lock {lock:?} reached epoch {known}, but the database says {db}"
         )));
     }
-    // A clean stop already wrote what the database holds: at a million locks, rewriting
-    // an unchanged file would cost seconds and tens of megabytes at every start.
+    store_if_changed(data_dir, ledger, &compared)
+}
+
+/// The data directory's ledger read onto what the live database holds (see
+/// [`EpochLedger::load_onto`]), how they compared, and the database's commit sequence
+/// number.
+async fn onto_database(
+    data_dir: &Path,
+    backend: &RedbBackend,
+) -> Result<(EpochLedger, ledger::Compared, u64), String> {
+    let mut summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
+    summary.commit_seq = backend.commit_seq();
+    let db_commit_seq = summary.commit_seq;
+    let (ledger, compared) = EpochLedger::load_onto(data_dir, summary)?;
+    Ok((ledger, compared, db_commit_seq))
+}
+
+/// Writes the merged ledger when it says more than the file. A clean stop already wrote
+/// what the database holds: at a million locks, rewriting an unchanged file would cost
+/// seconds and tens of megabytes at every start.
+fn store_if_changed(
+    data_dir: &Path,
+    mut ledger: EpochLedger,
+    compared: &ledger::Compared,
+) -> Result<(), String> {
     if compared.changed {
         ledger.store(data_dir, now_unix())?;
     }
@@ -178,12 +198,8 @@ pub fn spawn_ledger_refresh(data_dir: PathBuf, backend: RedbBackend) -> JoinHand
 /// Raises the ledger to the database, best effort (a failure is logged).
 pub async fn refresh(data_dir: &Path, backend: &RedbBackend) {
     let refreshed = async {
-        let mut summary = backend.epoch_summary().await.map_err(|e| e.to_string())?;
-        summary.commit_seq = backend.commit_seq();
-        match EpochLedger::load_onto(data_dir, summary)? {
-            (mut ledger, compared) if compared.changed => ledger.store(data_dir, now_unix()),
-            _ => Ok(()),
-        }
+        let (ledger, compared, _) = onto_database(data_dir, backend).await?;
+        store_if_changed(data_dir, ledger, &compared)
     };
     if let Err(e) = refreshed.await {
         tracing::warn!(error = %e, "could not update the epoch ledger");
