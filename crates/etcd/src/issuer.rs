@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, TxnOp};
 use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView, SessionView};
 use palisade_issuer::{
-    AcquireError, Granted, LeaseError, LockService, SessionError, SessionRequest,
+    AcquireError, Granted, LeaseError, LockService, MayAct, SessionError, SessionRequest,
 };
 use palisade_storage::StorageError;
 use palisade_token::{ActiveSigner, Epoch};
@@ -92,6 +92,17 @@ fn grant_of(record: &HolderRecord) -> Grant {
             .and_then(palisade_issuer::value::decode),
         lock_delay_ms: record.lock_delay_ms,
         session: record.session.clone(),
+    }
+}
+
+/// [`MayAct`] asked about a lease's record, read in the same call that then acts on it
+/// (the record's lock and holder never change while the lease lives).
+pub(crate) fn may_act(record: &HolderRecord, may: MayAct<'_>) -> Result<(), LeaseError> {
+    match may {
+        Some(may) if !may.may_act(&record.lock, &record.holder) => Err(LeaseError::NotYours(
+            Box::new(view_of(record, record.ttl_ms)),
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -538,8 +549,9 @@ impl LockService for EtcdIssuer {
         })
     }
 
-    async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
+    async fn keepalive(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError> {
         let record = self.lease_record(lease_id).await?;
+        may_act(&record, may)?;
         if let Some(session) = &record.session {
             // One keepalive for the whole session.
             return match crate::recipes::keepalive_session(self, session).await {
@@ -565,8 +577,9 @@ impl LockService for EtcdIssuer {
         }
     }
 
-    async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
+    async fn release(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError> {
         let record = self.lease_record(lease_id).await?;
+        may_act(&record, may)?;
         // Before the keys go: the watch then reports this end as a release.
         self.watch.releasing(lease_id);
         if record.session.is_some() || record.delay_lease.is_some() {
@@ -581,14 +594,6 @@ impl LockService for EtcdIssuer {
             Ok(_) => Ok(view_of(&record, 0)),
             Err(e) if is_lease_not_found(&e) => Err(LeaseError::Expired),
             Err(e) => Err(crate::error::storage("release", e).into()),
-        }
-    }
-
-    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
-        match self.lease_record(lease_id).await {
-            Ok(record) => Ok(Some(view_of(&record, record.ttl_ms))),
-            Err(LeaseError::Expired) => Ok(None),
-            Err(LeaseError::Storage(e)) => Err(e),
         }
     }
 
@@ -610,8 +615,9 @@ impl LockService for EtcdIssuer {
         &self,
         lease_id: &str,
         value: Option<Vec<u8>>,
+        may: MayAct<'_>,
     ) -> Result<LeaseView, LeaseError> {
-        crate::recipes::proclaim(self, lease_id, value).await
+        crate::recipes::proclaim(self, lease_id, value, may).await
     }
 
     async fn create_session(&self, req: SessionRequest) -> Result<SessionView, SessionError> {

@@ -30,11 +30,11 @@
 
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, TxnOp};
 use palisade_core::lock_table::{LeaseView, SessionView};
-use palisade_issuer::{LeaseError, SessionError, SessionRequest};
+use palisade_issuer::{LeaseError, MayAct, SessionError, SessionRequest};
 use palisade_storage::StorageError;
 
 use crate::error::{is_lease_not_found, storage};
-use crate::issuer::{ttl_seconds, view_of, EtcdIssuer};
+use crate::issuer::{may_act, ttl_seconds, view_of, EtcdIssuer};
 use crate::keys::{from_json, json, HolderRecord, SessionRecord};
 use crate::txn::{backoff, contended, MAX_ATTEMPTS};
 use crate::waiting::EtcdLease;
@@ -311,6 +311,7 @@ pub(crate) async fn proclaim(
     issuer: &EtcdIssuer,
     lease_id: &str,
     value: Option<Vec<u8>>,
+    may: MayAct<'_>,
 ) -> Result<LeaseView, LeaseError> {
     let etcd = &issuer.etcd;
     let keys = &etcd.keys;
@@ -323,6 +324,7 @@ pub(crate) async fn proclaim(
             return Err(LeaseError::Expired);
         };
         let mut record: HolderRecord = from_json(kv.key(), kv.value())?;
+        may_act(&record, may)?;
         record.value = value.as_deref().map(palisade_issuer::value::encode);
         let attached = Some(PutOptions::new().with_lease(record.etcd_lease));
         let mut writes = vec![

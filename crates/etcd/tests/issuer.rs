@@ -25,6 +25,47 @@ fn request(lock: &str, holder: &str, ttl_ms: u64, wait_ms: u64) -> AcquireReques
 }
 
 #[tokio::test]
+async fn a_lease_the_caller_may_not_act_on_is_refused_and_left_as_it_was() {
+    let etcd = EtcdMember::start();
+    let issuer = EtcdIssuer::new(etcd.connect().await, Signer::generate());
+    let a = issuer.acquire(request("l", "a", 5000, 0)).await.unwrap();
+    let id = &a.grant.lease_id;
+    let others = |_: &str, holder: &str| holder != "a";
+    let owner = |lock: &str, holder: &str| lock == "l" && holder == "a";
+    let not_yours =
+        |e: LeaseError| matches!(e, LeaseError::NotYours(l) if l.holder == "a" && l.lock == "l");
+
+    assert!(not_yours(
+        issuer.keepalive(id, Some(&others)).await.unwrap_err()
+    ));
+    assert!(not_yours(
+        issuer.release(id, Some(&others)).await.unwrap_err()
+    ));
+    let value = Some(b"v".to_vec());
+    assert!(not_yours(
+        issuer
+            .proclaim(id, value.clone(), Some(&others))
+            .await
+            .unwrap_err()
+    ));
+    let status = issuer.status("l").await.unwrap();
+    let lease = status.lease.expect("still held");
+    assert_eq!((lease.holder.as_str(), lease.value), ("a", None));
+
+    issuer
+        .proclaim(id, value.clone(), Some(&owner))
+        .await
+        .unwrap();
+    issuer.keepalive(id, Some(&owner)).await.unwrap();
+    assert_eq!(
+        issuer.status("l").await.unwrap().lease.unwrap().value,
+        value
+    );
+    issuer.release(id, Some(&owner)).await.unwrap();
+    assert!(issuer.status("l").await.unwrap().lease.is_none());
+}
+
+#[tokio::test]
 async fn grant_refuse_keepalive_release_and_expiry() {
     let etcd = EtcdMember::start();
     let issuer = EtcdIssuer::new(etcd.connect().await, Signer::generate());
@@ -42,7 +83,7 @@ async fn grant_refuse_keepalive_release_and_expiry() {
         (status.epoch, status.lease.map(|l| l.holder)),
         (1, Some("a".to_owned()))
     );
-    let kept = issuer.keepalive(&a.grant.lease_id).await.unwrap();
+    let kept = issuer.keepalive(&a.grant.lease_id, None).await.unwrap();
     assert_eq!(kept.epoch, 1);
 
     // Without keepalives etcd expires the lease; then the lock is free at epoch 2.
@@ -58,16 +99,16 @@ async fn grant_refuse_keepalive_release_and_expiry() {
     };
     assert_eq!(b.grant.epoch, 2);
     assert_eq!(
-        issuer.keepalive(&a.grant.lease_id).await.unwrap_err(),
+        issuer.keepalive(&a.grant.lease_id, None).await.unwrap_err(),
         LeaseError::Expired
     );
     assert_eq!(
-        issuer.release(&a.grant.lease_id).await.unwrap_err(),
+        issuer.release(&a.grant.lease_id, None).await.unwrap_err(),
         LeaseError::Expired
     );
-    issuer.release(&b.grant.lease_id).await.unwrap();
+    issuer.release(&b.grant.lease_id, None).await.unwrap();
     assert_eq!(
-        issuer.release(&b.grant.lease_id).await.unwrap_err(),
+        issuer.release(&b.grant.lease_id, None).await.unwrap_err(),
         LeaseError::Expired
     );
     let c = issuer.acquire(request("l", "c", 5000, 0)).await.unwrap();
@@ -125,7 +166,7 @@ async fn racing_acquisitions_never_overlap_and_never_reuse_an_epoch() {
                 granted.lock().unwrap().push(lease.grant.epoch);
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
-                issuer.release(&lease.grant.lease_id).await.unwrap();
+                issuer.release(&lease.grant.lease_id, None).await.unwrap();
                 got += 1;
             }
             got
@@ -180,7 +221,7 @@ async fn the_line_is_first_come_first_served_and_cleans_up_after_a_timeout() {
                 .unwrap();
             order.lock().unwrap().push((name, lease.grant.epoch));
             tokio::time::sleep(Duration::from_millis(20)).await;
-            waiter.release(&lease.grant.lease_id).await.unwrap();
+            waiter.release(&lease.grant.lease_id, None).await.unwrap();
         }));
         // The next waiter starts only once this one is in line: arrival order is then
         // the order of the line, whatever the machine's load.
@@ -199,7 +240,7 @@ async fn the_line_is_first_come_first_served_and_cleans_up_after_a_timeout() {
         .acquire(request("q", "jumper", 10_000, 0))
         .await
         .is_err());
-    issuer.release(&holder.grant.lease_id).await.unwrap();
+    issuer.release(&holder.grant.lease_id, None).await.unwrap();
     for task in tasks {
         task.await.unwrap();
     }

@@ -200,7 +200,7 @@ async fn locks_are_listed_page_by_page_in_name_order() {
             })
             .await
             .unwrap();
-        issuer.release(&granted.grant.lease_id).await.unwrap();
+        issuer.release(&granted.grant.lease_id, None).await.unwrap();
     }
     let names = |page: Vec<(String, u64)>| page.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
     assert_eq!(

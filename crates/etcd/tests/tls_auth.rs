@@ -136,7 +136,7 @@ async fn palisade_works_over_tls_with_a_client_certificate_and_a_user() {
     };
     let first = issuer.acquire(request("a")).await.unwrap();
     assert_eq!(first.grant.epoch, 1);
-    issuer.release(&first.grant.lease_id).await.unwrap();
+    issuer.release(&first.grant.lease_id, None).await.unwrap();
     // Idle past the token's lifetime; the next call gets a fresh token by itself.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let second = issuer.acquire(request("b")).await.unwrap();

@@ -35,7 +35,7 @@ use palisade_storage::{IssuerState, LazyRecord, LeaseRecord, StorageError};
 use palisade_token::Epoch;
 
 use crate::observe::{LeaseChange, LeaseEvent};
-use crate::{AcquireError, LeaseError, SessionError};
+use crate::{AcquireError, LeaseError, MayAct, SessionError};
 
 /// Epochs covered by one durable reservation when the configuration does not say.
 pub const DEFAULT_EPOCH_BLOCK: u64 = 1024;
@@ -364,15 +364,46 @@ impl IssuerCore {
 
     /// Renews a lease for a full TTL from `now`. Not written to disk: after a restart
     /// every recorded lease gets a full TTL anyway.
-    pub fn keepalive(&mut self, now: Millis, lease_id: &str) -> Result<LeaseView, LeaseError> {
-        let result = self.table.keepalive(now, lease_id);
+    pub fn keepalive(
+        &mut self,
+        now: Millis,
+        lease_id: &str,
+        may: MayAct<'_>,
+    ) -> Result<LeaseView, LeaseError> {
+        let result = match self.refusal(now, lease_id, may) {
+            Some(refused) => Err(refused),
+            None => self
+                .table
+                .keepalive(now, lease_id)
+                .map_err(|_| LeaseError::Expired),
+        };
         self.settle(now);
-        result.map_err(|_| LeaseError::Expired)
+        result
+    }
+
+    /// Why the caller may not act on lease `lease_id`, if it may not: the lease is not
+    /// live, or `may` says no to its lock and holder. Changes nothing but settling the
+    /// lease's lock, as any look at it does.
+    fn refusal(&mut self, now: Millis, lease_id: &str, may: MayAct<'_>) -> Option<LeaseError> {
+        let may = may?;
+        match self.table.lease(now, lease_id) {
+            None => Some(LeaseError::Expired),
+            Some(lease) if !may.may_act(&lease.lock, &lease.holder) => {
+                Some(LeaseError::NotYours(Box::new(lease)))
+            }
+            Some(_) => None,
+        }
     }
 
     /// Releases a lease for request `to`; the lock passes to the first waiter. Answered
     /// with [`Reply::Lease`] once the lease record's removal is on disk.
-    pub fn release(&mut self, now: Millis, to: ReqId, lease_id: &str) {
+    pub fn release(&mut self, now: Millis, to: ReqId, lease_id: &str, may: MayAct<'_>) {
+        if let Some(refused) = self.refusal(now, lease_id, may) {
+            self.drain();
+            self.reply(to, Reply::Lease(Err(refused)));
+            self.settle(now);
+            return;
+        }
         match self.table.release(now, lease_id) {
             Ok(view) => {
                 self.note_view(LeaseChange::Released, &view);
@@ -397,7 +428,20 @@ impl IssuerCore {
 
     /// Replaces a live lease's value for request `to`; answered with [`Reply::Lease`]
     /// once the lease record carrying it is on disk.
-    pub fn proclaim(&mut self, now: Millis, to: ReqId, lease_id: &str, value: Option<Vec<u8>>) {
+    pub fn proclaim(
+        &mut self,
+        now: Millis,
+        to: ReqId,
+        lease_id: &str,
+        value: Option<Vec<u8>>,
+        may: MayAct<'_>,
+    ) {
+        if let Some(refused) = self.refusal(now, lease_id, may) {
+            self.drain();
+            self.reply(to, Reply::Lease(Err(refused)));
+            self.settle(now);
+            return;
+        }
         match self.table.proclaim(now, lease_id, value) {
             Ok(view) => {
                 // Queued in decision order: a release or expiry that follows queues its
@@ -461,13 +505,6 @@ impl IssuerCore {
     /// A lock's state.
     pub fn status(&mut self, now: Millis, lock: &str) -> LockView {
         let view = self.table.status(now, lock);
-        self.settle(now);
-        view
-    }
-
-    /// The live lease with this id, if any.
-    pub fn lease(&mut self, now: Millis, lease_id: &str) -> Option<LeaseView> {
-        let view = self.table.lease(now, lease_id);
         self.settle(now);
         view
     }

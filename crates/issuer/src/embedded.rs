@@ -69,7 +69,7 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::core::{Action, IssuerCore, Reply, ReqId, Write, WriteId};
 use crate::observe::{Census, LeaseObserver};
-use crate::{AcquireError, Granted, LeaseError, LockService, SessionError, SessionRequest};
+use crate::{AcquireError, Granted, LeaseError, LockService, MayAct, SessionError, SessionRequest};
 
 pub use crate::core::{Recovered, DEFAULT_EPOCH_BLOCK};
 
@@ -349,14 +349,23 @@ impl Issuer {
 
     /// Renews a lease for a full TTL from now. Not written to disk: after a restart every
     /// recorded lease gets a full TTL anyway.
-    pub fn keepalive(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, LeaseError> {
-        self.call(|core, now| core.keepalive(now, lease_id))?
+    /// `may` is asked about the lease under the table's lock, in the same step.
+    pub fn keepalive(
+        self: &Arc<Self>,
+        lease_id: &str,
+        may: MayAct<'_>,
+    ) -> Result<LeaseView, LeaseError> {
+        self.call(|core, now| core.keepalive(now, lease_id, may))?
     }
 
-    /// Releases a lease; the lock passes to the first waiter. Answers after the lease
-    /// record is removed from disk.
-    pub async fn release(self: &Arc<Self>, lease_id: &str) -> Result<LeaseView, LeaseError> {
-        let (id, rx) = self.request(|core, now, id| core.release(now, id, lease_id))?;
+    /// Releases a lease, if `may` lets the caller (asked in the same step); the lock
+    /// passes to the first waiter. Answers after the lease record is removed from disk.
+    pub async fn release(
+        self: &Arc<Self>,
+        lease_id: &str,
+        may: MayAct<'_>,
+    ) -> Result<LeaseView, LeaseError> {
+        let (id, rx) = self.request(|core, now, id| core.release(now, id, lease_id, may))?;
         match self.answer(id, rx).await {
             Some(Reply::Lease(result)) => result,
             _ => Err(StorageError::Closed.into()),
@@ -366,11 +375,6 @@ impl Issuer {
     /// A lock's state.
     pub fn status(self: &Arc<Self>, lock: &str) -> Result<LockView, StorageError> {
         self.call(|core, now| core.status(now, lock))
-    }
-
-    /// The live lease with this id, if any.
-    pub fn lease(self: &Arc<Self>, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
-        self.call(|core, now| core.lease(now, lease_id))
     }
 
     /// One page of known locks by name: the names (and durable epochs) come from the
@@ -401,14 +405,16 @@ impl Issuer {
         Ok(views)
     }
 
-    /// Replaces a live lease's value; answers once the lease record carrying it is on
-    /// disk.
+    /// Replaces a live lease's value, if `may` lets the caller (asked in the same step);
+    /// answers once the lease record carrying it is on disk.
     pub async fn proclaim(
         self: &Arc<Self>,
         lease_id: &str,
         value: Option<Vec<u8>>,
+        may: MayAct<'_>,
     ) -> Result<LeaseView, LeaseError> {
-        let (id, rx) = self.request(|core, now, id| core.proclaim(now, id, lease_id, value))?;
+        let (id, rx) =
+            self.request(|core, now, id| core.proclaim(now, id, lease_id, value, may))?;
         match self.answer(id, rx).await {
             Some(Reply::Lease(result)) => result,
             _ => Err(StorageError::Closed.into()),
@@ -511,16 +517,12 @@ impl LockService for Arc<Issuer> {
         Issuer::acquire(self, req).await
     }
 
-    async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
-        Issuer::keepalive(self, lease_id)
+    async fn keepalive(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError> {
+        Issuer::keepalive(self, lease_id, may)
     }
 
-    async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError> {
-        Issuer::release(self, lease_id).await
-    }
-
-    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError> {
-        Issuer::lease(self, lease_id)
+    async fn release(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError> {
+        Issuer::release(self, lease_id, may).await
     }
 
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
@@ -540,8 +542,9 @@ impl LockService for Arc<Issuer> {
         &self,
         lease_id: &str,
         value: Option<Vec<u8>>,
+        may: MayAct<'_>,
     ) -> Result<LeaseView, LeaseError> {
-        Issuer::proclaim(self, lease_id, value).await
+        Issuer::proclaim(self, lease_id, value, may).await
     }
 
     async fn create_session(&self, req: SessionRequest) -> Result<SessionView, SessionError> {
@@ -621,7 +624,7 @@ mod tests {
         let mut lease = first.grant.lease_id;
         let mut epochs = vec![first.grant.epoch];
         for handle in waiting {
-            issuer.release(&lease).await.unwrap();
+            issuer.release(&lease, None).await.unwrap();
             let granted = handle.await.unwrap().unwrap();
             let g = &granted.grant;
             assert_eq!(granted.token, signer.issue(&g.lock, g.epoch, &g.holder));
@@ -664,7 +667,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         issuer.signer().replace(new.clone());
-        issuer.release(&first.grant.lease_id).await.unwrap();
+        issuer.release(&first.grant.lease_id, None).await.unwrap();
         let granted = waiter.await.unwrap().unwrap();
         assert_eq!(granted.grant.epoch, 2);
         assert_eq!(granted.token, new.issue("L", 2, "h1"));
@@ -699,7 +702,7 @@ mod tests {
                 waiters: 1
             }
         );
-        issuer.release(&first.grant.lease_id).await.unwrap();
+        issuer.release(&first.grant.lease_id, None).await.unwrap();
         waiter.await.unwrap().unwrap();
         let short = AcquireRequest {
             lock: "M".into(),
@@ -746,7 +749,7 @@ mod tests {
         assert!(panicked.is_err());
         let stopped =
             |e: &StorageError| matches!(e, StorageError::Failed(m) if m.contains("stopped"));
-        match issuer.keepalive(&first.grant.lease_id) {
+        match issuer.keepalive(&first.grant.lease_id, None) {
             Err(LeaseError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
             other => panic!("keepalive after the stop: {other:?}"),
         }
@@ -758,7 +761,7 @@ mod tests {
             Err(AcquireError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
             other => panic!("acquire after the stop: {other:?}"),
         }
-        match issuer.release(&first.grant.lease_id).await {
+        match issuer.release(&first.grant.lease_id, None).await {
             Err(LeaseError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
             other => panic!("release after the stop: {other:?}"),
         }

@@ -67,11 +67,15 @@ pub enum AcquireError {
     Storage(#[from] StorageError),
 }
 
-/// Why a keepalive or release did not succeed.
+/// Why a keepalive, release or proclaim did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {
     #[error("lease expired or unknown")]
     Expired,
+    /// The caller may not act on this live lease (its [`MayAct`] said no); nothing
+    /// changed. Carries the lease, so that the caller can say why (its lock, its holder).
+    #[error("the lease is not the caller's to act on")]
+    NotYours(Box<LeaseView>),
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -89,6 +93,25 @@ pub enum SessionError {
     Storage(#[from] StorageError),
 }
 
+/// Who may act on a lease: asked with the live lease's lock and holder by the issuer
+/// itself, in the same step as the keepalive, release or proclaim it guards, so that
+/// nothing can change between the check and the act and the lease is looked up once.
+/// `None`: anyone may (authentication off). A `false` answers [`LeaseError::NotYours`].
+pub type MayAct<'a> = Option<&'a dyn Ownership>;
+
+/// The check behind [`MayAct`]. Called under the issuer's lock: it must be quick and
+/// must not call the issuer.
+pub trait Ownership: Send + Sync {
+    /// Whether the caller may act on the live lease on `lock` held by `holder`.
+    fn may_act(&self, lock: &str, holder: &str) -> bool;
+}
+
+impl<F: Fn(&str, &str) -> bool + Send + Sync> Ownership for F {
+    fn may_act(&self, lock: &str, holder: &str) -> bool {
+        self(lock, holder)
+    }
+}
+
 /// A session to create: its id (chosen by the caller, unique), holder and TTL, and whose
 /// lease quota it counts against.
 pub type SessionRequest = palisade_core::lock_table::SessionRequest;
@@ -99,12 +122,11 @@ pub trait LockService: Send + Sync + 'static {
     /// Acquires a lock, waiting up to `req.wait_ms` in line. The epoch is durable when
     /// this returns Ok.
     async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError>;
-    /// Renews a lease for a full TTL from now.
-    async fn keepalive(&self, lease_id: &str) -> Result<LeaseView, LeaseError>;
-    /// Releases a lease; the lock passes to the next waiter.
-    async fn release(&self, lease_id: &str) -> Result<LeaseView, LeaseError>;
-    /// The live lease with this id, if any (to check who owns it before acting on it).
-    async fn lease(&self, lease_id: &str) -> Result<Option<LeaseView>, StorageError>;
+    /// Renews a lease for a full TTL from now, if `may` lets the caller act on it.
+    async fn keepalive(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError>;
+    /// Releases a lease, if `may` lets the caller act on it; the lock passes to the next
+    /// waiter.
+    async fn release(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError>;
     /// A lock's state (epoch 0 and no lease if never acquired).
     async fn status(&self, lock: &str) -> Result<LockView, StorageError>;
     /// Known locks whose names start with `prefix` and sort after `after`, in name order,
@@ -116,12 +138,14 @@ pub trait LockService: Send + Sync + 'static {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<LockView>, StorageError>;
-    /// Replaces the value of a live lease (`None` clears it). Answers once the new value
-    /// is as durable as the lease itself (see each issuer).
+    /// Replaces the value of a live lease (`None` clears it), if `may` lets the caller
+    /// act on it. Answers once the new value is as durable as the lease itself (see each
+    /// issuer).
     async fn proclaim(
         &self,
         lease_id: &str,
         value: Option<Vec<u8>>,
+        may: MayAct<'_>,
     ) -> Result<LeaseView, LeaseError>;
     /// Creates a session: one keepalive for every lease acquired in it
     /// ([`AcquireRequest::session`]).

@@ -169,7 +169,7 @@ fn a_hand_off_inside_the_reservation_is_answered_at_once_with_a_lazy_record() {
     );
     assert_eq!(core.census(), (1, 1));
 
-    core.release(10, 3, &first.lease_id);
+    core.release(10, 3, &first.lease_id, None);
     let actions = core.take_actions();
     // The released lease's removal is queued before the hand-off's record.
     let lazies: Vec<&LazyRecord> = actions
@@ -212,7 +212,7 @@ fn a_grant_for_a_waiter_that_left_is_withdrawn() {
     core.take_actions();
     // The waiter is granted while its answer is on the way, then its caller leaves
     // and the shell reports the grant undeliverable.
-    core.release(2, 3, &first.lease_id);
+    core.release(2, 3, &first.lease_id, None);
     let actions = core.take_actions();
     let handed = granted(&replies(&actions)[0].1).clone();
     core.undelivered(2, &handed.lease_id);
@@ -229,7 +229,7 @@ fn a_grant_for_a_waiter_that_left_is_withdrawn() {
     core.cancel(4, 5);
     core.take_actions();
     assert_eq!(core.census(), (1, 0));
-    core.release(5, 6, &again.lease_id);
+    core.release(5, 6, &again.lease_id, None);
     let actions = core.take_actions();
     assert!(replies(&actions).iter().all(|(to, _)| *to != 5));
     assert_eq!(core.status(5, "L").lease, None);
@@ -275,7 +275,10 @@ fn timers_expire_leases_and_end_waits() {
         vec![(LeaseChange::Expired, "h0".into(), 1)]
     );
     assert!(actions.contains(&Action::Lazy(LazyRecord::RemoveLease("lease-h0".into()))));
-    assert_eq!(core.keepalive(TTL, "lease-h0"), Err(LeaseError::Expired));
+    assert_eq!(
+        core.keepalive(TTL, "lease-h0", None),
+        Err(LeaseError::Expired)
+    );
 }
 
 #[test]
@@ -316,7 +319,7 @@ fn a_restart_honours_recorded_leases_and_reservations() {
     assert!(actions.iter().any(|a| matches!(a, Action::Timer { .. })));
 
     // The recorded lease is honoured: renewable, and its lock is held.
-    assert!(core.keepalive(1_100, "lease-a").is_ok());
+    assert!(core.keepalive(1_100, "lease-a", None).is_ok());
     let acquire = |core: &mut IssuerCore, now, to, lock: &str| {
         core.acquire(
             now,
@@ -365,4 +368,58 @@ fn closing_answers_waiters_and_refuses_new_ones() {
     core.acquire(3, 3, req("h2", 5_000));
     assert_eq!(replies(&core.take_actions()), vec![(3, closed)]);
     assert_eq!(core.census(), (1, 0), "the lock stays held");
+}
+
+#[test]
+fn a_lease_the_caller_may_not_act_on_is_refused_and_left_as_it_was() {
+    let mut core = observed();
+    let first = grant_now(&mut core, 0, 1, "h0");
+    let others = |_: &str, holder: &str| holder != "h0";
+    let owner = |lock: &str, holder: &str| lock == "L" && holder == "h0";
+    let not_yours =
+        |e: &LeaseError| matches!(e, LeaseError::NotYours(l) if l.holder == "h0" && l.lock == "L");
+
+    // A keepalive, a release and a proclaim by someone the check says no to: refused with
+    // the lease in hand, and nothing queued, written or noted.
+    let refused = core
+        .keepalive(600, &first.lease_id, Some(&others))
+        .unwrap_err();
+    assert!(not_yours(&refused), "{refused:?}");
+    core.release(600, 2, &first.lease_id, Some(&others));
+    core.proclaim(600, 3, &first.lease_id, Some(b"v".to_vec()), Some(&others));
+    let actions = core.take_actions();
+    assert!(writes(&actions).is_empty(), "{actions:?}");
+    assert!(notes(&actions).is_empty(), "{actions:?}");
+    let answered = replies(&actions);
+    assert_eq!(answered.len(), 2, "{actions:?}");
+    for (_, reply) in &answered {
+        assert!(
+            matches!(reply, Reply::Lease(Err(e)) if not_yours(e)),
+            "{reply:?}"
+        );
+    }
+    let status = core.status(600, "L");
+    let lease = status.lease.expect("still held");
+    assert_eq!((lease.holder.as_str(), lease.value), ("h0", None));
+    // The refused keepalive did not renew it: it still ends at its first deadline.
+    assert_eq!(lease.remaining_ms, TTL - 600);
+
+    // An unknown lease is expired, whoever asks.
+    assert_eq!(
+        core.keepalive(600, "no-such-lease", Some(&owner)),
+        Err(LeaseError::Expired)
+    );
+    // The owner may: the same calls go through.
+    let kept = core.keepalive(700, &first.lease_id, Some(&owner)).unwrap();
+    assert_eq!(kept.remaining_ms, TTL);
+    core.release(800, 4, &first.lease_id, Some(&owner));
+    let actions = core.take_actions();
+    assert_eq!(
+        writes(&actions).last().map(|(_, w)| w.clone()),
+        Some(Write::RemoveLease(first.lease_id.clone()))
+    );
+    assert_eq!(
+        notes(&actions),
+        vec![(LeaseChange::Released, "h0".into(), 1)]
+    );
 }

@@ -242,6 +242,11 @@ impl From<LeaseError> for ApiError {
     fn from(e: LeaseError) -> Self {
         match e {
             LeaseError::Expired => ApiError::lease_expired(),
+            // The handlers answer this one for their caller (`locks::as_caller`).
+            LeaseError::NotYours(_) => ApiError::new(
+                ErrorCode::PermissionDenied,
+                "this lease belongs to another principal",
+            ),
             LeaseError::Storage(s) => s.into(),
         }
     }

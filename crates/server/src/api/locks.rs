@@ -9,7 +9,8 @@ use axum::Json;
 use serde::Deserialize;
 
 use palisade_api::wire::{self, KeepaliveInfo, Lease, LockList, LockStatus, Released};
-use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView};
+use palisade_core::lock_table::{AcquireRequest, LockView};
+use palisade_issuer::LeaseError;
 
 use super::{json_body, listing_permit, lock_name, path, query_of, ApiError, AppState};
 use crate::audit::AuditEvent;
@@ -102,26 +103,14 @@ pub(super) fn check_ttl(state: &AppState, caller: &Caller, ttl_ms: u64) -> Resul
     Ok(ttl_ms)
 }
 
-/// Ownership of a lease, checked before anything changes: the caller may `acquire` the
-/// lease's lock and the lease is its own (or the caller is an admin). Lease ids never
-/// change hands, so what this reads stays true for the call that follows. Returns the
-/// lease with authentication on; nothing to look up with it off.
-pub(super) async fn owned_lease(
-    state: &AppState,
-    caller: &Caller,
-    lease_id: &str,
-) -> Result<Option<LeaseView>, ApiError> {
-    if caller.principal().is_none() {
-        return Ok(None);
+/// The issuer's answer to a keepalive, release or proclaim made with
+/// [`Caller::lease_check`]: a lease refused as not the caller's answers 403, as the caller
+/// would have been refused for it.
+pub(super) fn as_caller<T>(caller: &Caller, answer: Result<T, LeaseError>) -> Result<T, ApiError> {
+    match answer {
+        Err(LeaseError::NotYours(lease)) => Err(caller.lease_refusal(&lease.lock, &lease.holder)),
+        other => Ok(other?),
     }
-    let lease = state
-        .issuer
-        .lease(lease_id)
-        .await?
-        .ok_or_else(ApiError::lease_expired)?;
-    caller.require(Verb::Acquire, &lease.lock)?;
-    caller.require_owner(&lease.holder, "this lease", &lease.lock)?;
-    Ok(Some(lease))
 }
 
 pub async fn keepalive(
@@ -130,8 +119,11 @@ pub async fn keepalive(
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<KeepaliveInfo>, ApiError> {
     let lease_id = path(lease_id)?;
-    owned_lease(&state, &caller, &lease_id).await?;
-    let view = state.issuer.keepalive(&lease_id).await?;
+    let answer = state
+        .issuer
+        .keepalive(&lease_id, caller.lease_check())
+        .await;
+    let view = as_caller(&caller, answer)?;
     Ok(Json(KeepaliveInfo {
         lease_id: view.lease_id,
         lock: view.lock,
@@ -146,20 +138,20 @@ pub async fn release(
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Released>, ApiError> {
     let lease_id = path(lease_id)?;
-    let lease = owned_lease(&state, &caller, &lease_id).await?;
-    let view = state.issuer.release(&lease_id).await?;
-    if let Some(lease) = lease.filter(|l| {
-        caller
-            .principal()
-            .is_some_and(|p| !p.owns_holder(&l.holder))
-    }) {
+    let answer = state.issuer.release(&lease_id, caller.lease_check()).await;
+    let view = as_caller(&caller, answer)?;
+    if caller
+        .principal()
+        .is_some_and(|p| !p.owns_holder(&view.holder))
+    {
+        // An admin released someone else's lease.
         state.audit.record(
             AuditEvent::new("lease_released_by_other")
                 .principal(caller.name())
-                .lock(&lease.lock)
+                .lock(&view.lock)
                 .lease(&lease_id)
-                .epochs(Some(lease.epoch), None)
-                .detail(format!("holder {}", lease.holder)),
+                .epochs(Some(view.epoch), None)
+                .detail(format!("holder {}", view.holder)),
         );
     }
     Ok(Json(Released {

@@ -25,7 +25,7 @@ use palisade_api::ErrorCode;
 use palisade_core::lock_table::{LeaseView, SessionView};
 use palisade_issuer::SessionRequest;
 
-use super::locks::{check_ttl, owned_lease};
+use super::locks::{as_caller, check_ttl};
 use super::{json_body, path, ApiError, AppState};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, Verb};
@@ -68,8 +68,11 @@ pub async fn proclaim(
     // `deny_unknown_fields` keeps typos from passing as a clear.
     let body: ProclaimRequest = json_body(&headers, body).await?;
     let value = body.value.as_deref().map(decode_value).transpose()?;
-    owned_lease(&state, &caller, &lease_id).await?;
-    let view = state.issuer.proclaim(&lease_id, value).await?;
+    let answer = state
+        .issuer
+        .proclaim(&lease_id, value, caller.lease_check())
+        .await;
+    let view = as_caller(&caller, answer)?;
     Ok(Json(Proclaimed {
         lease_id: view.lease_id,
         lock: view.lock,

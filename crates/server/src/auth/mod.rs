@@ -46,6 +46,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use palisade_api::ErrorCode;
+use palisade_issuer::{MayAct, Ownership};
 use palisade_token::MAX_HOLDER_LEN;
 
 pub use file::{load, parse, valid_principal_name, MAX_PRINCIPAL_LEN};
@@ -155,6 +156,34 @@ impl Caller {
         }
     }
 
+    /// The issuer's check of who acts on a lease (keepalive, release, proclaim), made
+    /// with the lease in hand; `None` with authentication off, where anyone may. A lease
+    /// it refuses gets [`Caller::lease_refusal`].
+    pub fn lease_check(&self) -> MayAct<'_> {
+        match self {
+            Caller::Open => None,
+            Caller::Principal(_) => Some(self),
+        }
+    }
+
+    /// Why the caller may not act on the lease on `lock` held by `holder`: 403
+    /// `permission_denied`, for a lock it may not `acquire` or a holder it does not act
+    /// for (audited like every denial).
+    pub fn lease_refusal(&self, lock: &str, holder: &str) -> ApiError {
+        let refused = self
+            .require(Verb::Acquire, lock)
+            .and_then(|()| self.require_owner(holder, "this lease", lock));
+        // The issuer asked this caller's own check, so one of the two says no; were both
+        // to say yes, the answer would still be no, as the issuer gave it.
+        refused.err().unwrap_or_else(|| {
+            self.denied(
+                "this lease belongs to another principal".to_owned(),
+                Some(lock),
+                None,
+            )
+        })
+    }
+
     /// Permission for a verb not about one lock (`metrics`): 403 `permission_denied`
     /// unless some grant allows it (any lock pattern), or the caller is an admin.
     pub fn require_any(&self, verb: Verb) -> Result<(), ApiError> {
@@ -218,6 +247,13 @@ impl Caller {
             event = event.detail(verb.as_str());
         }
         error.audited(event)
+    }
+}
+
+/// A lease may be acted on by a caller who may `acquire` its lock and acts for its holder.
+impl Ownership for Caller {
+    fn may_act(&self, lock: &str, holder: &str) -> bool {
+        self.may(Verb::Acquire, lock) && self.acts_for(holder)
     }
 }
 

@@ -134,13 +134,13 @@ impl Server {
                 let id = self.register(client, req_id);
                 self.core.acquire(now, id, req);
             }
-            Request::Keepalive { lease_id } => match self.core.keepalive(now, &lease_id) {
+            Request::Keepalive { lease_id } => match self.core.keepalive(now, &lease_id, None) {
                 Ok(_) => reply(out, Reply::LeaseOk),
                 Err(_) => reply(out, Reply::LeaseExpired),
             },
             Request::Release { lease_id } => {
                 let id = self.register(client, req_id);
-                self.core.release(now, id, &lease_id);
+                self.core.release(now, id, &lease_id, None);
             }
             Request::Mutate {
                 lock,
