@@ -283,7 +283,7 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     let caller = match &state.auth {
         None => Some(Caller::Open),
         Some(_) if PUBLIC_PATHS.contains(&req.uri().path()) => None,
-        Some(auth) => match identify(&auth.policy(), &req) {
+        Some(auth) => match identify(&auth.policy.load(), &req) {
             Ok(principal) => Some(Caller::Principal(principal)),
             Err(reason) => {
                 let mut event = AuditEvent::new("auth_failed").detail(reason);
@@ -298,7 +298,11 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
             }
         },
     };
-    let name = caller.as_ref().and_then(|c| c.name().map(str::to_owned));
+    // Kept only for an audit record the handler may leave in the response.
+    let name = route
+        .is_some()
+        .then(|| caller.as_ref().and_then(|c| c.name().map(str::to_owned)))
+        .flatten();
     if let Some(caller) = caller {
         req.extensions_mut().insert(caller);
     }
