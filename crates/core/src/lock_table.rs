@@ -229,11 +229,12 @@ pub enum Event {
     /// A queued waiter's session ended (expired or closed) before its turn came; it is out
     /// of the line.
     SessionGone { ticket: Ticket },
-    /// These idle locks left the table to make room. No epoch of theirs is above `floor`,
-    /// and from now on a lock the table does not know starts above `floor`. Their records
-    /// may stay on disk (a restart then knows them again) or be dropped once the floor
-    /// itself is durable.
-    Forgotten { locks: Vec<String>, floor: Epoch },
+    /// `count` idle locks left the table to make room ([`LockTable::knows`] no longer
+    /// finds them). No epoch of theirs is above `floor`, and from now on a lock the table
+    /// does not know starts above `floor`. Their records may stay on disk (a restart then
+    /// knows them again) or be dropped once the floor itself is durable. The event does not
+    /// name them: a sweep of a full table may forget a million locks at once.
+    Forgotten { count: usize, floor: Epoch },
 }
 
 /// A lease that is no longer live.
@@ -1009,8 +1010,7 @@ impl LockTable {
         }
         let before = self.locks.len();
         let mut floor = self.epoch_floor;
-        let mut forgotten = Vec::new();
-        self.locks.retain(|name, lock| {
+        self.locks.retain(|_, lock| {
             let idle = lock.lease.is_none()
                 && lock.queue.is_empty()
                 && lock.delay_until <= now
@@ -1019,7 +1019,6 @@ impl LockTable {
                 && !lock.expired_unsynced;
             if idle {
                 floor = floor.max(lock.last_epoch).max(lock.durable.ceiling);
-                forgotten.push(name.to_string());
             }
             !idle
         });
@@ -1027,13 +1026,24 @@ impl LockTable {
         if freed < (self.config.max_locks / 16).max(1) {
             self.next_sweep_at = now.saturating_add(1000);
         }
-        if !forgotten.is_empty() {
+        if self.locks.len() < self.locks.capacity() / 4 {
+            // Most of the table went: give its slots back (a million of them are ~50 MB),
+            // keeping room for as many locks again as are left.
+            self.locks.shrink_to(self.locks.len() * 2);
+        }
+        if freed > 0 {
             self.epoch_floor = floor;
             self.events.push(Event::Forgotten {
-                locks: forgotten,
+                count: freed,
                 floor,
             });
         }
+    }
+
+    /// Whether the table holds lock `name` now (a lock it never met, or forgot to make
+    /// room, is not held; its epochs continue above the floor).
+    pub fn knows(&self, name: &str) -> bool {
+        self.locks.contains_key(name)
     }
 
     /// Number of locks in the table.

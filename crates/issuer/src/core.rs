@@ -708,10 +708,10 @@ impl IssuerCore {
                     // Queued before its leases' removals (the table emits it first).
                     self.lazy(LazyRecord::RemoveLease(session_id));
                 }
-                Event::Forgotten { locks, floor } => {
+                Event::Forgotten { count, floor } => {
                     // Their records stay on disk, so a restart still knows each one's
                     // epoch; in memory, a lock met again starts above `floor`.
-                    tracing::debug!(count = locks.len(), floor, "idle locks left memory");
+                    tracing::debug!(count, floor, "idle locks left memory");
                 }
             }
         }

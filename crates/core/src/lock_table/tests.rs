@@ -439,6 +439,35 @@ fn a_lock_line_has_a_length_limit() {
 }
 
 #[test]
+fn a_sweep_that_empties_the_table_gives_its_memory_back() {
+    let mut t = LockTable::new(TableConfig {
+        max_locks: 4096,
+        epoch_block: 10,
+        ..Default::default()
+    });
+    // A full table of idle locks whose state is all on disk, as after a restart.
+    t.restore_reservations(
+        0,
+        (0..4096).map(|i| (format!("old{i}"), Reservation::default())),
+    );
+    let full = t.locks.capacity();
+    assert!(full >= 4096);
+    let g = granted(t.acquire(0, req("new", "h", 1000, 0, "1")));
+    let events = t.drain_events();
+    assert!(
+        matches!(&events[..], [Event::Forgotten { count: 4096, .. }]),
+        "{events:?}"
+    );
+    assert!(g.epoch > 0 && t.knows("new") && !t.knows("old0"));
+    assert_eq!(t.lock_count(), 1);
+    assert!(
+        t.locks.capacity() < full / 4,
+        "{} slots kept for one lock",
+        t.locks.capacity()
+    );
+}
+
+#[test]
 fn a_full_table_forgets_idle_locks_and_new_epochs_continue_above_them() {
     let mut t = LockTable::new(TableConfig {
         max_locks: 2,
@@ -466,11 +495,12 @@ fn a_full_table_forgets_idle_locks_and_new_epochs_continue_above_them() {
     let events = t.drain_events();
     assert!(
         events.contains(&Event::Forgotten {
-            locks: vec!["a".into()],
+            count: 1,
             floor: 10
         }),
         "{events:?}"
     );
+    assert!(!t.knows("a") && t.knows("b") && t.knows("c"));
     // Epochs of locks the table no longer knows continue above everything forgotten.
     assert_eq!(c.epoch, 11);
     t.confirm(1000, "c", c.reserve.unwrap(), c.generation);
@@ -1041,6 +1071,9 @@ proptest! {
         };
 
         for op in ops {
+            // What a sweep may forget during this step (a lock it forgets must be one the
+            // model knows: the count of a `Forgotten` event checks that).
+            let known_before: Vec<String> = model.keys().filter(|l| t.knows(l)).cloned().collect();
             let mut direct: Option<Grant> = None;
             match op {
                 Op::Acquire { lock, wait, ttl, delay: own_delay, session } => {
@@ -1212,9 +1245,13 @@ proptest! {
                             d.max_ttl_ms = 0;
                         }
                     }
-                    Event::Forgotten { locks, floor: raised } => {
+                    Event::Forgotten { count, floor: raised } => {
                         prop_assert!(raised >= floor);
                         floor = raised;
+                        // The locks the table held before this step and holds no more.
+                        let locks: Vec<String> =
+                            known_before.iter().filter(|l| !t.knows(l)).cloned().collect();
+                        prop_assert_eq!(locks.len(), count);
                         for lock in &locks {
                             // Only an idle lock with nothing live may be forgotten...
                             let entry = model.get_mut(lock).unwrap();
