@@ -509,6 +509,11 @@ impl IssuerCore {
         view
     }
 
+    /// Whether the table holds `lock` now (not: never met, or forgotten to make room).
+    pub fn knows(&self, lock: &str) -> bool {
+        self.table.knows(lock)
+    }
+
     /// A live session with its leases.
     pub fn session(&mut self, now: Millis, session_id: &str) -> Option<SessionView> {
         let view = self.table.session(now, session_id);

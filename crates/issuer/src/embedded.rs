@@ -372,9 +372,19 @@ impl Issuer {
         }
     }
 
-    /// A lock's state.
-    pub fn status(self: &Arc<Self>, lock: &str) -> Result<LockView, StorageError> {
-        self.call(|core, now| core.status(now, lock))
+    /// A lock's state. A lock the table does not hold (forgotten to make room, see
+    /// `--max-locks`) is read back from disk: its epoch is then the highest its record
+    /// covers (the last epoch issued, or the reservation's ceiling above it), never lower
+    /// than the last epoch issued.
+    pub async fn status(self: &Arc<Self>, lock: &str) -> Result<LockView, StorageError> {
+        let (mut view, known) =
+            self.call(|core, now| (core.status(now, lock), core.knows(lock)))?;
+        if !known {
+            if let Some((epoch, _)) = self.backend.lock_record(lock).await? {
+                view.epoch = view.epoch.max(epoch);
+            }
+        }
+        Ok(view)
     }
 
     /// One page of known locks by name: the names (and durable epochs) come from the
@@ -526,7 +536,7 @@ impl LockService for Arc<Issuer> {
     }
 
     async fn status(&self, lock: &str) -> Result<LockView, StorageError> {
-        Issuer::status(self, lock)
+        Issuer::status(self, lock).await
     }
 
     async fn list(
@@ -617,7 +627,7 @@ mod tests {
                 queued.acquire(req(&format!("h{i}"), 10_000)).await
             }));
             // In line one after another, so that each reaches the head in turn.
-            while issuer.status("L").unwrap().waiters < i {
+            while issuer.status("L").await.unwrap().waiters < i {
                 tokio::task::yield_now().await;
             }
         }
@@ -640,6 +650,53 @@ mod tests {
             issuer.lock().unwrap().replies.is_empty(),
             "every request answered"
         );
+    }
+
+    /// A lock the table forgot to make room for another still reports the epoch it
+    /// reached: the status reads it back from disk.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_forgotten_lock_reports_the_epoch_it_reached() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            RedbBackend::open(&dir.path().join("db.redb"), RedbOptions::default()).expect("open");
+        let config = TableConfig {
+            max_locks: 1,
+            idle_grace_ms: 0,
+            epoch_block: 4,
+            ..TableConfig::default()
+        };
+        let issuer = Issuer::start(Arc::new(store), Signer::from_secret([7; 32]), config)
+            .await
+            .unwrap();
+        for _ in 0..3 {
+            let g = issuer.acquire(req("h0", 0)).await.unwrap();
+            issuer.release(&g.grant.lease_id, None).await.unwrap();
+        }
+        assert_eq!(issuer.status("L").await.unwrap().epoch, 3);
+        // "M" needs L's room: once L's idle mark is on disk, L is forgotten.
+        let other = AcquireRequest {
+            lock: "M".into(),
+            ..req("h1", 0)
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match issuer.acquire(other.clone()).await {
+                Ok(_) => break,
+                Err(AcquireError::QuotaExceeded { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("M never found room: {e:?}"),
+            }
+        }
+        assert!(!issuer.lock().unwrap().core.knows("L"));
+        let status = issuer.status("L").await.unwrap();
+        // What the record covers: the last reservation's ceiling, never below the 3
+        // issued, and the same epoch the listing reads from disk.
+        let listed = issuer.list("L", None, 1).await.unwrap();
+        assert!(status.epoch >= 3 && status.lease.is_none(), "{status:?}");
+        assert_eq!(listed[0].epoch, status.epoch);
+        // And a lock never met is still at 0.
+        assert_eq!(issuer.status("never").await.unwrap().epoch, 0);
     }
 
     /// A rotation while waiters hold tokens signed ahead with the old key: every grant
@@ -737,7 +794,7 @@ mod tests {
         let first = issuer.acquire(req("h0", 0)).await.unwrap();
         let queued = issuer.clone();
         let waiter = tokio::spawn(async move { queued.acquire(req("h1", 60_000)).await });
-        while issuer.status("L").unwrap().waiters < 1 {
+        while issuer.status("L").await.unwrap().waiters < 1 {
             tokio::task::yield_now().await;
         }
         let poisoner = issuer.clone();
@@ -765,7 +822,7 @@ mod tests {
             Err(LeaseError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
             other => panic!("release after the stop: {other:?}"),
         }
-        assert!(issuer.status("L").is_err());
+        assert!(issuer.status("L").await.is_err());
         assert!(Issuer::census(&issuer).is_err());
     }
 }
