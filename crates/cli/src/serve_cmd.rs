@@ -59,7 +59,7 @@ pub struct ServeArgs {
     #[arg(long, env = "PALISADE_TOKEN_CACHE", default_value_t = 65_536)]
     token_cache: usize,
     /// Page cache of the embedded database, in MiB (the embedded backend only).
-    #[arg(long, env = "PALISADE_DB_CACHE_MB", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    #[arg(long, env = "PALISADE_DB_CACHE_MB", default_value_t = (palisade_storage::redb_backend::DEFAULT_CACHE_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     db_cache_mb: u64,
     /// Where state lives: `embedded` (one redb file in --data-dir, one node) or `etcd`
     /// (several stateless nodes sharing an etcd cluster; needs a build with `--features
