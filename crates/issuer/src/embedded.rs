@@ -151,6 +151,12 @@ impl Issuer {
         }
     }
 
+    /// Whether the issuer stopped after an internal error (see [`Issuer::lock`]): from
+    /// the moment the panic poisoned its state, whether or not a call has met it since.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst) || self.inner.is_poisoned()
+    }
+
     /// What the start found in the records.
     pub fn recovered(&self) -> Recovered {
         self.recovered
@@ -573,6 +579,10 @@ impl LockService for Arc<Issuer> {
         Issuer::close_session(self, session_id).await
     }
 
+    fn is_stopped(&self) -> bool {
+        Issuer::is_stopped(self)
+    }
+
     async fn close(&self) {
         Issuer::close(self)
     }
@@ -797,6 +807,7 @@ mod tests {
         while issuer.status("L").await.unwrap().waiters < 1 {
             tokio::task::yield_now().await;
         }
+        assert!(!issuer.is_stopped());
         let poisoner = issuer.clone();
         let panicked = std::thread::spawn(move || {
             let _held = poisoner.inner.lock();
@@ -804,6 +815,8 @@ mod tests {
         })
         .join();
         assert!(panicked.is_err());
+        // Stopped from the panic on, before any call meets it (what /healthz reports).
+        assert!(issuer.is_stopped());
         let stopped =
             |e: &StorageError| matches!(e, StorageError::Failed(m) if m.contains("stopped"));
         match issuer.keepalive(&first.grant.lease_id, None) {

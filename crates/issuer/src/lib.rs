@@ -163,6 +163,13 @@ pub trait LockService: Send + Sync + 'static {
     /// instead of letting them wait. Locks held stay held. Default: nothing to answer.
     async fn close(&self) {}
 
+    /// Whether the service stopped for good: every call fails until the server restarts
+    /// (the embedded issuer after an internal error). `GET /healthz` reports it. Default:
+    /// never.
+    fn is_stopped(&self) -> bool {
+        false
+    }
+
     /// Tells `observer` of every grant, release and expiry from now on (see
     /// [`observe`]). Default: nothing is told.
     fn observe(&self, observer: std::sync::Arc<dyn LeaseObserver>) {

@@ -190,6 +190,13 @@ async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> 
         )
         .into_response();
     }
+    if state.issuer.is_stopped() {
+        return ApiError::new(
+            palisade_api::ErrorCode::StorageFailed,
+            "the issuer stopped after an internal error; restart the server",
+        )
+        .into_response();
+    }
     Json(palisade_api::wire::Health {
         status: "ok".into(),
     })
