@@ -395,13 +395,22 @@ impl IssuerCore {
         }
     }
 
+    /// Answers request `to` with the [`refusal`](Self::refusal) of lease `lease_id`, if
+    /// there is one; `true` when it did (the call then changes nothing more).
+    fn refused(&mut self, now: Millis, to: ReqId, lease_id: &str, may: MayAct<'_>) -> bool {
+        let Some(refused) = self.refusal(now, lease_id, may) else {
+            return false;
+        };
+        self.drain();
+        self.reply(to, Reply::Lease(Err(refused)));
+        self.settle(now);
+        true
+    }
+
     /// Releases a lease for request `to`; the lock passes to the first waiter. Answered
     /// with [`Reply::Lease`] once the lease record's removal is on disk.
     pub fn release(&mut self, now: Millis, to: ReqId, lease_id: &str, may: MayAct<'_>) {
-        if let Some(refused) = self.refusal(now, lease_id, may) {
-            self.drain();
-            self.reply(to, Reply::Lease(Err(refused)));
-            self.settle(now);
+        if self.refused(now, to, lease_id, may) {
             return;
         }
         match self.table.release(now, lease_id) {
@@ -436,10 +445,7 @@ impl IssuerCore {
         value: Option<Vec<u8>>,
         may: MayAct<'_>,
     ) {
-        if let Some(refused) = self.refusal(now, lease_id, may) {
-            self.drain();
-            self.reply(to, Reply::Lease(Err(refused)));
-            self.settle(now);
+        if self.refused(now, to, lease_id, may) {
             return;
         }
         match self.table.proclaim(now, lease_id, value) {
