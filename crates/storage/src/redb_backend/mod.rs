@@ -28,7 +28,10 @@
 //!
 //! Reads see durable state only: the published rows over one snapshot of the file
 //! (`layers.rs` says why no checkpoint can hide a row from them). They never block the
-//! writer.
+//! writer. A point read (a value, a mark, a lock's record) whose rows are in memory (in
+//! the log's rows, or in a bounded cache of rows read from the file before) is answered
+//! on the caller's own thread; only what needs the file goes to the blocking pool
+//! (`resident.rs`).
 //!
 //! ## Recovery, and never rolling back silently
 //! Opening replays the log into the file (one checkpoint) before anything reads it. A
@@ -86,6 +89,7 @@ pub mod offline;
 mod open;
 mod overlay;
 mod reads;
+mod resident;
 mod schema;
 mod state;
 mod tx;
@@ -106,6 +110,8 @@ use tokio::sync::{oneshot, watch};
 use palisade_core::gate::HighWater;
 
 use self::layers::{Layers, View};
+use self::reads::{Point, ReadError};
+use self::resident::{Filling, Resident, RowCache};
 use self::schema::Fault;
 use self::state::{ExitGuard, State};
 use self::wal::{FsLogDir, LogDir};
@@ -136,6 +142,10 @@ pub struct RedbOptions {
     /// the default is far below redb's own 1 GiB; a larger cache helps only when the
     /// stored values are large and read often.
     pub cache_bytes: usize,
+    /// Bytes of rows read from the file kept in memory in front of it, so that a point
+    /// read (a value, a mark, a lock's record) of a row not written since the last
+    /// checkpoint is answered on the caller's thread (see `resident.rs`); 0 turns it off.
+    pub resident_bytes: usize,
     /// Namespace quotas and the idempotency retention.
     pub limits: StoreLimits,
     /// The wall clock that stamps idempotency records.
@@ -174,6 +184,8 @@ pub struct RecoveryReport {
 /// checkpoints, and a start's full scans leave the cache full of cold pages. 32 MiB
 /// measured no faster (J1, J2, reads at 64 clients) and kept 16 MiB more resident.
 pub const DEFAULT_CACHE_BYTES: usize = 16 * 1024 * 1024;
+/// Default of [`RedbOptions::resident_bytes`]: 8 MiB, some 40,000 small values.
+pub const DEFAULT_RESIDENT_BYTES: usize = 8 * 1024 * 1024;
 /// Default of [`RedbOptions::purge_every`]: one minute.
 pub const DEFAULT_PURGE_EVERY: Duration = Duration::from_secs(60);
 /// Default of [`RedbOptions::checkpoint_rows`].
@@ -187,6 +199,7 @@ impl Default for RedbOptions {
             max_batch: 256,
             verify_on_open: true,
             cache_bytes: DEFAULT_CACHE_BYTES,
+            resident_bytes: DEFAULT_RESIDENT_BYTES,
             limits: StoreLimits::default(),
             clock: WallClock::system(),
             purge_every: DEFAULT_PURGE_EVERY,
@@ -212,6 +225,7 @@ pub struct RedbBackend {
 struct Inner {
     state: Arc<State>,
     layers: Arc<Layers>,
+    resident: Arc<RowCache>,
     recovered: RecoveryReport,
     /// `None` once closed. Readers clone the `Arc` and drop the lock at once.
     db: RwLock<Option<Arc<Database>>>,
@@ -274,6 +288,7 @@ impl RedbBackend {
         state.set_durable_seq(recovered.seq);
         state.set_checkpoint_seq(recovered.seq);
         let layers = Arc::new(Layers::default());
+        let resident = Arc::new(RowCache::new(opts.resident_bytes as u64));
         let config = writer::WriterConfig {
             max_batch: opts.max_batch,
             limits: opts.limits,
@@ -287,6 +302,7 @@ impl RedbBackend {
         let engine = Arc::new(writer::Engine {
             db: Arc::clone(&db),
             layers: Arc::clone(&layers),
+            resident: Arc::clone(&resident),
             state: Arc::clone(&state),
             log,
             store_id: recovered.store_id,
@@ -314,6 +330,7 @@ impl RedbBackend {
             inner: Arc::new(Inner {
                 state,
                 layers,
+                resident,
                 recovered: RecoveryReport {
                     commit_seq: recovered.seq,
                     replayed: recovered.replayed,
@@ -401,14 +418,59 @@ impl RedbBackend {
         }
     }
 
-    /// Runs `read` on a fresh read transaction, on tokio's blocking pool. Reads are short,
-    /// but a page-cache miss is a disk read, and a sick disk can stall one for seconds:
-    /// that must tie up a blocking-pool thread, not a runtime worker serving every other
-    /// connection. (The cost is one thread hand-off per read.)
-    async fn read<T, F>(&self, read: F) -> Result<T, StorageError>
+    /// A point read: answered on the caller's thread when every row it needs is in
+    /// memory (`resident.rs`), else run like [`RedbBackend::read`] on the blocking pool,
+    /// where the rows it reads from the file are kept for the next time.
+    async fn point<T, F>(&self, read: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: Fn(&dyn Point) -> Result<T, ReadError> + Send + 'static,
+    {
+        if self
+            .inner
+            .db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
+        {
+            return Err(StorageError::Closed);
+        }
+        let resident = Resident {
+            layers: &self.inner.layers,
+            cache: &self.inner.resident,
+        };
+        match read(&resident) {
+            Ok(value) => return Ok(value),
+            Err(ReadError::Miss) => {}
+            Err(ReadError::Fault(fault)) => return Err(self.inner.state.latch(fault)),
+        }
+        let cache = Arc::clone(&self.inner.resident);
+        self.read(move |layers, db| {
+            let view = Filling::begin(layers, db, &cache)?;
+            read(&view).map_err(Fault::from)
+        })
+        .await
+    }
+
+    /// A read over a [`View`] (ranges), on the blocking pool.
+    async fn scan<T, F>(&self, read: F) -> Result<T, StorageError>
     where
         T: Send + 'static,
         F: FnOnce(&View<'_>) -> Result<T, Fault> + Send + 'static,
+    {
+        self.read(move |layers, db| read(&View::begin(layers, db)?))
+            .await
+    }
+
+    /// Runs `read` on a fresh read transaction, on tokio's blocking pool. Reads are short,
+    /// but a page-cache miss is a disk read, and a sick disk can stall one for seconds:
+    /// that must tie up a blocking-pool thread, not a runtime worker serving every other
+    /// connection. (The cost is one thread hand-off per read; [`RedbBackend::point`] avoids
+    /// it when the rows are in memory.)
+    async fn read<T, F>(&self, read: F) -> Result<T, StorageError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Layers, &Database) -> Result<T, Fault> + Send + 'static,
     {
         let db = self
             .inner
@@ -418,11 +480,7 @@ impl RedbBackend {
             .clone()
             .ok_or(StorageError::Closed)?;
         let layers = Arc::clone(&self.inner.layers);
-        let outcome = tokio::task::spawn_blocking(move || {
-            let view = View::begin(&layers, &db)?;
-            read(&view)
-        })
-        .await;
+        let outcome = tokio::task::spawn_blocking(move || read(&layers, &db)).await;
         match outcome {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(fault)) => Err(self.inner.state.latch(fault)),
@@ -443,7 +501,7 @@ impl std::fmt::Debug for RedbBackend {
 #[async_trait]
 impl IssuerLog for RedbBackend {
     async fn load_issuer(&self) -> Result<IssuerState, StorageError> {
-        self.read(reads::load_issuer).await
+        self.scan(reads::load_issuer).await
     }
 
     async fn reserve(
@@ -481,13 +539,13 @@ impl IssuerLog for RedbBackend {
         limit: usize,
     ) -> Result<Vec<(String, Epoch)>, StorageError> {
         let (prefix, after) = (prefix.to_owned(), after.map(str::to_owned));
-        self.read(move |txn| reads::list_locks(txn, &prefix, after.as_deref(), limit))
+        self.scan(move |txn| reads::list_locks(txn, &prefix, after.as_deref(), limit))
             .await
     }
 
     async fn lock_record(&self, lock: &str) -> Result<Option<(Epoch, Reservation)>, StorageError> {
         let lock = lock.to_owned();
-        self.read(move |txn| reads::lock_record(txn, &lock)).await
+        self.point(move |txn| reads::lock_record(txn, &lock)).await
     }
 
     fn is_failed(&self) -> bool {
@@ -505,7 +563,7 @@ impl FencedStore for RedbBackend {
 
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<Entry>, StorageError> {
         let (namespace, key) = (namespace.to_string(), key.to_string());
-        self.read(move |txn| reads::get(txn, &namespace, &key))
+        self.point(move |txn| reads::get(txn, &namespace, &key))
             .await
     }
 
@@ -516,13 +574,13 @@ impl FencedStore for RedbBackend {
         limit: usize,
     ) -> Result<Vec<String>, StorageError> {
         let (namespace, prefix) = (namespace.to_string(), prefix.to_string());
-        self.read(move |txn| reads::list(txn, &namespace, &prefix, limit))
+        self.scan(move |txn| reads::list(txn, &namespace, &prefix, limit))
             .await
     }
 
     async fn high_water(&self, namespace: &str) -> Result<HighWater, StorageError> {
         let namespace = namespace.to_string();
-        self.read(move |txn| reads::high_water(txn, &namespace))
+        self.point(move |txn| reads::high_water(txn, &namespace))
             .await
     }
 
@@ -533,7 +591,7 @@ impl FencedStore for RedbBackend {
         limit: usize,
     ) -> Result<Vec<NamespaceSummary>, StorageError> {
         let (prefix, after) = (prefix.to_owned(), after.map(str::to_owned));
-        self.read(move |txn| reads::namespaces(txn, &prefix, after.as_deref(), limit))
+        self.scan(move |txn| reads::namespaces(txn, &prefix, after.as_deref(), limit))
             .await
     }
 

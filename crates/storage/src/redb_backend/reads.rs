@@ -1,6 +1,10 @@
 //! Read paths: plain functions over a [`View`] (the durable rows of the in-memory index
 //! over one snapshot of the database file). They never block the writer, and the writer
 //! never blocks them; they see only durable state.
+//!
+//! The point reads (one value, a high-water mark, a lock's record) are written once over
+//! [`Point`], so that the same rule answers from memory on the caller's thread
+//! ([`Resident`](super::resident::Resident)) and from the file on the blocking pool.
 
 use std::ops::Bound;
 
@@ -11,6 +15,42 @@ use super::layers::View;
 use super::overlay::{Key, Val};
 use super::schema::{Fault, META_RESTORE_FLOOR};
 use crate::{Entry, IssuerState, LeaseRecord, NamespaceSummary, Usage};
+
+/// Where a point read finds a key's durable row.
+pub(super) trait Point {
+    /// The durable value of `key` (`None`: no such row), or [`ReadError::Miss`] when this
+    /// source cannot tell without reading the file.
+    fn row(&self, key: &Key) -> Result<Option<Val>, ReadError>;
+}
+
+/// Why a point read has no answer.
+#[derive(Debug)]
+pub(super) enum ReadError {
+    /// Not in memory: read it from the file, off the runtime's threads.
+    Miss,
+    Fault(Fault),
+}
+
+impl From<Fault> for ReadError {
+    fn from(fault: Fault) -> Self {
+        ReadError::Fault(fault)
+    }
+}
+
+impl From<ReadError> for Fault {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Fault(fault) => fault,
+            ReadError::Miss => Fault("a read of the file found no row source".to_string()),
+        }
+    }
+}
+
+impl Point for View<'_> {
+    fn row(&self, key: &Key) -> Result<Option<Val>, ReadError> {
+        Ok(self.get(key)?)
+    }
+}
 
 /// Feeds `each` every row of `start`'s table.
 pub(super) fn each_row(
@@ -36,7 +76,7 @@ pub(super) fn each_row(
 
 pub(super) fn load_issuer(view: &View<'_>) -> Result<IssuerState, Fault> {
     let mut state = IssuerState {
-        epoch_floor: restore_floor(view)?,
+        epoch_floor: restore_floor(view).map_err(Fault::from)?,
         ..IssuerState::default()
     };
     each_row(view, Key::Epoch(String::new()), &mut |key, val| {
@@ -100,14 +140,14 @@ pub(super) fn list_locks(
 
 /// One lock's epoch (raised to its reservation's ceiling) and reservation.
 pub(super) fn lock_record(
-    view: &View<'_>,
+    view: &(impl Point + ?Sized),
     lock: &str,
-) -> Result<Option<(u64, Reservation)>, Fault> {
-    let epoch = match view.get(&Key::Epoch(lock.to_owned()))? {
+) -> Result<Option<(u64, Reservation)>, ReadError> {
+    let epoch = match view.row(&Key::Epoch(lock.to_owned()))? {
         Some(Val::U64(e)) => Some(e),
         _ => None,
     };
-    let reservation = match view.get(&Key::Reservation(lock.to_owned()))? {
+    let reservation = match view.row(&Key::Reservation(lock.to_owned()))? {
         Some(Val::Triple(ceiling, max_ttl_ms, active)) => Some(Reservation {
             ceiling,
             max_ttl_ms,
@@ -132,9 +172,13 @@ pub(super) fn lock_record(
     })
 }
 
-pub(super) fn get(view: &View<'_>, namespace: &str, key: &str) -> Result<Option<Entry>, Fault> {
+pub(super) fn get(
+    view: &(impl Point + ?Sized),
+    namespace: &str,
+    key: &str,
+) -> Result<Option<Entry>, ReadError> {
     Ok(
-        match view.get(&Key::Kv(namespace.to_owned(), key.to_owned()))? {
+        match view.row(&Key::Kv(namespace.to_owned(), key.to_owned()))? {
             Some(Val::Entry(revision, epoch, value)) => Some(Entry {
                 value,
                 revision,
@@ -169,8 +213,11 @@ pub(super) fn list(
         .collect())
 }
 
-pub(super) fn high_water(view: &View<'_>, namespace: &str) -> Result<HighWater, Fault> {
-    match view.get(&Key::Fence(namespace.to_owned()))? {
+pub(super) fn high_water(
+    view: &(impl Point + ?Sized),
+    namespace: &str,
+) -> Result<HighWater, ReadError> {
+    match view.row(&Key::Fence(namespace.to_owned()))? {
         Some(Val::Pair(epoch, seq)) => Ok(HighWater { epoch, seq }),
         _ => Ok(HighWater {
             epoch: restore_floor(view)?,
@@ -219,8 +266,8 @@ pub(super) fn namespaces(
 }
 
 /// The epoch floor left by the last restore (0 if the file was never restored).
-pub(super) fn restore_floor(view: &View<'_>) -> Result<u64, Fault> {
-    Ok(match view.get(&Key::Meta(META_RESTORE_FLOOR.to_owned()))? {
+pub(super) fn restore_floor(view: &(impl Point + ?Sized)) -> Result<u64, ReadError> {
+    Ok(match view.row(&Key::Meta(META_RESTORE_FLOOR.to_owned()))? {
         Some(Val::U64(floor)) => floor,
         _ => 0,
     })

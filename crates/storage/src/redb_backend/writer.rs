@@ -29,6 +29,7 @@ use palisade_core::lock_table::Reservation;
 
 use super::layers::{apply_rows, Layers, View};
 use super::overlay::{encode, Key, Rows, Val};
+use super::resident::RowCache;
 use super::schema::{Fault, META_CHECKPOINT_SEQ};
 use super::state::State;
 use super::tx::Tx;
@@ -124,6 +125,8 @@ pub(super) const PURGE_LIMIT: usize = 10_000;
 pub(super) struct Engine {
     pub db: Arc<Database>,
     pub layers: Arc<Layers>,
+    /// Rows read from the file; a checkpoint forgets what it wrote.
+    pub resident: Arc<RowCache>,
     pub state: Arc<State>,
     pub log: Arc<dyn LogDir>,
     pub store_id: u128,
@@ -707,6 +710,9 @@ fn checkpoint_loop(engine: &Engine, chores: &Receiver<Chore>) {
 /// redundant.
 pub(super) fn checkpoint(engine: &Engine, seq: u64, rows: &Rows) -> Result<(), Fault> {
     write_checkpoint(&engine.db, seq, rows)?;
+    // Before the frozen layer goes, so that no cached row older than the file is left
+    // (resident.rs).
+    engine.resident.checkpointed(rows.keys());
     *engine
         .layers
         .frozen

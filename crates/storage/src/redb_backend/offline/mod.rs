@@ -185,7 +185,7 @@ fn check_tables(txn: &ReadTransaction, extra: &[&str]) -> Result<(), Fault> {
 impl RedbBackend {
     /// The same summary as [`OfflineDb::summary`], from a live backend (one snapshot).
     pub async fn epoch_summary(&self) -> Result<EpochSummary, StorageError> {
-        self.read(summarize).await
+        self.scan(summarize).await
     }
 }
 

@@ -9,6 +9,7 @@ mod failures;
 mod limits;
 mod model;
 mod power_loss;
+mod resident;
 mod rollback;
 
 use std::collections::BTreeMap;
