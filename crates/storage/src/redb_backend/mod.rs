@@ -31,7 +31,10 @@
 //! writer. A point read (a value, a mark, a lock's record) whose rows are in memory (in
 //! the log's rows, or in a bounded cache of rows read from the file before) is answered
 //! on the caller's own thread; only what needs the file goes to the blocking pool
-//! (`resident.rs`).
+//! (`resident.rs`). So is a write that those rows already refuse (a stale epoch, a failed
+//! precondition, a quota) or replay (an idempotent retry) while no other request is in
+//! flight: the writer's own rule decides it on the state the writer would see, and the
+//! writer is not woken.
 //!
 //! ## Recovery, and never rolling back silently
 //! Opening replays the log into the file (one checkpoint) before anything reads it. A
@@ -114,14 +117,15 @@ use self::reads::{Point, ReadError};
 use self::resident::{Filling, Resident, RowCache};
 use self::schema::Fault;
 use self::state::{ExitGuard, State};
+use self::tx::Inputs;
 use self::wal::{FsLogDir, LogDir};
 use self::writer::Request;
 
 pub use self::state::CommitStats;
 pub use self::wal::newest_commit;
 use crate::{
-    Applied, ApplyError, Entry, FencedOp, FencedStore, IssuerLog, IssuerState, LeaseRecord,
-    NamespaceSummary, StorageError, StoreLimits, WallClock,
+    decide, Applied, ApplyError, Decision, Entry, FencedOp, FencedStore, IssuerLog, IssuerState,
+    LeaseRecord, NamespaceSummary, StorageError, StoreLimits, WallClock,
 };
 use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
@@ -226,6 +230,9 @@ struct Inner {
     state: Arc<State>,
     layers: Arc<Layers>,
     resident: Arc<RowCache>,
+    /// What a refusal decided without the writer is decided with (the writer's own).
+    limits: StoreLimits,
+    clock: WallClock,
     recovered: RecoveryReport,
     /// `None` once closed. Readers clone the `Arc` and drop the lock at once.
     db: RwLock<Option<Arc<Database>>>,
@@ -292,7 +299,7 @@ impl RedbBackend {
         let config = writer::WriterConfig {
             max_batch: opts.max_batch,
             limits: opts.limits,
-            clock: opts.clock,
+            clock: opts.clock.clone(),
             purge_every: opts.purge_every,
             checkpoint_rows: opts.checkpoint_rows.max(1),
             checkpoint_every: opts.checkpoint_every,
@@ -331,6 +338,8 @@ impl RedbBackend {
                 state,
                 layers,
                 resident,
+                limits: opts.limits,
+                clock: opts.clock,
                 recovered: RecoveryReport {
                     commit_seq: recovered.seq,
                     replayed: recovered.replayed,
@@ -392,6 +401,7 @@ impl RedbBackend {
         let Some(queue) = queue.as_ref() else {
             return Err(StorageError::Closed);
         };
+        state.submitted();
         // The receiver lives as long as the writer, and the writer leaves only when every
         // sender is gone, unless it panicked.
         queue
@@ -415,6 +425,40 @@ impl RedbBackend {
                     "the writer thread stopped without answering".to_string(),
                 ))
                 .into()),
+        }
+    }
+
+    /// The answer to `op` when the durable rows in memory already decide that it writes
+    /// nothing: a refusal (a stale epoch, a failed precondition, a quota) or the replay of
+    /// an idempotent retry, answered on the caller's thread by the writer's own rule
+    /// ([`decide`](crate::decide())). `None`: the writer decides (a row is not in memory,
+    /// the operation would commit, or a request is in flight). Only when nothing is in
+    /// flight: then the durable rows are exactly what the writer would decide on, so the
+    /// answer is the writer's, in the order the requests came (a caller that sends a write
+    /// and, without waiting, a second one gets the second decided after the first).
+    fn answer_without_writing(&self, op: &FencedOp) -> Option<Result<Applied, ApplyError>> {
+        // A failed or closed store answers that, from `submit`.
+        if !self.inner.state.nothing_in_flight()
+            || self.inner.state.is_failed()
+            || self
+                .inner
+                .queue
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none()
+        {
+            return None;
+        }
+        let resident = Resident {
+            layers: &self.inner.layers,
+            cache: &self.inner.resident,
+        };
+        let inputs = Inputs::read(&resident, op).ok()?;
+        let now_ms = self.inner.clock.now_ms();
+        match decide(op, &inputs.seen(), &self.inner.limits, now_ms) {
+            Decision::Refuse(refused) => Some(Err(refused)),
+            Decision::Replay(applied) => Some(Ok(applied)),
+            Decision::Commit(_) => None,
         }
     }
 
@@ -556,6 +600,9 @@ impl IssuerLog for RedbBackend {
 #[async_trait]
 impl FencedStore for RedbBackend {
     async fn apply(&self, op: FencedOp) -> Result<Applied, ApplyError> {
+        if let Some(answer) = self.answer_without_writing(&op) {
+            return answer;
+        }
         let (reply, answer) = oneshot::channel();
         self.submit(Request::Apply { op, reply })?;
         self.answer(answer).await

@@ -26,6 +26,10 @@ pub(super) struct State {
     reason: OnceLock<String>,
     commits: AtomicU64,
     ops: AtomicU64,
+    /// Requests handed to the writer. The writer takes them in order and `ops` counts
+    /// each once its batch is durable and published (before its answer goes out), so
+    /// `ops == submitted` means that no request is in flight.
+    submitted: AtomicU64,
     /// The highest epoch a successful commit wrote into the issuer's epoch counters since
     /// the file was opened (0 if none).
     max_epoch: AtomicU64,
@@ -45,6 +49,7 @@ impl State {
             reason: OnceLock::new(),
             commits: AtomicU64::new(0),
             ops: AtomicU64::new(0),
+            submitted: AtomicU64::new(0),
             max_epoch: AtomicU64::new(0),
             durable_seq: AtomicU64::new(0),
             checkpoint_seq: AtomicU64::new(0),
@@ -110,10 +115,23 @@ impl State {
         }
     }
 
-    /// Counts a successful commit of `ops` requests that wrote epochs up to `max_epoch`.
+    /// Counts a request handed to the writer.
+    pub(super) fn submitted(&self) {
+        self.submitted.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Whether every request handed to the writer so far is durable and published (or
+    /// refused in its turn): then the durable rows are what the writer would decide on.
+    pub(super) fn nothing_in_flight(&self) -> bool {
+        let submitted = self.submitted.load(Ordering::Acquire);
+        self.ops.load(Ordering::Acquire) >= submitted
+    }
+
+    /// Counts a successful commit of `ops` requests that wrote epochs up to `max_epoch`
+    /// (after its rows are published, before its answers go out).
     pub(super) fn record_commit(&self, ops: usize, max_epoch: u64) {
         self.commits.fetch_add(1, Ordering::Relaxed);
-        self.ops.fetch_add(ops as u64, Ordering::Relaxed);
+        self.ops.fetch_add(ops as u64, Ordering::Release);
         self.max_epoch.fetch_max(max_epoch, Ordering::AcqRel);
     }
 

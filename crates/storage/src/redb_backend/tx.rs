@@ -13,7 +13,8 @@ use palisade_core::lock_table::Reservation;
 
 use super::layers::View;
 use super::overlay::{Key, Rows, Val};
-use super::schema::{Fault, IdemRecord, META_RESTORE_FLOOR, META_REVISION};
+use super::reads::{self, Point, ReadError};
+use super::schema::{Fault, IdemRecord, META_REVISION};
 use crate::decide::Change;
 use crate::{
     decide, Action, Applied, ApplyError, Decision, FencedOp, KeyState, LazyRecord, LeaseRecord,
@@ -65,14 +66,6 @@ impl<'v, 'a> Tx<'v, 'a> {
         match self.get(key)? {
             None => Ok(None),
             Some(Val::U64(v)) => Ok(Some(v)),
-            Some(other) => Err(shape(key, &other)),
-        }
-    }
-
-    fn get_pair(&self, key: &Key) -> Result<Option<(u64, u64)>, Fault> {
-        match self.get(key)? {
-            None => Ok(None),
-            Some(Val::Pair(a, b)) => Ok(Some((a, b))),
             Some(other) => Err(shape(key, &other)),
         }
     }
@@ -172,53 +165,8 @@ impl<'v, 'a> Tx<'v, 'a> {
         now_ms: u64,
     ) -> Result<Result<Applied, ApplyError>, Fault> {
         let ns = op.namespace.as_str();
-        let stored_idem: Option<IdemRecord> = match &op.idempotency {
-            Some(idem) => match self.get(&Key::Idem(ns.to_owned(), idem.key.clone()))? {
-                None => None,
-                Some(Val::Text(t)) => Some(serde_json::from_str(&t)?),
-                Some(other) => {
-                    return Err(shape(&Key::Idem(ns.to_owned(), idem.key.clone()), &other))
-                }
-            },
-            None => None,
-        };
-        let stored_mark = self
-            .get_pair(&Key::Fence(ns.to_owned()))?
-            .map(|(epoch, seq)| HighWater { epoch, seq });
-        let mark = match stored_mark {
-            Some(mark) => mark,
-            // A namespace this file never saw may have been written before a restore: the
-            // restore's floor stands in for its lost mark.
-            None => HighWater {
-                epoch: self.get_u64(&meta(META_RESTORE_FLOOR))?.unwrap_or(0),
-                seq: 0,
-            },
-        };
-        let (key_state, usage) = match &op.action {
-            Action::Put { key, .. } | Action::Delete { key, .. } => {
-                let row = Key::Kv(ns.to_owned(), key.clone());
-                let state = match self.get(&row)? {
-                    None => None,
-                    Some(Val::Entry(revision, _, value)) => Some(KeyState {
-                        revision,
-                        bytes: Usage::entry_bytes(key, value.len()),
-                    }),
-                    Some(other) => return Err(shape(&row, &other)),
-                };
-                let usage = self
-                    .get_pair(&Key::Usage(ns.to_owned()))?
-                    .map_or(Usage::default(), |(keys, bytes)| Usage { keys, bytes });
-                (state, usage)
-            }
-            Action::Fence => (None, Usage::default()),
-        };
-        let seen = Seen {
-            mark,
-            key: key_state,
-            idempotency: stored_idem.as_ref(),
-            usage,
-        };
-        let commit = match decide(op, &seen, limits, now_ms) {
+        let inputs = Inputs::read(self, op).map_err(Fault::from)?;
+        let commit = match decide(op, &inputs.seen(), limits, now_ms) {
             Decision::Replay(applied) => return Ok(Ok(applied)),
             Decision::Refuse(refused) => return Ok(Err(refused)),
             Decision::Commit(commit) => commit,
@@ -237,7 +185,7 @@ impl<'v, 'a> Tx<'v, 'a> {
             }
             _ => self.revision()?,
         };
-        if commit.mark_changed || stored_mark.is_none() {
+        if commit.mark_changed || inputs.stored_mark.is_none() {
             let mark = Val::Pair(commit.high_water.epoch, commit.high_water.seq);
             self.put(Key::Fence(ns.to_owned()), mark);
         }
@@ -289,6 +237,94 @@ impl<'v, 'a> Tx<'v, 'a> {
             self.remove(key.clone());
         }
         Ok(due.len())
+    }
+}
+
+impl Point for Tx<'_, '_> {
+    fn row(&self, key: &Key) -> Result<Option<Val>, ReadError> {
+        Ok(self.get(key)?)
+    }
+}
+
+/// What [`decide()`] needs for one operation, read from one source: the batch in the
+/// writer ([`Tx`]), or the durable rows in memory, where a refusal or a replay can be
+/// answered without the writer (`RedbBackend::apply`).
+pub(super) struct Inputs {
+    idempotency: Option<IdemRecord>,
+    /// The namespace's stored mark (`None`: it has none yet, and one is written with the
+    /// first commit).
+    stored_mark: Option<HighWater>,
+    mark: HighWater,
+    key: Option<KeyState>,
+    usage: Usage,
+}
+
+impl Inputs {
+    pub fn read(p: &(impl Point + ?Sized), op: &FencedOp) -> Result<Inputs, ReadError> {
+        let ns = op.namespace.as_str();
+        let idempotency: Option<IdemRecord> = match &op.idempotency {
+            Some(idem) => {
+                let row = Key::Idem(ns.to_owned(), idem.key.clone());
+                match p.row(&row)? {
+                    None => None,
+                    Some(Val::Text(t)) => Some(serde_json::from_str(&t).map_err(Fault::from)?),
+                    Some(other) => return Err(shape(&row, &other).into()),
+                }
+            }
+            None => None,
+        };
+        let stored_mark =
+            pair(p, &Key::Fence(ns.to_owned()))?.map(|(epoch, seq)| HighWater { epoch, seq });
+        let mark = match stored_mark {
+            Some(mark) => mark,
+            // A namespace this file never saw may have been written before a restore: the
+            // restore's floor stands in for its lost mark.
+            None => HighWater {
+                epoch: reads::restore_floor(p)?,
+                seq: 0,
+            },
+        };
+        let (key, usage) = match &op.action {
+            Action::Put { key, .. } | Action::Delete { key, .. } => {
+                let row = Key::Kv(ns.to_owned(), key.clone());
+                let state = match p.row(&row)? {
+                    None => None,
+                    Some(Val::Entry(revision, _, value)) => Some(KeyState {
+                        revision,
+                        bytes: Usage::entry_bytes(key, value.len()),
+                    }),
+                    Some(other) => return Err(shape(&row, &other).into()),
+                };
+                let usage = pair(p, &Key::Usage(ns.to_owned()))?
+                    .map_or(Usage::default(), |(keys, bytes)| Usage { keys, bytes });
+                (state, usage)
+            }
+            Action::Fence => (None, Usage::default()),
+        };
+        Ok(Inputs {
+            idempotency,
+            stored_mark,
+            mark,
+            key,
+            usage,
+        })
+    }
+
+    pub fn seen(&self) -> Seen<'_> {
+        Seen {
+            mark: self.mark,
+            key: self.key,
+            idempotency: self.idempotency.as_ref(),
+            usage: self.usage,
+        }
+    }
+}
+
+fn pair(p: &(impl Point + ?Sized), key: &Key) -> Result<Option<(u64, u64)>, ReadError> {
+    match p.row(key)? {
+        None => Ok(None),
+        Some(Val::Pair(a, b)) => Ok(Some((a, b))),
+        Some(other) => Err(shape(key, &other).into()),
     }
 }
 

@@ -1,16 +1,19 @@
-//! Point reads from memory (`resident.rs`): they never answer older than an acknowledged
-//! write, however checkpoints move rows out of memory and the cache fills, and a row in
-//! memory is answered without the blocking pool.
+//! Answers from memory: point reads (`resident.rs`) never answer older than an
+//! acknowledged write, however checkpoints move rows out of memory and the cache fills, a
+//! row in memory is read without the blocking pool, and a write that the durable rows in
+//! memory already refuse (or replay) is answered without the writer.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{op, put, test_options, value};
+use palisade_core::gate::GateError;
+
+use super::{op, put, put_if, temp_store, test_options, value};
 use crate::redb_backend::overlay::{Key, Val};
 use crate::redb_backend::resident::RowCache;
 use crate::redb_backend::{RedbBackend, RedbOptions};
-use crate::FencedStore;
+use crate::{ApplyError, FencedOp, FencedStore, Idempotency, Precondition};
 
 const KEYS: usize = 4;
 
@@ -161,4 +164,70 @@ fn a_row_in_memory_is_read_without_the_blocking_pool() {
         assert_eq!(value(&store, "ns", "other").await, None);
         store.close().await;
     });
+}
+
+/// The requests the writer has taken so far (it counts every one, refused or not).
+fn taken(store: &RedbBackend) -> u64 {
+    store.commit_stats().ops
+}
+
+#[tokio::test]
+async fn a_write_the_durable_rows_refuse_is_answered_without_the_writer() {
+    let (_dir, store) = temp_store();
+    store.apply(op("ns", 2, put("k", "two"))).await.unwrap();
+    let before = taken(&store);
+    // A stale epoch, a failed precondition: the same answers as the writer's.
+    assert_eq!(
+        store.apply(op("ns", 1, put("k", "stale"))).await,
+        Err(ApplyError::Gate(GateError::Stale {
+            high_water: 2,
+            epoch: 1
+        }))
+    );
+    assert_eq!(
+        store
+            .apply(op("ns", 2, put_if("k", "x", Precondition::Absent)))
+            .await,
+        Err(ApplyError::RevisionMismatch { current: Some(1) })
+    );
+    assert_eq!(taken(&store), before, "a refusal went through the writer");
+    assert_eq!(value(&store, "ns", "k").await.as_deref(), Some("two"));
+    // A write that commits still goes to the writer.
+    store.apply(op("ns", 2, put("k", "again"))).await.unwrap();
+    assert_eq!(taken(&store), before + 1);
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_retry_of_a_durable_write_is_replayed_without_the_writer() {
+    let (_dir, store) = temp_store();
+    let with_key = |fingerprint: &str| FencedOp {
+        idempotency: Some(Idempotency {
+            key: "req-1".to_string(),
+            fingerprint: fingerprint.to_string(),
+        }),
+        ..op("ns", 1, put("n", "1"))
+    };
+    let first = store.apply(with_key("fp-a")).await.unwrap();
+    let before = taken(&store);
+    let again = store.apply(with_key("fp-a")).await.unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.revision, first.revision);
+    assert!(matches!(
+        store.apply(with_key("fp-b")).await,
+        Err(ApplyError::IdempotencyConflict)
+    ));
+    assert_eq!(taken(&store), before, "a replay went through the writer");
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_failed_or_closed_store_still_says_so() {
+    let (_dir, store) = temp_store();
+    store.apply(op("ns", 2, put("k", "two"))).await.unwrap();
+    store.close().await;
+    assert!(matches!(
+        store.apply(op("ns", 1, put("k", "stale"))).await,
+        Err(ApplyError::Storage(crate::StorageError::Closed))
+    ));
 }
