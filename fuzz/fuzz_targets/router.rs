@@ -230,7 +230,10 @@ fuzz_target!(|input: Input| {
     };
     let is_head = req.method() == Method::HEAD;
     let described = format!("{} {}", req.method(), req.uri());
-    let public = ["/healthz", "/v1/keys", "/v1/openapi.json"].contains(&req.uri().path());
+    // The API's public routes, and the dashboard's static files (public by design: they
+    // hold no data, see `palisade_server::ui`).
+    let public = ["/healthz", "/v1/keys", "/v1/openapi.json"].contains(&req.uri().path())
+        || ["/ui", "/ui/", "/ui/app.js", "/ui/app.css"].contains(&req.uri().path());
     let known_key = req
         .headers()
         .get_all("authorization")
