@@ -95,6 +95,7 @@ mod reads;
 mod resident;
 mod schema;
 mod state;
+mod sync;
 mod tx;
 mod wal;
 mod writer;

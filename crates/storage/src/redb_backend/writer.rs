@@ -2,9 +2,11 @@
 //!
 //! - The **writer** blocks for one request, drains whatever else is queued (up to
 //!   `max_batch`), computes the batch's rows ([`Tx`]), appends them to the log as one
-//!   record (one `pwrite`, no fsync) and hands the record, its rows and its answers to the
-//!   syncer. Then it takes the next batch at once: its rows are computed while the
-//!   syncer's fdatasync of the previous record runs (pipelined group commit).
+//!   record (one `pwrite`, no fsync). A batch alone (no other request waiting, the syncer
+//!   idle) it then completes itself; otherwise it hands the record, its rows and its
+//!   answers to the syncer and takes the next batch at once: its rows are computed while
+//!   the syncer's fdatasync of the previous record runs (pipelined group commit). The
+//!   choice and the completion are in `sync.rs`.
 //! - The **syncer** takes every record handed over so far, fdatasyncs the log once, then
 //!   publishes their rows to readers ([`Layers::published`]) and only then answers, in
 //!   order. A batch that wrote nothing (only refusals and replays) is answered in its turn
@@ -32,6 +34,7 @@ use super::overlay::{encode, Key, Rows, Val};
 use super::resident::RowCache;
 use super::schema::{Fault, META_CHECKPOINT_SEQ};
 use super::state::State;
+use super::sync::{sync_loop, Handoff};
 use super::tx::Tx;
 use super::wal::{self, LogDir, LogFile, HEADER_BYTES, RECORD_OVERHEAD};
 use crate::{
@@ -72,7 +75,7 @@ impl Request {
 }
 
 /// A request's answer, held until its batch is durable.
-enum Answer {
+pub(super) enum Answer {
     Apply(
         oneshot::Sender<Result<Applied, ApplyError>>,
         Result<Applied, ApplyError>,
@@ -82,7 +85,7 @@ enum Answer {
 }
 
 impl Answer {
-    fn send(self) {
+    pub(super) fn send(self) {
         match self {
             Answer::Apply(reply, outcome) => drop(reply.send(outcome)),
             Answer::Unit(reply) => drop(reply.send(Ok(()))),
@@ -90,7 +93,7 @@ impl Answer {
         }
     }
 
-    fn fail(self, err: StorageError) {
+    pub(super) fn fail(self, err: StorageError) {
         match self {
             Answer::Apply(reply, _) => drop(reply.send(Err(err.into()))),
             Answer::Unit(reply) => drop(reply.send(Err(err))),
@@ -147,15 +150,15 @@ pub(super) struct Segment {
 }
 
 /// A batch on its way to durability.
-struct Flight {
+pub(super) struct Flight {
     /// The record's file, when the batch wrote one.
-    record: Option<(u64, Arc<dyn LogFile>, Arc<Rows>)>,
-    answers: Vec<Answer>,
-    ops: usize,
-    max_epoch: u64,
+    pub record: Option<(u64, Arc<dyn LogFile>, Arc<Rows>)>,
+    pub answers: Vec<Answer>,
+    pub ops: usize,
+    pub max_epoch: u64,
 }
 
-enum Chore {
+pub(super) enum Chore {
     Checkpoint { seq: u64, rows: Arc<Rows> },
     PrepareSpare,
 }
@@ -163,14 +166,15 @@ enum Chore {
 /// The writer thread. Returns when every sender of the queue is gone and the queue is
 /// empty; dropping its channel to the syncer then stops the syncer.
 pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Segment) {
-    let (to_syncer, flights) = std::sync::mpsc::channel::<Flight>();
+    let handoff = Arc::new(Handoff::new());
     let (to_checkpointer, chores) = std::sync::mpsc::channel::<Chore>();
     let syncer = {
         let engine = Arc::clone(&engine);
+        let handoff = Arc::clone(&handoff);
         let chores = to_checkpointer.clone();
         std::thread::Builder::new()
             .name("palisade-syncer".into())
-            .spawn(move || sync_loop(&engine, &flights, &chores))
+            .spawn(move || sync_loop(&engine, &handoff, &chores))
     };
     let checkpointer = {
         let engine = Arc::clone(&engine);
@@ -198,10 +202,12 @@ pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Se
     };
     let max_batch = engine.config.max_batch.max(1);
     let mut next_purge = Instant::now() + engine.config.purge_every;
+    // A request taken from the queue to see whether the last batch was alone.
+    let mut waiting: Option<Request> = None;
     loop {
         let wait = next_purge.saturating_duration_since(Instant::now());
         let mut batch = Vec::new();
-        match queue.recv_timeout(wait) {
+        match waiting.take().map_or_else(|| queue.recv_timeout(wait), Ok) {
             Ok(request) => batch.push(request),
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
@@ -228,11 +234,15 @@ pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Se
                     // More may be due: go again after the next batch.
                     next_purge = Instant::now();
                 }
-                if let Err(flight) = to_syncer.send(flight) {
+                // Another request already waiting means load: the syncer completes this
+                // batch while the next one is computed. Alone, it is completed here.
+                waiting = queue.try_recv().ok();
+                let alone = waiting.is_none();
+                if let Err(flight) = handoff.hand(&engine, flight, alone, &writer.to_checkpointer) {
                     let err = engine
                         .state
                         .latch(Fault("the syncer thread is gone".into()));
-                    for answer in flight.0.answers {
+                    for answer in flight.answers {
                         answer.fail(err.clone());
                     }
                 }
@@ -248,7 +258,7 @@ pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Se
             }
         }
     }
-    drop(to_syncer);
+    handoff.close();
     let _ = syncer.join();
     drop(writer);
     let _ = checkpointer.join();
@@ -505,109 +515,7 @@ pub(super) fn first_segment(engine: &Engine, base: u64) -> Result<Segment, Fault
     start_segment(engine, base, 0)
 }
 
-/// The syncer: fdatasync, publish, answer; and start checkpoints.
-fn sync_loop(engine: &Engine, flights: &Receiver<Flight>, chores: &Sender<Chore>) {
-    let mut last_checkpoint = Instant::now();
-    while let Ok(first) = flights.recv() {
-        let mut group = vec![first];
-        while let Ok(more) = flights.try_recv() {
-            group.push(more);
-        }
-        if engine.state.is_failed() {
-            let err = engine.state.refusal();
-            for answer in group.into_iter().flat_map(|f| f.answers) {
-                answer.fail(err.clone());
-            }
-            continue;
-        }
-        // One fdatasync per file written (a roll makes it two, once per segment).
-        let sync_started = Instant::now();
-        let mut synced: Vec<Arc<dyn LogFile>> = Vec::new();
-        let mut fault = None;
-        for (_, file, _) in group.iter().filter_map(|f| f.record.as_ref()) {
-            if synced.iter().any(|s| Arc::ptr_eq(s, file)) {
-                continue;
-            }
-            if let Err(e) = file.sync_data() {
-                fault = Some(Fault(format!("cannot fdatasync the log: {e}")));
-                break;
-            }
-            synced.push(Arc::clone(file));
-        }
-        if let Some(fault) = fault {
-            let err = engine.state.latch(fault);
-            for answer in group.into_iter().flat_map(|f| f.answers) {
-                answer.fail(err.clone());
-            }
-            continue;
-        }
-        let requests: usize = group.iter().map(|f| f.answers.len()).sum();
-        engine
-            .config
-            .commit_hook
-            .committed(requests, sync_started.elapsed());
-        wait_for_room(engine);
-        let mut durable = None;
-        {
-            let mut published = engine
-                .layers
-                .published
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            for flight in &mut group {
-                let Some((seq, _, rows)) = flight.record.as_mut() else {
-                    continue;
-                };
-                // The flight holds the only reference: move the rows, do not copy them.
-                let rows = std::mem::take(rows);
-                match Arc::try_unwrap(rows) {
-                    Ok(rows) => published.extend(rows),
-                    Err(rows) => published.extend(rows.iter().map(|(k, v)| (k.clone(), v.clone()))),
-                }
-                durable = Some(*seq);
-            }
-        }
-        if let Some(seq) = durable {
-            engine.state.set_durable_seq(seq);
-        }
-        for flight in group {
-            engine.state.record_commit(flight.ops, flight.max_epoch);
-            for answer in flight.answers {
-                answer.send();
-            }
-        }
-        maybe_checkpoint(engine, chores, &mut last_checkpoint);
-    }
-    // The writer is done and every answer sent: checkpoint what is left, synchronously
-    // in the checkpointer (it stops when this sender goes).
-    if engine.state.is_failed() {
-        return;
-    }
-    {
-        let (running, done) = &engine.checkpointing;
-        let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
-        while *running {
-            running = done.wait(running).unwrap_or_else(PoisonError::into_inner);
-        }
-        *running = true;
-    }
-    match freeze(engine) {
-        Some((seq, rows)) => drop(chores.send(Chore::Checkpoint { seq, rows })),
-        None => finish_checkpoint(engine),
-    }
-}
-
-/// Backpressure: while a checkpoint runs and rows have piled up far past the trigger,
-/// wait for it (answers wait with it), so memory stays bounded.
-fn wait_for_room(engine: &Engine) {
-    let (running, done) = &engine.checkpointing;
-    let mut running = running.lock().unwrap_or_else(PoisonError::into_inner);
-    while *running && engine.layers.published_len() > 2 * engine.config.checkpoint_rows {
-        running = done.wait(running).unwrap_or_else(PoisonError::into_inner);
-    }
-}
-
-fn maybe_checkpoint(engine: &Engine, chores: &Sender<Chore>, last: &mut Instant) {
+pub(super) fn maybe_checkpoint(engine: &Engine, chores: &Sender<Chore>, last: &mut Instant) {
     let rows = engine.layers.published_len();
     if rows == 0 {
         return;
@@ -639,7 +547,7 @@ fn maybe_checkpoint(engine: &Engine, chores: &Sender<Chore>, last: &mut Instant)
 
 /// Moves the published rows into the frozen layer (none may be frozen already); returns
 /// them with the sequence number they cover.
-fn freeze(engine: &Engine) -> Option<(u64, Arc<Rows>)> {
+pub(super) fn freeze(engine: &Engine) -> Option<(u64, Arc<Rows>)> {
     let mut published = engine
         .layers
         .published
@@ -659,7 +567,7 @@ fn freeze(engine: &Engine) -> Option<(u64, Arc<Rows>)> {
     Some((engine.state.durable_seq(), rows))
 }
 
-fn finish_checkpoint(engine: &Engine) {
+pub(super) fn finish_checkpoint(engine: &Engine) {
     let (running, done) = &engine.checkpointing;
     *running.lock().unwrap_or_else(PoisonError::into_inner) = false;
     done.notify_all();

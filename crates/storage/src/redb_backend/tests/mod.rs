@@ -6,6 +6,7 @@
 pub(crate) mod disk;
 mod durability;
 mod failures;
+mod handoff;
 mod limits;
 mod model;
 mod power_loss;
