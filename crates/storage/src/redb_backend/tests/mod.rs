@@ -27,6 +27,18 @@ use crate::{
     Precondition, StorageError,
 };
 
+/// A concurrent reader's check of one read of `key`: the revision `got` is not older than
+/// the newest acknowledged before the read began (`floor`), nor than what this reader read
+/// before (`seen`, which it then becomes).
+pub(super) fn never_back(key: usize, got: u64, floor: u64, seen: &mut u64) {
+    assert!(
+        got >= floor,
+        "key {key}: read {got} after {floor} was acknowledged"
+    );
+    assert!(got >= *seen, "key {key}: read {got} after reading {seen}");
+    *seen = got;
+}
+
 pub(super) fn op(namespace: &str, epoch: u64, action: Action) -> FencedOp {
     FencedOp {
         namespace: namespace.to_string(),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use palisade_core::gate::GateError;
 
-use super::{op, put, put_if, temp_store, test_options, value};
+use super::{never_back, op, put, put_if, temp_store, test_options, value};
 use crate::redb_backend::overlay::{Key, Val};
 use crate::redb_backend::resident::RowCache;
 use crate::redb_backend::{RedbBackend, RedbOptions};
@@ -51,16 +51,7 @@ async fn reads_from_memory_never_go_back_across_checkpoints() {
                         .unwrap()
                         .map_or(0, |e| e.revision)
                 };
-                assert!(
-                    got >= floor,
-                    "key {k}: read {got} after {floor} was acknowledged"
-                );
-                assert!(
-                    got >= seen[k],
-                    "key {k}: read {got} after reading {}",
-                    seen[k]
-                );
-                seen[k] = got;
+                never_back(k, got, floor, &mut seen[k]);
                 reads += 1;
             }
             reads
