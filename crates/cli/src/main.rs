@@ -21,6 +21,7 @@ mod kv_cmd;
 mod lock_cmd;
 mod lock_run;
 mod output;
+mod runtime;
 mod serve_cmd;
 mod target;
 mod token_cmd;
@@ -138,7 +139,11 @@ fn main() -> ExitCode {
     if let Command::Serve(_) = cli.command {
         no_huge_pages();
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let runtime = match &cli.command {
+        Command::Serve(args) => args.runtime.build(),
+        _ => runtime::default(),
+    };
+    let runtime = match runtime {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -180,6 +180,8 @@ pub struct ServeArgs {
     max_event_subscribers: u64,
     #[command(flatten)]
     transport: TransportArgs,
+    #[command(flatten)]
+    pub runtime: crate::runtime::RuntimeArgs,
 }
 
 /// How connections are accepted and served (see docs/security.md, "Limits on connections").
