@@ -16,7 +16,9 @@
 //! record handed over so far, makes their rows visible to readers and only then answers
 //! their callers. The writer does not wait: it computes the next batch while the syncer's
 //! fdatasync of the previous one runs. Throughput comes from batching and that overlap,
-//! never from skipping the fdatasync.
+//! never from skipping the fdatasync. A lazy issuer record (one nobody waits for) does not
+//! wake the writer: it waits in the queue, in its place, for the next request somebody
+//! waits for, or at most [`RedbOptions::lazy_linger`] (`intake.rs`).
 //!
 //! The rows live in memory (an ordered index of only the rows written since the last
 //! checkpoint) until the **checkpointer** thread writes them into the redb file in one
@@ -87,6 +89,7 @@
 //!   inside a 512-byte sector, or damage that zeroes a whole sector of the newest record,
 //!   is taken for a torn write (and that record dropped).
 
+mod intake;
 mod layers;
 pub mod offline;
 mod open;
@@ -104,7 +107,7 @@ mod writer;
 mod tests;
 
 use std::path::Path;
-use std::sync::{mpsc, Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -113,6 +116,7 @@ use tokio::sync::{oneshot, watch};
 
 use palisade_core::gate::HighWater;
 
+use self::intake::Intake;
 use self::layers::{Layers, View};
 use self::reads::{Point, ReadError};
 use self::resident::{Filling, Resident, RowCache};
@@ -170,6 +174,10 @@ pub struct RedbOptions {
     pub segment_bytes: u64,
     /// Told about every group made durable (for metrics; see [`crate::observe`]).
     pub commit_hook: crate::observe::CommitHook,
+    /// Longest time a lazy issuer record ([`crate::LazyRecord`]) waits in the queue for a
+    /// commit to ride with before it gets one of its own (see `intake.rs`). Zero commits
+    /// each at once, waking the writer for it.
+    pub lazy_linger: Duration,
 }
 
 /// What opening a database found in its log (see [`RedbBackend::recovery`]).
@@ -195,6 +203,10 @@ pub const DEFAULT_RESIDENT_BYTES: usize = 8 * 1024 * 1024;
 pub const DEFAULT_PURGE_EVERY: Duration = Duration::from_secs(60);
 /// Default of [`RedbOptions::checkpoint_rows`].
 pub const DEFAULT_CHECKPOINT_ROWS: usize = 16_384;
+/// Default of [`RedbOptions::lazy_linger`]: 10 ms. Under load a lazy record rides with
+/// the next waited commit long before; with one client at a time, a J1 cycle's acquisition
+/// record rides with its release's removal (one fdatasync per cycle instead of two).
+pub const DEFAULT_LAZY_LINGER: Duration = Duration::from_millis(10);
 /// Default of [`RedbOptions::segment_bytes`]: 16 MiB.
 pub const DEFAULT_SEGMENT_BYTES: u64 = 16 * 1024 * 1024;
 
@@ -212,6 +224,7 @@ impl Default for RedbOptions {
             checkpoint_every: Duration::from_secs(30),
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             commit_hook: crate::observe::CommitHook::default(),
+            lazy_linger: DEFAULT_LAZY_LINGER,
         }
     }
 }
@@ -224,9 +237,8 @@ pub struct RedbBackend {
     inner: Arc<Inner>,
 }
 
-/// The locks are std `RwLock`s held only for an `Arc` clone, a channel send or a `take`,
-/// never across an `.await`; they exist so `close` can retire the queue and the database
-/// while other handles are alive.
+/// The lock is a std `RwLock` held only for an `Arc` clone or a `take`, never across an
+/// `.await`; it exists so `close` can retire the database while other handles are alive.
 struct Inner {
     state: Arc<State>,
     layers: Arc<Layers>,
@@ -237,9 +249,16 @@ struct Inner {
     recovered: RecoveryReport,
     /// `None` once closed. Readers clone the `Arc` and drop the lock at once.
     db: RwLock<Option<Arc<Database>>>,
-    /// `None` once closed: dropping the sender is what tells the writer to finish.
-    queue: RwLock<Option<mpsc::Sender<Request>>>,
+    /// The writer's queue; closed by `close`, or when the last handle is dropped.
+    intake: Arc<Intake>,
     writer_exited: watch::Receiver<bool>,
+}
+
+impl Drop for Inner {
+    /// The last handle is gone: the writer finishes what is queued and stops.
+    fn drop(&mut self) {
+        self.intake.close();
+    }
 }
 
 impl RedbBackend {
@@ -320,7 +339,8 @@ impl RedbBackend {
             checkpointing: Default::default(),
         });
         let segment = writer::first_segment(&engine, recovered.seq + 1).map_err(fail)?;
-        let (queue, requests) = mpsc::channel();
+        let intake = Arc::new(Intake::new(opts.lazy_linger));
+        let requests = Arc::clone(&intake);
         let (exited, writer_exited) = watch::channel(false);
         let guard = ExitGuard {
             state: Arc::clone(&state),
@@ -331,7 +351,7 @@ impl RedbBackend {
             .name("palisade-writer".to_string())
             .spawn(move || {
                 let _guard = guard;
-                writer::run(engine, requests, segment);
+                writer::run(engine, &requests, segment);
             })
             .map_err(|e| StorageError::Failed(format!("cannot start the writer thread: {e}")))?;
         Ok(RedbBackend {
@@ -347,7 +367,7 @@ impl RedbBackend {
                     torn: recovered.torn,
                 },
                 db: RwLock::new(Some(db)),
-                queue: RwLock::new(Some(queue)),
+                intake,
                 writer_exited,
             }),
         })
@@ -394,20 +414,17 @@ impl RedbBackend {
         if state.is_failed() {
             return Err(state.refusal());
         }
-        let queue = self
-            .inner
-            .queue
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        let Some(queue) = queue.as_ref() else {
-            return Err(StorageError::Closed);
-        };
-        state.submitted();
-        // The receiver lives as long as the writer, and the writer leaves only when every
-        // sender is gone, unless it panicked.
-        queue
-            .send(request)
-            .map_err(|_| state.latch(Fault("the writer thread is gone".to_string())))
+        // Lazy records are not counted: nobody waits for them, and no fenced decision
+        // reads what they write (issuer records), so they do not hold up
+        // `answer_without_writing` while they wait for a commit to ride with.
+        let counted = !matches!(request, Request::Lazy(_));
+        if counted {
+            state.submitted();
+        }
+        self.inner
+            .intake
+            .push(request)
+            .map_err(|_| StorageError::Closed)
     }
 
     /// Waits for the writer's answer.
@@ -441,12 +458,7 @@ impl RedbBackend {
         // A failed or closed store answers that, from `submit`.
         if !self.inner.state.nothing_in_flight()
             || self.inner.state.is_failed()
-            || self
-                .inner
-                .queue
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_none()
+            || self.inner.intake.is_closed()
         {
             return None;
         }
@@ -651,13 +663,7 @@ impl FencedStore for RedbBackend {
     /// waits for the writer thread to exit, and releases the file (once in-flight reads
     /// finish). Later calls on any handle answer [`StorageError::Closed`]. Idempotent.
     async fn close(&self) {
-        drop(
-            self.inner
-                .queue
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
+        self.inner.intake.close();
         let mut exited = self.inner.writer_exited.clone();
         // An error means the writer's side is gone, which also means it has exited.
         let _ = exited.wait_for(|done| *done).await;

@@ -14,7 +14,8 @@ use crate::StorageError;
 pub struct CommitStats {
     /// Successful commits.
     pub commits: u64,
-    /// Requests carried by those commits (refused operations included).
+    /// Requests carried by those commits that somebody waited for (refused operations
+    /// included, lazy issuer records not).
     pub ops: u64,
 }
 
@@ -115,7 +116,9 @@ impl State {
         }
     }
 
-    /// Counts a request handed to the writer.
+    /// Counts a request handed to the writer that somebody waits for. Lazy issuer records
+    /// are not counted here nor in `ops`: nobody waits for them, and no fenced decision
+    /// reads the rows they write.
     pub(super) fn submitted(&self) {
         self.submitted.fetch_add(1, Ordering::AcqRel);
     }

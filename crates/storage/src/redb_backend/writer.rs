@@ -1,9 +1,10 @@
 //! The three threads of the engine: writer, syncer, checkpointer.
 //!
-//! - The **writer** blocks for one request, drains whatever else is queued (up to
-//!   `max_batch`), computes the batch's rows ([`Tx`]), appends them to the log as one
-//!   record (one `pwrite`, no fsync). A batch alone (no other request waiting, the syncer
-//!   idle) it then completes itself; otherwise it hands the record, its rows and its
+//! - The **writer** blocks until a request somebody waits for is queued (or a lazy
+//!   record's linger is over, see `intake.rs`), takes what is queued (up to `max_batch`,
+//!   in order, lazy records included), computes the batch's rows ([`Tx`]), appends them
+//!   to the log as one record (one `pwrite`, no fsync). A batch alone (no other waited
+//!   request queued, the syncer idle) it then completes itself; otherwise it hands the record, its rows and its
 //!   answers to the syncer and takes the next batch at once: its rows are computed while
 //!   the syncer's fdatasync of the previous record runs (pipelined group commit). The
 //!   choice and the completion are in `sync.rs`.
@@ -20,7 +21,7 @@
 //! durable), and every later request is refused at once.
 
 use std::collections::HashMap;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,7 @@ use tokio::sync::oneshot;
 
 use palisade_core::lock_table::Reservation;
 
+use super::intake::{Intake, Next};
 use super::layers::{apply_rows, Layers, View};
 use super::overlay::{encode, Key, Rows, Val};
 use super::resident::RowCache;
@@ -165,7 +167,9 @@ pub(super) enum Chore {
 
 /// The writer thread. Returns when every sender of the queue is gone and the queue is
 /// empty; dropping its channel to the syncer then stops the syncer.
-pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Segment) {
+pub(super) fn run(engine: Arc<Engine>, intake: &Intake, mut segment: Segment) {
+    // Unwinding (a panic) fails what is still queued, so that no caller waits forever.
+    let _abandon = Abandon(intake, &engine.state);
     let handoff = Arc::new(Handoff::new());
     let (to_checkpointer, chores) = std::sync::mpsc::channel::<Chore>();
     let syncer = {
@@ -186,8 +190,10 @@ pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Se
         let err = engine
             .state
             .latch(Fault("cannot start the engine's threads".into()));
-        while let Ok(request) = queue.recv() {
-            request.fail(err.clone());
+        while let Next::Batch(batch) = intake.next(far_future(), usize::MAX) {
+            for request in batch {
+                request.fail(err.clone());
+            }
         }
         return;
     };
@@ -202,22 +208,10 @@ pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Se
     };
     let max_batch = engine.config.max_batch.max(1);
     let mut next_purge = Instant::now() + engine.config.purge_every;
-    // A request taken from the queue to see whether the last batch was alone.
-    let mut waiting: Option<Request> = None;
     loop {
-        let wait = next_purge.saturating_duration_since(Instant::now());
-        let mut batch = Vec::new();
-        match waiting.take().map_or_else(|| queue.recv_timeout(wait), Ok) {
-            Ok(request) => batch.push(request),
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        while !batch.is_empty() && batch.len() < max_batch {
-            match queue.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
+        let Next::Batch(batch) = intake.next(next_purge, max_batch) else {
+            break;
+        };
         let purge = Instant::now() >= next_purge;
         if purge {
             next_purge = Instant::now() + engine.config.purge_every;
@@ -236,8 +230,7 @@ pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Se
                 }
                 // Another request already waiting means load: the syncer completes this
                 // batch while the next one is computed. Alone, it is completed here.
-                waiting = queue.try_recv().ok();
-                let alone = waiting.is_none();
+                let alone = !intake.has_waited();
                 if let Err(flight) = handoff.hand(&engine, flight, alone, &writer.to_checkpointer) {
                     let err = engine
                         .state
@@ -263,6 +256,25 @@ pub(super) fn run(engine: Arc<Engine>, queue: Receiver<Request>, mut segment: Se
     drop(writer);
     let _ = checkpointer.join();
     remove_segments_after_close(&engine);
+}
+
+/// Fails every request still queued when the writer unwinds, and closes the queue.
+struct Abandon<'a>(&'a Intake, &'a State);
+
+impl Drop for Abandon<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let err = self.1.latch(Fault("the writer thread panicked".into()));
+            for request in self.0.abandon() {
+                request.fail(err.clone());
+            }
+        }
+    }
+}
+
+/// A deadline that never comes (for a writer that only fails what it is given).
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
 
 /// After a clean close everything is in the database file: the segments go (the spare
@@ -330,8 +342,12 @@ impl Writer<'_> {
     ) -> Result<(Flight, usize), Failed> {
         self.prune();
         let engine = self.engine;
-        let ops = batch.len();
-        let mut answers = Vec::with_capacity(ops);
+        // Lazy records are not counted (see `State::submitted`).
+        let ops = batch
+            .iter()
+            .filter(|r| !matches!(r, Request::Lazy(_)))
+            .count();
+        let mut answers = Vec::with_capacity(batch.len());
         let view = match View::begin(&engine.layers, &engine.db) {
             Ok(view) => view,
             Err(fault) => return Err((fault, answers, batch)),

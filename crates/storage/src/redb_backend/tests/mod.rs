@@ -7,6 +7,7 @@ pub(crate) mod disk;
 mod durability;
 mod failures;
 mod handoff;
+mod lazy;
 mod limits;
 mod model;
 mod power_loss;
