@@ -4,9 +4,13 @@
 //! [`crate::core::IssuerCore`] (a pure state machine around it: no clock, no I/O) decides
 //! what must be durable before whom is answered. This module is the thin async shell
 //! around that core: it reads the clock, feeds the core each request, each completed
-//! durable write and each timer, and carries out the actions it returns (queueing records
-//! with the writer, performing durable writes on their own tasks, answering requests over
-//! oneshot channels, telling the observer, arming the deadline task). The core sits
+//! durable write and each timer, and carries out the actions it returns (queueing lazy
+//! records and durable writes with the writer, in decision order; answering requests over
+//! oneshot channels; telling the observer; arming the deadline task). A durable write is
+//! awaited by the request whose call decided it, in that request's own future, and its
+//! outcome fed back to the core from there: the commit wakes the request's task and
+//! nothing in between. Writes nobody awaits that way (decided by the deadline task, by a
+//! withdrawn request, or left when a request got its answer) go to a task of their own. The core sits
 //! behind a `std::sync::Mutex` that is never held across an `.await`; its actions are
 //! carried out in order with the lock held, so records reach the writer and notes reach
 //! the observer in decision order. A panic with the lock held stops the issuer
@@ -63,7 +67,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView, SessionView, TableConfig};
 use palisade_core::Millis;
-use palisade_storage::{IssuerLog, StorageError};
+use palisade_storage::{IssuerLog, Queued, StorageError};
 use palisade_token::{ActiveSigner, Epoch, KeyId};
 use tokio::sync::{oneshot, Notify};
 
@@ -76,13 +80,37 @@ pub use crate::core::{Recovered, DEFAULT_EPOCH_BLOCK};
 struct Inner {
     core: IssuerCore,
     /// Where each request still waiting for its answer gets it.
-    replies: HashMap<ReqId, oneshot::Sender<Reply>>,
+    replies: HashMap<ReqId, oneshot::Sender<Answered>>,
     next_req: ReqId,
     /// Tokens signed ahead for the waiter at the head of a lock's line. Signing takes
     /// tens of microseconds; done while the current holder works, it is off the hand-off
     /// chain of a contended lock. Used only if the grant's epoch matches and its key is
     /// still the one signing.
     presigned: HashMap<ReqId, Presigned>,
+    /// Durable writes the last [`Issuer::perform`] handed to the log, in decision order,
+    /// for its caller to await (see [`Issuer::answer`]) or hand to a task.
+    handed: Vec<(WriteId, Queued)>,
+}
+
+/// An answer, with the token signed ahead for its request if there is one (taken in the
+/// same hold of the lock as the answer, so the request needs no second one).
+struct Answered {
+    reply: Reply,
+    ahead: Option<Presigned>,
+}
+
+/// An answer kept for the request that decided it, with the sender it would have gone
+/// through (see [`Issuer::perform`]).
+type Kept = (Answered, Option<oneshot::Sender<Answered>>);
+
+/// A request fed to the core: its id, where its answer comes, and the durable writes that
+/// feeding it handed to the log (see [`Issuer::answer`]).
+struct Asked {
+    id: ReqId,
+    rx: oneshot::Receiver<Answered>,
+    /// The answer, when feeding the request already decided it.
+    answered: Option<Answered>,
+    handed: Vec<(WriteId, Queued)>,
 }
 
 /// A token signed before its grant: for `epoch`, by key `key_id`.
@@ -128,6 +156,7 @@ impl Issuer {
                 replies: HashMap::new(),
                 next_req: 0,
                 presigned: HashMap::new(),
+                handed: Vec::new(),
             }),
             stopped: AtomicBool::new(false),
             backend,
@@ -222,7 +251,10 @@ impl Issuer {
         let now = self.now();
         let mut inner = self.lock()?;
         let result = input(&mut inner.core, now);
-        self.perform(&mut inner, now, false);
+        self.perform(&mut inner, now, false, None);
+        let handed = std::mem::take(&mut inner.handed);
+        drop(inner);
+        self.await_elsewhere(handed);
         Ok(result)
     }
 
@@ -230,7 +262,7 @@ impl Issuer {
     fn request(
         self: &Arc<Self>,
         input: impl FnOnce(&mut IssuerCore, Millis, ReqId),
-    ) -> Result<(ReqId, oneshot::Receiver<Reply>), StorageError> {
+    ) -> Result<Asked, StorageError> {
         let now = self.now();
         let mut inner = self.lock()?;
         let id = inner.next_req;
@@ -238,25 +270,72 @@ impl Issuer {
         let (tx, rx) = oneshot::channel();
         inner.replies.insert(id, tx);
         input(&mut inner.core, now, id);
-        self.perform(&mut inner, now, false);
-        Ok((id, rx))
+        // The receiver was never polled: dropping its sender wakes nobody.
+        let answered = self
+            .perform(&mut inner, now, false, Some(id))
+            .map(|(answered, _)| answered);
+        let handed = std::mem::take(&mut inner.handed);
+        Ok(Asked {
+            id,
+            rx,
+            answered,
+            handed,
+        })
+    }
+
+    /// Tells the core how durable write `write` went, on behalf of request `mine`: its
+    /// answer, if that decided it, comes back here.
+    fn written(
+        self: &Arc<Self>,
+        mine: ReqId,
+        write: WriteId,
+        result: Result<(), StorageError>,
+    ) -> Option<Kept> {
+        let now = self.now();
+        let mut inner = self.lock().ok()?;
+        inner.core.written(now, write, result);
+        let answered = self.perform(&mut inner, now, false, Some(mine));
+        let handed = std::mem::take(&mut inner.handed);
+        drop(inner);
+        self.await_elsewhere(handed);
+        answered
     }
 
     /// Carries out the core's actions, in order, with its lock held: lazy records reach
     /// the writer and notes the observer in decision order.
-    fn perform(self: &Arc<Self>, inner: &mut Inner, now: Millis, from_timer: bool) {
+    /// The answer to request `mine` (the caller's own), if one is decided, is given back
+    /// instead of sent, with the sender it would have gone through: the caller has it at
+    /// once, and drops that sender only after its receiver, so that no wake-up of its own
+    /// task is scheduled while it runs.
+    fn perform(
+        self: &Arc<Self>,
+        inner: &mut Inner,
+        now: Millis,
+        from_timer: bool,
+        mine: Option<ReqId>,
+    ) -> Option<Kept> {
+        let mut kept = None;
         loop {
             let actions = inner.core.take_actions();
             if actions.is_empty() {
-                return;
+                return kept;
             }
             for action in actions {
                 match action {
                     Action::Lazy(record) => self.backend.record_lazily(record),
-                    Action::Write { id, write } => self.spawn_write(id, write),
+                    Action::Write { id, write } => {
+                        let queued = self.queue_write(write);
+                        inner.handed.push((id, queued));
+                    }
+                    Action::Reply { to, reply } if Some(to) == mine => {
+                        let ahead = inner.presigned.remove(&to);
+                        let sender = inner.replies.remove(&to);
+                        kept = Some((Answered { reply, ahead }, sender));
+                    }
                     Action::Reply { to, reply } => {
+                        let ahead = inner.presigned.remove(&to);
                         let undelivered = match inner.replies.remove(&to) {
-                            Some(tx) => tx.send(reply).err(),
+                            Some(tx) => tx.send(Answered { reply, ahead }).err().map(|a| a.reply),
                             None => Some(reply),
                         };
                         if let Some(Reply::Acquire(Ok(grant))) = undelivered {
@@ -283,20 +362,34 @@ impl Issuer {
         }
     }
 
-    /// Performs a durable write and tells the core how it went.
-    fn spawn_write(self: &Arc<Self>, id: WriteId, write: Write) {
+    /// Hands a durable write to the log (in decision order: called under the lock).
+    fn queue_write(&self, write: Write) -> Queued {
+        match write {
+            Write::Reserve {
+                lock,
+                reservation,
+                lease,
+            } => self.backend.reserve(&lock, reservation, Some(lease)),
+            Write::RemoveLease(lease_id) => self.backend.remove_lease(&lease_id),
+        }
+    }
+
+    /// Awaits durable writes nobody else awaits, on a task of their own, and tells the core
+    /// how each went. Without a runtime (it is shutting down) nobody is left to tell.
+    fn await_elsewhere(self: &Arc<Self>, handed: Vec<(WriteId, Queued)>) {
+        if handed.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
         let this = self.clone();
-        tokio::spawn(async move {
-            let result = match write {
-                Write::Reserve {
-                    lock,
-                    reservation,
-                    lease,
-                } => this.backend.reserve(&lock, reservation, Some(lease)).await,
-                Write::RemoveLease(lease_id) => this.backend.remove_lease(&lease_id).await,
-            };
-            // A stopped issuer has nobody to tell.
-            let _ = this.call(|core, now| core.written(now, id, result));
+        runtime.spawn(async move {
+            for (id, queued) in handed {
+                let result = queued.await;
+                // A stopped issuer has nobody to tell.
+                let _ = this.call(|core, now| core.written(now, id, result));
+            }
         });
     }
 
@@ -314,23 +407,54 @@ impl Issuer {
         });
     }
 
-    /// Waits for the answer to request `id`; withdraws the request if the caller goes
-    /// away first.
-    async fn answer(self: &Arc<Self>, id: ReqId, rx: oneshot::Receiver<Reply>) -> Option<Reply> {
+    /// Waits for the answer to a request; withdraws the request if the caller goes away
+    /// first. Meanwhile it awaits the durable writes that feeding the request handed to the
+    /// log and tells the core how each went, so that the write a request waits for (a
+    /// release's removal, a grant's reservation) wakes the request's own task, not a task
+    /// in between. Writes still pending when the answer comes (another request's, such as
+    /// a hand-off's reservation) or when the caller goes away go to a task of their own.
+    async fn answer(self: &Arc<Self>, asked: Asked) -> Option<Answered> {
+        let Asked {
+            id,
+            mut rx,
+            answered,
+            handed,
+        } = asked;
+        let mut writes = Awaiting {
+            issuer: self,
+            handed,
+        };
+        if answered.is_some() {
+            return answered;
+        }
         let guard = CancelOnDrop { issuer: self, id };
-        let reply = rx.await;
+        let answered = loop {
+            tokio::select! {
+                biased;
+                answered = &mut rx => break answered.ok(),
+                (write, result) = first_done(&mut writes.handed), if !writes.handed.is_empty() => {
+                    if let Some((answered, sender)) = self.written(id, write, result) {
+                        // Receiver first: the sender's drop then wakes nobody.
+                        drop(rx);
+                        drop(sender);
+                        break Some(answered);
+                    }
+                }
+            }
+        };
         std::mem::forget(guard);
         // The sender is only dropped unanswered at shutdown or when the issuer stopped.
-        reply.ok()
+        answered
     }
 
     /// Acquires a lock, waiting up to `req.wait_ms` in line.
     pub async fn acquire(self: &Arc<Self>, req: AcquireRequest) -> Result<Granted, AcquireError> {
-        let (id, rx) = self.request(|core, now, id| core.acquire(now, id, req))?;
-        let reply = self.answer(id, rx).await;
-        let ahead = self.lock().ok().and_then(|mut i| i.presigned.remove(&id));
-        let grant = match reply {
-            Some(Reply::Acquire(result)) => result?,
+        let asked = self.request(|core, now, id| core.acquire(now, id, req))?;
+        let (grant, ahead) = match self.answer(asked).await {
+            Some(Answered {
+                reply: Reply::Acquire(result),
+                ahead,
+            }) => (result?, ahead),
             _ => return Err(AcquireError::Storage(StorageError::Closed)),
         };
         let signing = self.signer.current();
@@ -371,8 +495,8 @@ impl Issuer {
         lease_id: &str,
         may: MayAct<'_>,
     ) -> Result<LeaseView, LeaseError> {
-        let (id, rx) = self.request(|core, now, id| core.release(now, id, lease_id, may))?;
-        match self.answer(id, rx).await {
+        let asked = self.request(|core, now, id| core.release(now, id, lease_id, may))?;
+        match self.answer(asked).await.map(|a| a.reply) {
             Some(Reply::Lease(result)) => result,
             _ => Err(StorageError::Closed.into()),
         }
@@ -429,9 +553,8 @@ impl Issuer {
         value: Option<Vec<u8>>,
         may: MayAct<'_>,
     ) -> Result<LeaseView, LeaseError> {
-        let (id, rx) =
-            self.request(|core, now, id| core.proclaim(now, id, lease_id, value, may))?;
-        match self.answer(id, rx).await {
+        let asked = self.request(|core, now, id| core.proclaim(now, id, lease_id, value, may))?;
+        match self.answer(asked).await.map(|a| a.reply) {
             Some(Reply::Lease(result)) => result,
             _ => Err(StorageError::Closed.into()),
         }
@@ -442,8 +565,8 @@ impl Issuer {
         self: &Arc<Self>,
         req: SessionRequest,
     ) -> Result<SessionView, SessionError> {
-        let (id, rx) = self.request(|core, now, id| core.create_session(now, id, req))?;
-        self.session_answer(id, rx).await
+        let asked = self.request(|core, now, id| core.create_session(now, id, req))?;
+        self.session_answer(asked).await
     }
 
     /// Renews a session and every lease in it. Not written to disk, like a keepalive.
@@ -467,16 +590,12 @@ impl Issuer {
         self: &Arc<Self>,
         session_id: &str,
     ) -> Result<SessionView, SessionError> {
-        let (id, rx) = self.request(|core, now, id| core.close_session(now, id, session_id))?;
-        self.session_answer(id, rx).await
+        let asked = self.request(|core, now, id| core.close_session(now, id, session_id))?;
+        self.session_answer(asked).await
     }
 
-    async fn session_answer(
-        self: &Arc<Self>,
-        id: ReqId,
-        rx: oneshot::Receiver<Reply>,
-    ) -> Result<SessionView, SessionError> {
-        match self.answer(id, rx).await {
+    async fn session_answer(self: &Arc<Self>, asked: Asked) -> Result<SessionView, SessionError> {
+        match self.answer(asked).await.map(|a| a.reply) {
             Some(Reply::Session(result)) => result,
             _ => Err(StorageError::Closed.into()),
         }
@@ -499,7 +618,39 @@ impl Drop for CancelOnDrop<'_> {
         inner.replies.remove(&self.id);
         inner.presigned.remove(&self.id);
         inner.core.cancel(now, self.id);
-        self.issuer.perform(&mut inner, now, false);
+        self.issuer.perform(&mut inner, now, false, None);
+        let handed = std::mem::take(&mut inner.handed);
+        drop(inner);
+        self.issuer.await_elsewhere(handed);
+    }
+}
+
+/// The durable writes a request awaits (see [`Issuer::answer`]); those left when it stops
+/// awaiting, answered or dropped, go to a task of their own.
+struct Awaiting<'a> {
+    issuer: &'a Arc<Issuer>,
+    handed: Vec<(WriteId, Queued)>,
+}
+
+/// The first of `handed` to complete, taken out of the list.
+fn first_done(
+    handed: &mut Vec<(WriteId, Queued)>,
+) -> impl std::future::Future<Output = (WriteId, Result<(), StorageError>)> + '_ {
+    std::future::poll_fn(move |cx| {
+        for i in 0..handed.len() {
+            if let std::task::Poll::Ready(result) = handed[i].1.as_mut().poll(cx) {
+                let (id, _) = handed.remove(i);
+                return std::task::Poll::Ready((id, result));
+            }
+        }
+        std::task::Poll::Pending
+    })
+}
+
+impl Drop for Awaiting<'_> {
+    fn drop(&mut self) {
+        self.issuer
+            .await_elsewhere(std::mem::take(&mut self.handed));
     }
 }
 
@@ -512,8 +663,12 @@ async fn deadline_task(issuer: Weak<Issuer>) {
         let next = {
             let Ok(mut inner) = this.lock() else { return };
             inner.core.tick(now);
-            this.perform(&mut inner, now, true);
-            inner.core.armed()
+            this.perform(&mut inner, now, true, None);
+            let handed = std::mem::take(&mut inner.handed);
+            let armed = inner.core.armed();
+            drop(inner);
+            this.await_elsewhere(handed);
+            armed
         };
         // Sleep at most a second so the task notices when the issuer is gone.
         let sleep_ms = next.map_or(1000, |t| t.saturating_sub(now).clamp(1, 1000));
@@ -656,6 +811,51 @@ mod tests {
             issuer.lock().unwrap().presigned.is_empty(),
             "nothing left behind"
         );
+        assert!(
+            issuer.lock().unwrap().replies.is_empty(),
+            "every request answered"
+        );
+    }
+
+    /// A release is answered by its own removal's commit, awaited in the release's own
+    /// future; an acquisition whose caller goes away while its reservation is being
+    /// written hands that write to a task, which withdraws the grant once it is durable.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_are_awaited_by_their_request_or_by_a_task_when_it_goes_away() {
+        let dir = tempfile::tempdir().unwrap();
+        let issuer = started(dir.path(), Signer::from_secret([7; 32])).await;
+        let first = issuer.acquire(req("h0", 0)).await.unwrap();
+        issuer.release(&first.grant.lease_id, None).await.unwrap();
+        assert!(issuer.status("L").await.unwrap().lease.is_none());
+
+        // A new lock needs a reservation: polled once (the write is handed to the log),
+        // then dropped.
+        let mut fresh = req("h1", 0);
+        fresh.lock = "M".into();
+        fresh.lease_id = "lease-h1-m".into();
+        let acquire = issuer.acquire(fresh);
+        tokio::select! {
+            biased;
+            _ = acquire => panic!("granted before its reservation could be durable"),
+            () = std::future::ready(()) => {}
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = issuer.status("M").await.unwrap();
+            if status.epoch >= 1
+                && status.lease.is_none()
+                && issuer.lock().unwrap().core.census().0 == 0
+            {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the dropped grant was never withdrawn: {status:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let again = issuer.acquire(req("h2", 0)).await.unwrap();
+        assert_eq!(again.grant.epoch, 2, "the epoch after the released one");
         assert!(
             issuer.lock().unwrap().replies.is_empty(),
             "every request answered"

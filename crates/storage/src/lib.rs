@@ -359,27 +359,34 @@ pub enum ApplyError {
     Storage(#[from] StorageError),
 }
 
+/// A durable write already handed to the log: it resolves once the write is on disk (or
+/// with the failure that keeps it from getting there). The write is queued when the call
+/// that returns this is made, in the order of those calls, not when this is first polled;
+/// dropping it does not withdraw the write.
+pub type Queued =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), StorageError>> + Send>>;
+
 /// The issuer's durable records: epochs, reservations and lease records. Only the
 /// embedded issuer keeps them here; the etcd issuer keeps its own in etcd.
+///
+/// Writes are queued in call order, lazy or waited: the issuer queues them under its own
+/// lock, in the order it decided them, and awaits the waited ones afterwards.
 #[async_trait]
 pub trait IssuerLog: Send + Sync + 'static {
     /// Reads back the issuer's records (at startup).
     async fn load_issuer(&self) -> Result<IssuerState, StorageError>;
 
     /// Durably records a lock's reservation (raising its last epoch to the ceiling, never
-    /// lowering it), and the lease of the grant that needed it. Returns once fsync'd.
-    async fn reserve(
-        &self,
-        lock: &str,
-        reservation: Reservation,
-        lease: Option<LeaseRecord>,
-    ) -> Result<(), StorageError>;
+    /// lowering it), and the lease of the grant that needed it. Queued now; resolves once
+    /// fsync'd.
+    fn reserve(&self, lock: &str, reservation: Reservation, lease: Option<LeaseRecord>) -> Queued;
 
     /// Queues an issuer record for the next commit without waiting (see [`LazyRecord`]).
     fn record_lazily(&self, record: LazyRecord);
 
     /// Removes a lease record (released or expired). Removing an unknown lease is Ok.
-    async fn remove_lease(&self, lease_id: &str) -> Result<(), StorageError>;
+    /// Queued now; resolves once fsync'd.
+    fn remove_lease(&self, lease_id: &str) -> Queued;
 
     /// Known locks (every lock that ever had a durable epoch or reservation record), in
     /// name order: names greater than `after` (if given) that start with `prefix`, at

@@ -427,6 +427,20 @@ impl RedbBackend {
             .map_err(|_| StorageError::Closed)
     }
 
+    /// The writer's answer to a request already submitted (or its refusal), as a future
+    /// that owns what it needs.
+    fn answer_later(
+        &self,
+        queued: Result<(), StorageError>,
+        answer: oneshot::Receiver<Result<(), StorageError>>,
+    ) -> crate::Queued {
+        let this = self.clone();
+        Box::pin(async move {
+            queued?;
+            this.answer(answer).await
+        })
+    }
+
     /// Waits for the writer's answer.
     async fn answer<T, E: From<StorageError>>(
         &self,
@@ -561,20 +575,20 @@ impl IssuerLog for RedbBackend {
         self.scan(reads::load_issuer).await
     }
 
-    async fn reserve(
+    fn reserve(
         &self,
         lock: &str,
         reservation: Reservation,
         lease: Option<LeaseRecord>,
-    ) -> Result<(), StorageError> {
+    ) -> crate::Queued {
         let (reply, answer) = oneshot::channel();
-        self.submit(Request::Reserve {
+        let queued = self.submit(Request::Reserve {
             lock: lock.to_owned(),
             reservation,
             lease,
             reply,
-        })?;
-        self.answer(answer).await
+        });
+        self.answer_later(queued, answer)
     }
 
     fn record_lazily(&self, record: crate::LazyRecord) {
@@ -582,11 +596,11 @@ impl IssuerLog for RedbBackend {
         let _ = self.submit(Request::Lazy(record));
     }
 
-    async fn remove_lease(&self, lease_id: &str) -> Result<(), StorageError> {
+    fn remove_lease(&self, lease_id: &str) -> crate::Queued {
         let (reply, answer) = oneshot::channel();
         let lease_id = lease_id.to_string();
-        self.submit(Request::RemoveLease { lease_id, reply })?;
-        self.answer(answer).await
+        let queued = self.submit(Request::RemoveLease { lease_id, reply });
+        self.answer_later(queued, answer)
     }
 
     async fn list_locks(
