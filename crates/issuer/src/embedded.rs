@@ -252,9 +252,7 @@ impl Issuer {
         let mut inner = self.lock()?;
         let result = input(&mut inner.core, now);
         self.perform(&mut inner, now, false, None);
-        let handed = std::mem::take(&mut inner.handed);
-        drop(inner);
-        self.await_elsewhere(handed);
+        self.unlock(inner);
         Ok(result)
     }
 
@@ -295,9 +293,7 @@ impl Issuer {
         let mut inner = self.lock().ok()?;
         inner.core.written(now, write, result);
         let answered = self.perform(&mut inner, now, false, Some(mine));
-        let handed = std::mem::take(&mut inner.handed);
-        drop(inner);
-        self.await_elsewhere(handed);
+        self.unlock(inner);
         answered
     }
 
@@ -372,6 +368,14 @@ impl Issuer {
             } => self.backend.reserve(&lock, reservation, Some(lease)),
             Write::RemoveLease(lease_id) => self.backend.remove_lease(&lease_id),
         }
+    }
+
+    /// Lets go of the lock; the durable writes the last [`Issuer::perform`] handed to the
+    /// log, which nobody here awaits, go to a task of their own.
+    fn unlock(self: &Arc<Self>, mut inner: MutexGuard<'_, Inner>) {
+        let handed = std::mem::take(&mut inner.handed);
+        drop(inner);
+        self.await_elsewhere(handed);
     }
 
     /// Awaits durable writes nobody else awaits, on a task of their own, and tells the core
@@ -619,9 +623,7 @@ impl Drop for CancelOnDrop<'_> {
         inner.presigned.remove(&self.id);
         inner.core.cancel(now, self.id);
         self.issuer.perform(&mut inner, now, false, None);
-        let handed = std::mem::take(&mut inner.handed);
-        drop(inner);
-        self.issuer.await_elsewhere(handed);
+        self.issuer.unlock(inner);
     }
 }
 
@@ -664,10 +666,8 @@ async fn deadline_task(issuer: Weak<Issuer>) {
             let Ok(mut inner) = this.lock() else { return };
             inner.core.tick(now);
             this.perform(&mut inner, now, true, None);
-            let handed = std::mem::take(&mut inner.handed);
             let armed = inner.core.armed();
-            drop(inner);
-            this.await_elsewhere(handed);
+            this.unlock(inner);
             armed
         };
         // Sleep at most a second so the task notices when the issuer is gone.

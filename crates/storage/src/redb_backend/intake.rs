@@ -89,7 +89,7 @@ impl Intake {
         if queue.closed {
             return Err(Closed);
         }
-        let wake = if matches!(request, Request::Lazy(_)) {
+        let wake = if request.is_lazy() {
             queue.lazies += 1;
             // The first of a quiet spell: a sleeping writer learns when its linger ends.
             let first = queue.lazy_since.is_none();
@@ -120,8 +120,8 @@ impl Intake {
         self.lock().closed
     }
 
-    /// The writer is going away without finishing (it unwinds): takes no more requests
-    /// and gives back every queued one, to be failed.
+    /// The writer is going away without finishing (it could not start its threads, or it
+    /// unwinds): takes no more requests and gives back every queued one, to be failed.
     pub(super) fn abandon(&self) -> Vec<Request> {
         let mut queue = self.lock();
         queue.closed = true;
@@ -170,10 +170,7 @@ impl Intake {
 fn take(queue: &mut Queue, max: usize, now: Instant) -> Vec<Request> {
     let count = queue.requests.len().min(max.max(1));
     let batch: Vec<Request> = queue.requests.drain(..count).collect();
-    let lazies = batch
-        .iter()
-        .filter(|r| matches!(r, Request::Lazy(_)))
-        .count();
+    let lazies = batch.iter().filter(|r| r.is_lazy()).count();
     queue.lazies -= lazies;
     queue.waited -= batch.len() - lazies;
     queue.lazy_since = (queue.lazies > 0).then_some(now);

@@ -340,18 +340,18 @@ impl RedbBackend {
         });
         let segment = writer::first_segment(&engine, recovered.seq + 1).map_err(fail)?;
         let intake = Arc::new(Intake::new(opts.lazy_linger));
-        let requests = Arc::clone(&intake);
         let (exited, writer_exited) = watch::channel(false);
         let guard = ExitGuard {
             state: Arc::clone(&state),
+            intake: Arc::clone(&intake),
             exited,
         };
         // Detached: `close` waits on `writer_exited`, which can be awaited, unlike a join.
         std::thread::Builder::new()
             .name("palisade-writer".to_string())
             .spawn(move || {
-                let _guard = guard;
-                writer::run(engine, &requests, segment);
+                writer::run(engine, &guard.intake, segment);
+                drop(guard);
             })
             .map_err(|e| StorageError::Failed(format!("cannot start the writer thread: {e}")))?;
         Ok(RedbBackend {
@@ -417,8 +417,7 @@ impl RedbBackend {
         // Lazy records are not counted: nobody waits for them, and no fenced decision
         // reads what they write (issuer records), so they do not hold up
         // `answer_without_writing` while they wait for a commit to ride with.
-        let counted = !matches!(request, Request::Lazy(_));
-        if counted {
+        if !request.is_lazy() {
             state.submitted();
         }
         self.inner

@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 
 use tokio::sync::watch;
 
+use super::intake::Intake;
 use super::schema::Fault;
 use crate::StorageError;
 
@@ -143,17 +144,23 @@ impl State {
     }
 }
 
-/// Signals the writer's exit, also when it unwinds from a panic (and then latches).
+/// Signals the writer's exit, also when it unwinds from a panic: it then latches and fails
+/// every request still queued, so that no caller waits forever.
 pub(super) struct ExitGuard {
     pub(super) state: Arc<State>,
+    pub(super) intake: Arc<Intake>,
     pub(super) exited: watch::Sender<bool>,
 }
 
 impl Drop for ExitGuard {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            self.state
+            let err = self
+                .state
                 .latch(Fault("the writer thread panicked".to_string()));
+            for request in self.intake.abandon() {
+                request.fail(err.clone());
+            }
         }
         self.exited.send_replace(true);
     }

@@ -64,7 +64,13 @@ pub(super) enum Request {
 }
 
 impl Request {
-    fn fail(self, err: StorageError) {
+    /// Whether nobody waits for it (a lazy issuer record): it does not wake the writer
+    /// (`intake.rs`) and is not counted in flight (`State::submitted`).
+    pub(super) fn is_lazy(&self) -> bool {
+        matches!(self, Request::Lazy(_))
+    }
+
+    pub(super) fn fail(self, err: StorageError) {
         // A caller that stopped waiting has nobody to tell: ignore closed reply channels.
         match self {
             Request::Apply { reply, .. } => drop(reply.send(Err(err.into()))),
@@ -168,8 +174,6 @@ pub(super) enum Chore {
 /// The writer thread. Returns when every sender of the queue is gone and the queue is
 /// empty; dropping its channel to the syncer then stops the syncer.
 pub(super) fn run(engine: Arc<Engine>, intake: &Intake, mut segment: Segment) {
-    // Unwinding (a panic) fails what is still queued, so that no caller waits forever.
-    let _abandon = Abandon(intake, &engine.state);
     let handoff = Arc::new(Handoff::new());
     let (to_checkpointer, chores) = std::sync::mpsc::channel::<Chore>();
     let syncer = {
@@ -190,10 +194,8 @@ pub(super) fn run(engine: Arc<Engine>, intake: &Intake, mut segment: Segment) {
         let err = engine
             .state
             .latch(Fault("cannot start the engine's threads".into()));
-        while let Next::Batch(batch) = intake.next(far_future(), usize::MAX) {
-            for request in batch {
-                request.fail(err.clone());
-            }
+        for request in intake.abandon() {
+            request.fail(err.clone());
         }
         return;
     };
@@ -256,25 +258,6 @@ pub(super) fn run(engine: Arc<Engine>, intake: &Intake, mut segment: Segment) {
     drop(writer);
     let _ = checkpointer.join();
     remove_segments_after_close(&engine);
-}
-
-/// Fails every request still queued when the writer unwinds, and closes the queue.
-struct Abandon<'a>(&'a Intake, &'a State);
-
-impl Drop for Abandon<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let err = self.1.latch(Fault("the writer thread panicked".into()));
-            for request in self.0.abandon() {
-                request.fail(err.clone());
-            }
-        }
-    }
-}
-
-/// A deadline that never comes (for a writer that only fails what it is given).
-fn far_future() -> Instant {
-    Instant::now() + Duration::from_secs(365 * 24 * 3600)
 }
 
 /// After a clean close everything is in the database file: the segments go (the spare
@@ -343,10 +326,7 @@ impl Writer<'_> {
         self.prune();
         let engine = self.engine;
         // Lazy records are not counted (see `State::submitted`).
-        let ops = batch
-            .iter()
-            .filter(|r| !matches!(r, Request::Lazy(_)))
-            .count();
+        let ops = batch.iter().filter(|r| !r.is_lazy()).count();
         let mut answers = Vec::with_capacity(batch.len());
         let view = match View::begin(&engine.layers, &engine.db) {
             Ok(view) => view,

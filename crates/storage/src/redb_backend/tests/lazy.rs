@@ -2,6 +2,7 @@
 //! in the order they were queued; alone, they get a commit of their own once their linger
 //! is over.
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{grant, lease, test_options};
@@ -15,8 +16,17 @@ fn lingering(linger: Duration) -> RedbOptions {
     }
 }
 
-fn lease_ids(state: &crate::IssuerState) -> Vec<&str> {
-    let mut ids: Vec<&str> = state.leases.iter().map(|l| l.lease_id.as_str()).collect();
+/// A store at `path` with lazy records lingering `linger`.
+fn opened(path: &Path, linger: Duration) -> RedbBackend {
+    RedbBackend::open(path, lingering(linger)).unwrap()
+}
+
+/// The lease records a fresh start finds in the store at `path`, by id.
+async fn leases_on_disk(path: &Path) -> Vec<String> {
+    let store = RedbBackend::open(path, test_options()).unwrap();
+    let state = store.load_issuer().await.unwrap();
+    store.close().await;
+    let mut ids: Vec<String> = state.leases.into_iter().map(|l| l.lease_id).collect();
     ids.sort_unstable();
     ids
 }
@@ -27,7 +37,7 @@ async fn lazy_records_ride_with_the_next_waited_commit_in_their_order() {
     let path = dir.path().join("palisade.redb");
     // A linger far longer than the test: a lazy record reaches the disk only with a
     // waited commit.
-    let store = RedbBackend::open(&path, lingering(Duration::from_secs(3600))).unwrap();
+    let store = opened(&path, Duration::from_secs(3600));
     store.record_lazily(LazyRecord::Lease(lease("l1", "a", 1)));
     store.record_lazily(LazyRecord::Lease(lease("l2", "b", 1)));
     store.record_lazily(LazyRecord::Lease(lease("l3", "c", 1)));
@@ -48,18 +58,14 @@ async fn lazy_records_ride_with_the_next_waited_commit_in_their_order() {
         "three lazy records and a removal: one commit"
     );
     store.close().await;
-
-    let store = RedbBackend::open(&path, test_options()).unwrap();
-    let state = store.load_issuer().await.unwrap();
-    assert_eq!(lease_ids(&state), ["l1", "l2"]);
-    store.close().await;
+    assert_eq!(leases_on_disk(&path).await, ["l1", "l2"]);
 }
 
 #[tokio::test]
 async fn a_lazy_record_alone_gets_a_commit_of_its_own_after_its_linger() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("palisade.redb");
-    let store = RedbBackend::open(&path, lingering(Duration::from_millis(20))).unwrap();
+    let store = opened(&path, Duration::from_millis(20));
     grant(&store, lease("l1", "a", 1)).await.unwrap();
     let before = store.commit_stats().commits;
     store.record_lazily(LazyRecord::RemoveLease("l1".into()));
@@ -78,22 +84,15 @@ async fn a_lazy_record_alone_gets_a_commit_of_its_own_after_its_linger() {
         "both in one commit"
     );
     store.close().await;
-
-    let store = RedbBackend::open(&path, test_options()).unwrap();
-    let state = store.load_issuer().await.unwrap();
-    assert_eq!(lease_ids(&state), ["l2"]);
-    store.close().await;
+    assert_eq!(leases_on_disk(&path).await, ["l2"]);
 }
 
 #[tokio::test]
 async fn closing_commits_the_lazy_records_still_waiting() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("palisade.redb");
-    let store = RedbBackend::open(&path, lingering(Duration::from_secs(3600))).unwrap();
+    let store = opened(&path, Duration::from_secs(3600));
     store.record_lazily(LazyRecord::Lease(lease("l1", "a", 1)));
     store.close().await;
-
-    let store = RedbBackend::open(&path, test_options()).unwrap();
-    assert_eq!(lease_ids(&store.load_issuer().await.unwrap()), ["l1"]);
-    store.close().await;
+    assert_eq!(leases_on_disk(&path).await, ["l1"]);
 }
