@@ -5,14 +5,19 @@
 //! since the last checkpoint began; the syncer adds to it) and `frozen` (what the running
 //! checkpoint is writing into the file). A [`View`] reads a key from the newest layer that
 //! has it: the caller's own rows (the writer's batches not yet durable), `published`, the
-//! current `frozen`, the `frozen` that existed when the view began (a checkpoint may have
-//! finished since, but the view's file snapshot is older than that checkpoint), then the
-//! file snapshot taken when the view began. Every durable row is found in one of them,
-//! whatever the checkpoint does meanwhile.
+//! current `frozen`, then the file snapshot taken when the view began. Every durable row is
+//! found in one of them, whatever the checkpoint does meanwhile, because a view *pins* the
+//! layers ([`Layers::pins`]): a checkpoint drops its frozen layer only once no view is
+//! left, so no freeze can follow it while a view lives either. Without the pin, a row
+//! published when a view began could be frozen and checkpointed, its frozen layer dropped,
+//! while the view lived: found nowhere, neither in `published` (moved) nor in `frozen`
+//! (dropped) nor in the view's older file snapshot. (The writer then read an older store
+//! revision and issued a revision a second time: `writes_under_load_go_through_the_syncer_
+//! and_never_go_back` and `reads_from_memory_never_go_back_across_checkpoints` caught it.)
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard};
 
 use bytes::Bytes;
 use redb::{ReadTransaction, WriteTransaction};
@@ -27,6 +32,10 @@ use super::schema::{
 pub(super) struct Layers {
     pub published: RwLock<Rows>,
     pub frozen: RwLock<Option<Arc<Rows>>>,
+    /// Held shared by every [`View`] for its whole life, and exclusively while a
+    /// checkpoint drops its frozen layer (see the module docs). A thread never holds two
+    /// views at once: the lock prefers the checkpoint, so a second pin could wait on it.
+    pub pins: RwLock<()>,
 }
 
 impl Layers {
@@ -35,6 +44,17 @@ impl Layers {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+
+    fn pin(&self) -> RwLockReadGuard<'_, ()> {
+        self.pins.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Drops the frozen layer (its checkpoint committed it into the file) once no view
+    /// is left that began before.
+    pub fn drop_frozen(&self) {
+        let _unpinned = self.pins.write().unwrap_or_else(PoisonError::into_inner);
+        *self.frozen.write().unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     /// Rows published and frozen, for metrics and checkpoint triggers.
@@ -50,28 +70,29 @@ impl Layers {
 /// module docs for the order of the layers.
 pub(super) struct View<'a> {
     layers: &'a Layers,
-    start_frozen: Option<Arc<Rows>>,
+    /// Keeps the frozen layer this view may need (see the module docs).
+    _pin: RwLockReadGuard<'a, ()>,
     txn: ReadTransaction,
 }
 
 impl<'a> View<'a> {
-    /// Takes the frozen layer, then the file snapshot, in this order.
+    /// Pins the layers, then takes the file snapshot, in this order.
     pub fn begin(layers: &'a Layers, db: &redb::Database) -> Result<View<'a>, Fault> {
-        let start_frozen = layers.frozen();
+        let pin = layers.pin();
         let txn = db.begin_read()?;
         Ok(View {
             layers,
-            start_frozen,
+            _pin: pin,
             txn,
         })
     }
 
-    /// A view of `txn` under `layers` (for offline work: empty layers over a file that
-    /// holds everything).
+    /// A view of `txn` under `layers` (for offline work: layers of its own over a file
+    /// snapshot).
     pub fn over(layers: &'a Layers, txn: ReadTransaction) -> View<'a> {
         View {
             layers,
-            start_frozen: layers.frozen(),
+            _pin: layers.pin(),
             txn,
         }
     }
@@ -92,13 +113,8 @@ impl<'a> View<'a> {
         {
             return Ok(v.clone());
         }
-        for frozen in [self.layers.frozen(), self.start_frozen.clone()]
-            .into_iter()
-            .flatten()
-        {
-            if let Some(v) = frozen.get(key) {
-                return Ok(v.clone());
-            }
+        if let Some(v) = self.layers.frozen().and_then(|f| f.get(key).cloned()) {
+            return Ok(v);
         }
         file_get(&self.txn, key)
     }
@@ -147,9 +163,6 @@ impl<'a> View<'a> {
             }
         };
         // Oldest first, so that newer layers overwrite.
-        if let Some(frozen) = &self.start_frozen {
-            take(frozen);
-        }
         if let Some(frozen) = self.layers.frozen() {
             take(&frozen);
         }
@@ -378,4 +391,68 @@ pub(super) fn apply_rows<'r>(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::{Key, Layers, Rows, Val, View};
+    use crate::redb_backend::writer::write_checkpoint;
+
+    /// A row published when a view began is found by the view even after a checkpoint
+    /// froze it and committed it into the file: the checkpoint cannot drop its frozen
+    /// layer until the view is gone.
+    #[test]
+    fn a_view_finds_a_row_checkpointed_after_it_began() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(redb::Database::create(dir.path().join("db.redb")).unwrap());
+        write_checkpoint(&db, 1, &Rows::new()).unwrap();
+        let key = Key::Meta("row".into());
+        let layers = Arc::new(Layers::default());
+        layers
+            .published
+            .write()
+            .unwrap()
+            .insert(key.clone(), Some(Val::U64(7)));
+
+        let view = View::begin(&layers, &db).unwrap();
+        let (committed, dropped) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let checkpoint = {
+            let (db, layers) = (Arc::clone(&db), Arc::clone(&layers));
+            let (committed, dropped) = (Arc::clone(&committed), Arc::clone(&dropped));
+            std::thread::spawn(move || {
+                // What a checkpoint does: freeze, commit, drop the frozen layer.
+                let rows = Arc::new(std::mem::take(&mut *layers.published.write().unwrap()));
+                *layers.frozen.write().unwrap() = Some(Arc::clone(&rows));
+                write_checkpoint(&db, 2, &rows).unwrap();
+                committed.store(true, Ordering::Release);
+                layers.drop_frozen();
+                dropped.store(true, Ordering::Release);
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !committed.load(Ordering::Acquire) {
+            assert!(Instant::now() < deadline, "the checkpoint never committed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Time for an unpinned drop to happen (it would within microseconds); pinned, it
+        // waits for the view, so this can only make the test pass wrongly, never fail.
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            !dropped.load(Ordering::Acquire),
+            "the frozen layer went while a view lived"
+        );
+        assert_eq!(view.get(&key).unwrap(), Some(Val::U64(7)));
+        drop(view);
+        checkpoint.join().unwrap();
+        assert!(layers.frozen().is_none());
+        let fresh = View::begin(&layers, &db).unwrap();
+        assert_eq!(fresh.get(&key).unwrap(), Some(Val::U64(7)), "from the file");
+    }
 }

@@ -617,11 +617,7 @@ pub(super) fn checkpoint(engine: &Engine, seq: u64, rows: &Rows) -> Result<(), F
     // Before the frozen layer goes, so that no cached row older than the file is left
     // (resident.rs).
     engine.resident.checkpointed(rows.keys());
-    *engine
-        .layers
-        .frozen
-        .write()
-        .unwrap_or_else(PoisonError::into_inner) = None;
+    engine.layers.drop_frozen();
     engine.state.set_checkpoint_seq(seq);
     let mut segments = engine
         .segments
