@@ -206,14 +206,14 @@ impl Follower {
         match item {
             Live::Event(e) => {
                 self.last_seen = e.id;
-                let shown = self.scope.covers(&e.lock)
-                    && (self.caller.may(Verb::Read, &e.lock)
-                        || self.caller.may(Verb::Acquire, &e.lock));
+                let shown = self.scope.covers(e.lock())
+                    && (self.caller.may(Verb::Read, e.lock())
+                        || self.caller.may(Verb::Acquire, e.lock()));
                 shown.then(|| {
                     Event::default()
-                        .event(e.kind)
+                        .event(e.kind())
                         .id(e.id.to_string())
-                        .data(&*e.json)
+                        .data(e.json())
                 })
             }
             Live::Reset { id, reason } => Some(self.reset(id, reason)),

@@ -26,7 +26,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{broadcast, watch};
@@ -40,13 +40,49 @@ use palisade_api::wire::Event;
 /// What an event says: the contract's type (docs/api.md, "Events").
 pub use palisade_api::wire::EventBody as Body;
 
-/// One published event, its JSON made once for every subscriber.
+/// One published event. Its JSON is made when a stream first sends it, once for every
+/// subscriber, and never when nobody listens: publishing runs on the request path (a
+/// lease change is published under the issuer's lock), encoding need not.
 #[derive(Debug)]
 pub struct Published {
     pub id: u64,
-    pub kind: &'static str,
-    pub lock: Box<str>,
-    pub json: Box<str>,
+    pub at_ms: u64,
+    pub body: Body,
+    json: OnceLock<Box<str>>,
+}
+
+impl Published {
+    fn new(id: u64, body: Body) -> Published {
+        Published {
+            id,
+            at_ms: now_ms(),
+            body,
+            json: OnceLock::new(),
+        }
+    }
+
+    /// The event's `type`.
+    pub fn kind(&self) -> &'static str {
+        self.body.kind()
+    }
+
+    /// The lock it is about ("" for none).
+    pub fn lock(&self) -> &str {
+        self.body.lock().unwrap_or_default()
+    }
+
+    /// The event as sent: `{"id":..,"at_ms":..,"type":..,<the body's fields>}`.
+    pub fn json(&self) -> &str {
+        self.json.get_or_init(|| {
+            serde_json::to_string(&Event {
+                id: self.id,
+                at_ms: self.at_ms,
+                body: &self.body,
+            })
+            .unwrap_or_default()
+            .into_boxed_str()
+        })
+    }
 }
 
 /// Why a subscriber gets a `reset`.
@@ -178,22 +214,11 @@ impl EventBus {
     }
 
     /// Publishes one event; returns its id.
-    pub fn publish(&self, body: &Body) -> u64 {
+    pub fn publish(&self, body: Body) -> u64 {
         let mut ring = self.ring();
         let id = ring.next_id;
         ring.next_id += 1;
-        let json = serde_json::to_string(&Event {
-            id,
-            at_ms: now_ms(),
-            body,
-        })
-        .unwrap_or_default();
-        let event = Arc::new(Published {
-            id,
-            kind: body.kind(),
-            lock: body.lock().unwrap_or_default().into(),
-            json: json.into_boxed_str(),
-        });
+        let event = Arc::new(Published::new(id, body));
         if ring.events.len() == self.capacity {
             ring.events.pop_front();
         }
@@ -297,9 +322,9 @@ mod tests {
     #[test]
     fn resumes_from_the_ring_or_resets() {
         let bus = EventBus::new(3, 10);
-        let first = bus.publish(&fenced("a", 1));
+        let first = bus.publish(fenced("a", 1));
         for mark in 2..=5 {
-            bus.publish(&fenced("a", mark));
+            bus.publish(fenced("a", mark));
         }
         // Held: first+2 ..= first+4.
         let resumed = bus.subscribe(Some(first + 2)).unwrap();
@@ -335,7 +360,7 @@ mod tests {
         let bus = EventBus::new(4, 2);
         let mut slow = bus.subscribe(None).unwrap();
         for mark in 0..100 {
-            bus.publish(&fenced("a", mark));
+            bus.publish(fenced("a", mark));
         }
         assert!(matches!(
             slow.live.try_recv(),
@@ -345,10 +370,32 @@ mod tests {
     }
 
     #[test]
+    fn an_event_is_encoded_once_and_only_when_sent() {
+        let bus = EventBus::new(4, 2);
+        bus.publish(fenced("a", 1));
+        let unheard = bus.ring().events.back().unwrap().clone();
+        assert!(unheard.json.get().is_none(), "nobody listens: not encoded");
+        let mut one = bus.subscribe(None).unwrap();
+        let mut two = bus.subscribe(None).unwrap();
+        bus.publish(fenced("a", 2));
+        let (Ok(Live::Event(a)), Ok(Live::Event(b))) = (one.live.try_recv(), two.live.try_recv())
+        else {
+            panic!("no event")
+        };
+        assert!(a.json.get().is_none(), "publishing does not encode");
+        let first = a.json();
+        assert!(first.contains(r#""high_water":2"#), "{first}");
+        assert!(
+            std::ptr::eq(first, b.json()),
+            "one encoding for every stream"
+        );
+    }
+
+    #[test]
     fn the_json_is_the_documented_shape() {
         let bus = EventBus::new(4, 2);
         let mut sub = bus.subscribe(None).unwrap();
-        let id = bus.publish(&Body::Rejected {
+        let id = bus.publish(Body::Rejected {
             lock: "orders".into(),
             code: "stale_token".into(),
             epoch: Some(1),
@@ -357,7 +404,7 @@ mod tests {
         let Ok(Live::Event(e)) = sub.live.try_recv() else {
             panic!("no event")
         };
-        let v: serde_json::Value = serde_json::from_str(&e.json).unwrap();
+        let v: serde_json::Value = serde_json::from_str(e.json()).unwrap();
         assert_eq!(v["id"], id);
         assert!(v["at_ms"].as_u64().unwrap() > 0);
         assert_eq!(v["type"], "rejected");
@@ -374,7 +421,7 @@ mod tests {
     fn the_bytes_keep_their_order() {
         let bus = EventBus::new(4, 2);
         let mut sub = bus.subscribe(None).unwrap();
-        let id = bus.publish(&Body::Released {
+        let id = bus.publish(Body::Released {
             lock: "orders".into(),
             epoch: 3,
             holder: "h".into(),
@@ -384,13 +431,13 @@ mod tests {
             panic!("no event")
         };
         let head = format!(r#"{{"id":{id},"at_ms":"#);
-        assert!(e.json.starts_with(&head), "{}", e.json);
+        assert!(e.json().starts_with(&head), "{}", e.json());
         assert!(
-            e.json.ends_with(
+            e.json().ends_with(
                 r#","type":"released","lock":"orders","epoch":3,"holder":"h","cause":"release"}"#
             ),
             "{}",
-            e.json
+            e.json()
         );
         // A reset's keys are sorted, as they were when it was written with `json!`.
         let reset = reset_json(5, ResetReason::Lagged);

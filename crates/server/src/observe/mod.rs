@@ -8,8 +8,9 @@
 //!
 //! ## Invariants
 //! - Recording costs the request path an atomic add or two; an event costs a short lock
-//!   and one JSON encoding, and only happens for lease changes, refusals and marks that
-//!   advanced, not for every write.
+//!   and a few small copies (its JSON is made later, by the first stream that sends it),
+//!   and only happens for lease changes, refusals and marks that advanced, not for every
+//!   write.
 //! - Memory is bounded: the ring and the live channel have fixed sizes, subscribers are
 //!   capped, metric labels come from fixed sets.
 //!
@@ -59,7 +60,7 @@ impl Observe {
         }
         self.metrics.fenced_write();
         if applied.advanced {
-            self.events.publish(&Body::Fenced {
+            self.events.publish(Body::Fenced {
                 lock: lock.to_owned(),
                 high_water: applied.high_water.epoch,
                 seq: applied.high_water.seq,
@@ -77,7 +78,7 @@ impl Observe {
         high_water: Option<u64>,
     ) {
         self.metrics.rejected(code);
-        self.events.publish(&Body::Rejected {
+        self.events.publish(Body::Rejected {
             lock: lock.to_owned(),
             code: code.as_str().into(),
             epoch,
@@ -149,7 +150,7 @@ impl LeaseObserver for Observe {
                 }
             }
         };
-        self.events.publish(&body);
+        self.events.publish(body);
     }
 
     fn gap(&self) {
