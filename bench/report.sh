@@ -35,7 +35,10 @@ the same run, each job on the four systems back to back, with the load generator
 same $(nproc) cores as the server it measured. The machine is shared with other work
 (load average $LOAD_BEFORE before the runs, $LOAD_AFTER after), so figures move by
 tens of percent between runs; ratios from one run move much less. The \`bench cpu\` and
-\`server cpu\` columns (percent of one core) show who used the processors.
+\`server cpu\` columns (percent of one core) show who used the processors; \`switch/op\` is
+the server's context switches per operation (every thread of the server process and of its
+children, read from \`/proc\` before and after the measured window), the count of times a
+server thread gave up or lost a processor (a sleep and its wake-up, or a preemption).
 
 ## What was measured
 

@@ -101,6 +101,23 @@ def main():
                      "met" if a <= b else f"gap: {a / b:.1f}x higher"))
     for peer, want in (("redis", 1.0), ("etcd", 10)):
         ratio_row(f"J1, 64 clients, vs {peer}", "j1", peer, want)
+    ratio_row("read (GET of one key), 64 clients, vs redis", "read", "redis", 1.0)
+    for job, label in (("j1", "J1"), ("read", "read")):
+        ratio_row(f"{label}, 64 clients, vs postgres", job, "postgres", 1.5)
+    ratio_row("J2, 1 client, vs postgres", "j2", "postgres", 1.5, clients=1)
+    for job, label, most in (("read", "read", 10), ("j2", "fenced write (J2)", 20),
+                             ("j1", "J1 cycle", 45)):
+        run = runs.get(("palisade", job, 64, None))
+        us = cpu_us_per_op(run) if run else None
+        if us is None:
+            rows.append((f"server CPU per operation, {label}, 64 clients", f"≤ {most} µs",
+                         "not measured", "-"))
+            continue
+        redis = runs.get(("redis", job, 64, None))
+        theirs = cpu_us_per_op(redis) if redis else None
+        peer = f" (Redis {theirs:.1f} µs)" if theirs else ""
+        rows.append((f"server CPU per operation, {label}, 64 clients", f"≤ {most} µs",
+                     f"{us:.1f} µs{peer}", "met" if us <= most else f"gap: {us / most:.2f}x over"))
     ratio_row("J1 with --idle-grace-ms 0 (an epoch write per grant), vs redis", "j1", "redis",
               1.0, variant="grace0")
     ratio_row("contended, retrying like the peers (wait_ms 0), vs redis", "contended",

@@ -36,12 +36,22 @@ pub struct Summary {
     pub bench_cpu_pct: Option<f64>,
     /// CPU used by the server (with `--server-pid`), in percent of one core.
     pub server_cpu_pct: Option<f64>,
+    /// Context switches of the server's threads (and its children's) per operation, in the
+    /// measured window (with `--server-pid`).
+    #[serde(default)]
+    pub server_switches_per_op: Option<f64>,
     pub value_size: usize,
 }
 
 impl Summary {
     pub fn error_total(&self) -> u64 {
         self.errors.values().sum()
+    }
+
+    /// The server's CPU time per operation, in µs.
+    pub fn server_cpu_us_per_op(&self) -> Option<f64> {
+        let pct = self.server_cpu_pct?;
+        (self.ops_per_s > 0.0).then(|| pct / 100.0 * 1e6 / self.ops_per_s)
     }
 }
 
@@ -118,7 +128,7 @@ fn errors(summary: &Summary) -> String {
 /// The header of the terminal table, in the widths of [`row`].
 pub fn header() -> String {
     format!(
-        "{:<16} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}  errors\n",
+        "{:<16} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9}  errors\n",
         "target",
         "job",
         "clients",
@@ -128,14 +138,15 @@ pub fn header() -> String {
         "p99 ms",
         "p999 ms",
         "bench cpu",
-        "server cpu"
+        "server cpu",
+        "switch/op"
     )
 }
 
 /// One line of the terminal table.
 pub fn row(r: &Summary) -> String {
     format!(
-        "{:<16} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10}  {}\n",
+        "{:<16} {:<9} {:>7} {:>11} {:>10} {:>8} {:>8} {:>8} {:>9} {:>10} {:>9}  {}\n",
         match &r.variant {
             Some(v) => format!("{}/{v}", r.target.name()),
             None => r.target.name().to_string(),
@@ -149,6 +160,8 @@ pub fn row(r: &Summary) -> String {
         ms(r.p999_us),
         pct(r.bench_cpu_pct),
         pct(r.server_cpu_pct),
+        r.server_switches_per_op
+            .map_or("-".to_string(), |n| format!("{n:.2}")),
         errors(r)
     )
 }
@@ -252,6 +265,18 @@ pub fn markdown(results: &[Results]) -> String {
             let _ = writeln!(out, "| {name} | {clients} | {} |", cells.join(" | "));
         }
     }
+    out.push_str(
+        "\n### The server's cost per operation: CPU µs / context switches (all its threads)\n\n",
+    );
+    by_target(&mut out, &|_, r| {
+        let cpu = r
+            .server_cpu_us_per_op()
+            .map_or("-".to_string(), |us| format!("{us:.1}"));
+        let switches = r
+            .server_switches_per_op
+            .map_or("-".to_string(), |n| format!("{n:.2}"));
+        format!("{cpu} / {switches}")
+    });
     out.push_str("\n### Latency per operation, p50 / p99 / p999 (ms)\n\n");
     by_target(&mut out, &|_, r| {
         format!("{} / {} / {}", ms(r.p50_us), ms(r.p99_us), ms(r.p999_us))
@@ -300,7 +325,8 @@ mod tests {
             max_us: 4000,
             mean_us: 1100.0,
             bench_cpu_pct: None,
-            server_cpu_pct: None,
+            server_cpu_pct: Some(150.0),
+            server_switches_per_op: Some(0.5),
             value_size: 128,
         }
     }
@@ -319,12 +345,24 @@ mod tests {
         let md = markdown(&[results]);
         assert!(md.contains("| contended | 64 | 3.00x |"), "{md}");
         assert!(md.contains("| contended (retry) | 64 | 0.50x |"), "{md}");
+        // 150% of a core over 3000/s is 500 µs an operation; over 500/s, 3000 µs.
+        assert!(
+            md.contains("| contended | 64 | 500.0 / 0.50 | 1500.0 / 0.50 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| contended (retry) | 64 | 3000.0 / 0.50 | 1500.0 / 0.50 |"),
+            "{md}"
+        );
         // The old result files, without the field, still read.
         let old = r#"{"target":"redis","job":"j2","clients":1,"duration_s":1.0,"ops":1,
             "ops_per_s":1.0,"refused":0,"refused_per_s":0.0,"errors":{},"p50_us":1,"p99_us":1,
             "p999_us":1,"max_us":1,"mean_us":1.0,"bench_cpu_pct":null,"server_cpu_pct":null,
             "value_size":1}"#;
         let parsed: Summary = serde_json::from_str(old).unwrap();
-        assert_eq!(parsed.variant, None);
+        assert_eq!(
+            (parsed.variant, parsed.server_switches_per_op),
+            (None, None)
+        );
     }
 }

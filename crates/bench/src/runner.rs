@@ -255,7 +255,12 @@ async fn measure(plan: Plan, args: &BenchArgs) -> Result<Summary, BenchError> {
     let cleanup = futures::future::join_all(finished.iter_mut().map(|w| w.finish()));
     let _ = tokio::time::timeout(Duration::from_secs(30), cleanup).await;
 
-    let (bench_cpu_pct, server_cpu_pct) = cpu_from.unwrap_or(cpu_until).percent_until(&cpu_until);
+    let cpu_from = cpu_from.unwrap_or(cpu_until);
+    let (bench_cpu_pct, server_cpu_pct) = cpu_from.percent_until(&cpu_until);
+    let server_switches_per_op = cpu_from
+        .switches_until(&cpu_until)
+        .filter(|_| total.ops > 0)
+        .map(|n| n as f64 / total.ops as f64);
     let secs = args.duration.as_secs_f64().max(1e-9);
     let h = &total.latency_us;
     Ok(Summary {
@@ -276,6 +281,7 @@ async fn measure(plan: Plan, args: &BenchArgs) -> Result<Summary, BenchError> {
         errors: total.errors,
         bench_cpu_pct,
         server_cpu_pct,
+        server_switches_per_op,
         value_size: plan.value.len(),
     })
 }

@@ -1,5 +1,5 @@
-//! What the bench reads about processes from `/proc` (Linux): CPU time and resident
-//! memory. Elsewhere these read as unknown (`None`) rather than failing a run.
+//! What the bench reads about processes from `/proc` (Linux): CPU time, context switches
+//! and resident memory. Elsewhere these read as unknown (`None`) rather than failing a run.
 
 use std::time::Instant;
 
@@ -36,24 +36,62 @@ pub fn own_cpu_seconds() -> Option<f64> {
     Some(stat("self")?.own as f64 / ticks_per_second()?)
 }
 
+/// The pids of the live children of process `pid`.
+fn children(pid: u32) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|name| stat(name).is_some_and(|s| s.ppid == pid))
+        .collect()
+}
+
 /// CPU time used so far by process `pid` and its children, in seconds. Children count
 /// because some servers (PostgreSQL) serve each connection from a child process.
 pub fn tree_cpu_seconds(pid: u32) -> Option<f64> {
     let root = stat(&pid.to_string())?;
     let mut ticks = root.own + root.reaped_children;
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name
-            .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
-        else {
-            continue;
-        };
-        if let Some(child) = stat(name).filter(|s| s.ppid == pid) {
-            ticks += child.own;
-        }
+    for child in children(pid) {
+        ticks += stat(&child).map_or(0, |s| s.own);
     }
     Some(ticks as f64 / ticks_per_second()?)
+}
+
+/// Context switches (voluntary and not) of every live thread of process `pid`.
+fn thread_switches(pid: &str) -> Option<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let Ok(status) = std::fs::read_to_string(task.path().join("status")) else {
+            continue; // the thread ended meanwhile
+        };
+        total += status
+            .lines()
+            .filter(|l| {
+                l.starts_with("voluntary_ctxt_switches:")
+                    || l.starts_with("nonvoluntary_ctxt_switches:")
+            })
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Some(total)
+}
+
+/// Context switches so far of every live thread of process `pid` and of its children: how
+/// often the server's threads gave up or lost a processor (a sleep on a lock, a queue or
+/// a socket, and the wake-up that follows). Threads that ended are not counted, so compare
+/// two readings of servers whose threads live for the whole run.
+pub fn tree_switches(pid: u32) -> Option<u64> {
+    let mut total = thread_switches(&pid.to_string())?;
+    for child in children(pid) {
+        total += thread_switches(&child).unwrap_or(0);
+    }
+    Some(total)
 }
 
 /// Resident memory of a process (`VmRSS`), in bytes.
@@ -64,12 +102,14 @@ pub fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// A CPU-time reading of the bench itself and (if known) the server, at one instant.
+/// A CPU-time reading of the bench itself and (if known) the server, with the server's
+/// context switches, at one instant.
 #[derive(Debug, Clone, Copy)]
 pub struct CpuSample {
     at: Instant,
     own: Option<f64>,
     server: Option<f64>,
+    server_switches: Option<u64>,
 }
 
 impl CpuSample {
@@ -78,7 +118,13 @@ impl CpuSample {
             at: Instant::now(),
             own: own_cpu_seconds(),
             server: server_pid.and_then(tree_cpu_seconds),
+            server_switches: server_pid.and_then(tree_switches),
         }
+    }
+
+    /// The server's context switches between `self` and `later`.
+    pub fn switches_until(&self, later: &CpuSample) -> Option<u64> {
+        Some(later.server_switches?.saturating_sub(self.server_switches?))
     }
 
     /// Percent of one core used by (the bench, the server) between `self` and `later`.
@@ -103,6 +149,10 @@ mod tests {
         }
         assert!(own_cpu_seconds().is_some());
         assert!(tree_cpu_seconds(std::process::id()).is_some());
+        let before = tree_switches(std::process::id()).unwrap();
+        // A sleep gives up the processor: one voluntary switch at least.
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(tree_switches(std::process::id()).unwrap() > before);
         assert!(rss_bytes(std::process::id()).is_some_and(|b| b > 0));
     }
 }
