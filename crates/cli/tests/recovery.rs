@@ -5,6 +5,8 @@
 //!   returned, and no (lock, epoch) is ever returned twice.
 //! - Store: a token fenced out after the backup was taken stays refused after restoring
 //!   that backup, and a lease recorded in the backup is not honoured.
+//! - Log: a sector of the newest acknowledged commit zeroed after a crash (a bad sector, a
+//!   lost write) never lets the token that commit fenced out pass again.
 
 mod common;
 mod offline;
@@ -220,4 +222,95 @@ async fn a_token_fenced_out_after_the_backup_stays_fenced_after_restore() {
     let (status, _) = put(&http, "ns", "k", &old["token"], "late again").await;
     assert_eq!(status, 409);
     assert_unique(&issued);
+}
+
+/// Copies the files of `from` (a data directory) into a new directory `to`.
+fn copy_data(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// The red team's drill: epoch 1 writes, epoch 2 takes over and writes (acknowledged),
+/// SIGKILL, then one 512-byte sector of the newest log record is zeroed, as a bad sector
+/// or a lost write leaves it. Recovery cannot tell that from a torn write and drops the
+/// record; whichever sector it was, neither token passes afterwards, and a new holder
+/// gets an epoch above both and writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zeroed_sector_in_the_newest_commit_never_readmits_a_fenced_out_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut issued = Vec::new();
+    let (mut server, http) = start(&data);
+    let old = acquire(&http, "z", 60_000, &mut issued).await;
+    assert_eq!(put(&http, "z", "k", &old["token"], "one").await.0, 200);
+    offline::release(&http, &old).await;
+    let newer = acquire(&http, "z", 2_000, &mut issued).await;
+    assert!(newer["epoch"].as_u64() > old["epoch"].as_u64());
+    assert_eq!(put(&http, "z", "k", &newer["token"], "two").await.0, 200);
+    let (status, body) = put(&http, "z", "k", &old["token"], "late").await;
+    assert_eq!((status, code(&body)), (409, "stale_token"), "{body}");
+    server.kill();
+
+    let db = data.join("palisade.redb");
+    let (_, at, len) = palisade_storage::redb_backend::newest_commit(&db)
+        .unwrap()
+        .expect("the crash left the newest commits in the log");
+    for sector in at / 512..=(at + len - 1) / 512 {
+        let copy = dir.path().join(format!("sector-{sector}"));
+        copy_data(&data, &copy);
+        let (segment, ..) =
+            palisade_storage::redb_backend::newest_commit(&copy.join("palisade.redb"))
+                .unwrap()
+                .unwrap();
+        let mut bytes = std::fs::read(&segment).unwrap();
+        bytes[(sector * 512) as usize..(sector * 512 + 512) as usize].fill(0);
+        std::fs::write(&segment, bytes).unwrap();
+
+        let (_server, http) = start(&copy);
+        for (token, what) in [
+            (&old["token"], "fenced-out epoch 1"),
+            (&newer["token"], "epoch 2"),
+        ] {
+            let (status, body) = put(&http, "z", "k", token, "late").await;
+            assert_eq!(
+                (status, code(&body)),
+                (409, "stale_token"),
+                "sector {sector}, {what}: {body}"
+            );
+        }
+        // Epoch 2's holder releases (its lease is known if its record was not in the
+        // dropped commit) and acquires again: an epoch above every one issued before,
+        // which writes. A lease lost with the commit blocks the lock for its TTL at most.
+        let id = newer["lease_id"].as_str().unwrap();
+        let (status, body) = http
+            .send(
+                http.client
+                    .post(format!("{}/v1/leases/{id}/release", http.base)),
+            )
+            .await;
+        assert!(
+            status == 200 || status == 404,
+            "sector {sector}: release: {body}"
+        );
+        let (status, next) = http
+            .send(
+                http.client
+                    .post(format!("{}/v1/locks/z/acquire", http.base))
+                    .json(&acquire_body("worker", 60_000, 10_000)),
+            )
+            .await;
+        assert_eq!(status, 200, "sector {sector}: {next}");
+        issued.push(("z".into(), next["epoch"].as_u64().unwrap()));
+        assert!(
+            next["epoch"].as_u64().unwrap() > newer["epoch"].as_u64().unwrap(),
+            "sector {sector}: {next}"
+        );
+        assert_eq!(put(&http, "z", "k", &next["token"], "three").await.0, 200);
+        assert_unique(&issued);
+    }
 }

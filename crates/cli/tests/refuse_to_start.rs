@@ -99,8 +99,11 @@ async fn a_database_older_than_the_ledger_or_missing_is_refused() {
     let http = common::Http::new(&server.url);
     cycle(&http, "a", 3, &mut Vec::new()).await;
     drop(server);
-    // The ledger is raised at every start (and every few seconds while serving).
-    drop(Server::start_in(&data, 0, &[]).expect("server starts"));
+    // The ledger is raised at every start (and every few seconds while serving). This run
+    // writes too, so that its log is still there when it is killed.
+    let server = Server::start_in(&data, 0, &[]).expect("server starts");
+    cycle(&common::Http::new(&server.url), "b", 1, &mut Vec::new()).await;
+    drop(server);
 
     // Copying an old file into place (instead of `admin restore`) is caught: by the log
     // it no longer reaches (the server was killed, its log is still there) or, once the

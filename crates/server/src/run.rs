@@ -257,11 +257,15 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
             ))
         })?;
     let found = redb.recovery();
-    if found.torn {
+    if let Some(floor) = found.raised_to {
         tracing::warn!(
             replayed = found.replayed,
             commit_seq = found.commit_seq,
-            "the log ended with a torn record (a write cut by a crash, never acknowledged); dropped it"
+            floor,
+            "the log ended with a record recovery could not vouch for (torn by a crash, or \
+             zeroed since by a bad sector or a lost write); it was dropped, and every lock's \
+             epoch and every namespace's mark raised to {floor}: every token issued before is \
+             refused, and every holder must release and acquire again (docs/guarantees.md)"
         );
     } else {
         tracing::info!(

@@ -86,14 +86,18 @@
 //!   beside it); in one process, await [`FencedStore::close`] before opening the same path
 //!   again.
 //! - A torn record is told from a damaged one by its zero sectors; a disk that tears
-//!   inside a 512-byte sector, or damage that zeroes a whole sector of the newest record,
-//!   is taken for a torn write (and that record dropped).
+//!   inside a 512-byte sector is taken for damage. Damage that zeroes whole sectors of the
+//!   newest records cannot be told from a torn write: recovery drops those records and
+//!   raises every epoch and mark to the epoch horizon (`horizon.rs`), so no token they had
+//!   fenced out passes again; every holder releases and acquires again.
 
+mod horizon;
 mod intake;
 mod layers;
 pub mod offline;
 mod open;
 mod overlay;
+mod raise;
 mod reads;
 mod resident;
 mod schema;
@@ -188,8 +192,13 @@ pub struct RecoveryReport {
     /// Commits replayed from the log into the database file.
     pub replayed: u64,
     /// Whether the log ended with a torn record: a write cut by a crash before its
-    /// fdatasync returned, so never acknowledged, and dropped.
+    /// fdatasync returned, so never acknowledged, and dropped; or an acknowledged one
+    /// damaged since, which recovery cannot tell apart (see `raised_to`).
     pub torn: bool,
+    /// Set when the log's tail was ambiguous (a torn record, or an end where a zeroed
+    /// record would leave no trace): every lock's epoch and every namespace's mark was
+    /// raised to this floor, so no token issued before it is admitted again.
+    pub raised_to: Option<Epoch>,
 }
 
 /// Default of [`RedbOptions::cache_bytes`]: 16 MiB. What is hot lives in memory in front
@@ -338,7 +347,7 @@ impl RedbBackend {
             spare: Default::default(),
             checkpointing: Default::default(),
         });
-        let segment = writer::first_segment(&engine, recovered.seq + 1).map_err(fail)?;
+        writer::adopt_spare(&engine).map_err(fail)?;
         let intake = Arc::new(Intake::new(opts.lazy_linger));
         let (exited, writer_exited) = watch::channel(false);
         let guard = ExitGuard {
@@ -350,7 +359,7 @@ impl RedbBackend {
         std::thread::Builder::new()
             .name("palisade-writer".to_string())
             .spawn(move || {
-                writer::run(engine, &guard.intake, segment);
+                writer::run(engine, &guard.intake, recovered.horizon);
                 drop(guard);
             })
             .map_err(|e| StorageError::Failed(format!("cannot start the writer thread: {e}")))?;
@@ -365,6 +374,7 @@ impl RedbBackend {
                     commit_seq: recovered.seq,
                     replayed: recovered.replayed,
                     torn: recovered.torn,
+                    raised_to: recovered.raised_to,
                 },
                 db: RwLock::new(Some(db)),
                 intake,

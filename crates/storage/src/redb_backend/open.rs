@@ -18,9 +18,11 @@ use std::fs::OpenOptions;
 use std::io::ErrorKind;
 use std::path::Path;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use redb::{Builder, Database, Durability, ReadableTable, WriteTransaction};
+
+use palisade_token::Epoch;
 
 use super::overlay::{self, Rows};
 use super::schema::{
@@ -28,6 +30,7 @@ use super::schema::{
     META_CHECKPOINT_SEQ, META_FORMAT, META_STORE_ID_HI, META_STORE_ID_LO, RESERVATIONS, USAGE,
 };
 use super::wal::{self, LogDir};
+use super::{horizon, raise};
 use crate::Usage;
 
 /// Opens or creates the database file at `path`. Errors do not yet name the path; the
@@ -219,6 +222,11 @@ pub(super) struct Recovered {
     pub replayed: u64,
     /// Whether the log ended with a torn record (cut by a crash; never acknowledged).
     pub torn: bool,
+    /// The log's tail was ambiguous (see [`recover`]) and every epoch and mark was raised
+    /// to this floor.
+    pub raised_to: Option<Epoch>,
+    /// The epoch horizon the writer starts with (see `horizon.rs`).
+    pub horizon: Epoch,
 }
 
 /// The store's id, creating one in a file that has none yet.
@@ -257,7 +265,16 @@ fn store_id(db: &Database) -> Result<u128, Fault> {
 ///   the file is older than its log (an older copy was put in place), or a segment is gone;
 /// - a segment of another store, or with a damaged header.
 ///
-/// A torn record ends the log: it and everything after it were never acknowledged.
+/// A torn record ends the log: it and everything after it were never acknowledged, if a
+/// crash tore it. But a record a bad sector or a lost write zeroed after it was
+/// acknowledged looks the same, and so does the end of a log whose newest record such
+/// damage took away whole (possible only where the log ends on a sector boundary). Such a
+/// tail is **ambiguous**: recovery cannot know what it held, so it raises every epoch and
+/// mark to the epoch horizon (`horizon.rs`), above anything the lost records could have
+/// held, in the same durable step as the replay and before the log is removed; every token
+/// issued before is refused from then on, and the holders release and acquire again (the
+/// leases the database knows are kept, so their locks go to nobody new while they live).
+/// Without a readable horizon an ambiguous tail is refused.
 pub(super) fn recover(db: &Database, log: &dyn LogDir) -> Result<Recovered, Fault> {
     let store_id = store_id(db)?;
     let checkpoint = db
@@ -266,8 +283,12 @@ pub(super) fn recover(db: &Database, log: &dyn LogDir) -> Result<Recovered, Faul
         .get(META_CHECKPOINT_SEQ)?
         .map_or(0, |g| g.value());
     let io = |name: &str, e: std::io::Error| Fault(format!("{}: {e}", log.describe(name)));
+    let segment_prefix = format!("{}.wal.", log.stem());
     let mut segments = Vec::new();
     for name in log.list().map_err(|e| io("log directory", e))? {
+        if !name.starts_with(&segment_prefix) {
+            continue; // the horizon, beside the log
+        }
         if name.ends_with(".tmp") {
             log.remove(&name).map_err(|e| io(&name, e))?;
             continue;
@@ -288,12 +309,43 @@ pub(super) fn recover(db: &Database, log: &dyn LogDir) -> Result<Recovered, Faul
     segments.sort_by_key(|(base, ..)| *base);
     let mut rows = Rows::new();
     let (mut expected, mut replayed, mut torn) = (checkpoint + 1, 0u64, false);
-    for (base, name, file) in &segments {
+    let mut ambiguous = None;
+    // Bytes of log past the point where an ambiguous tail begins: records lost there
+    // could have been acknowledged, each at least RECORD_OVERHEAD bytes long.
+    let mut unread = 0u64;
+    for (i, (base, name, file)) in segments.iter().enumerate() {
         if torn {
-            break; // after a torn record nothing was acknowledged
+            // After a torn record nothing was acknowledged, if a crash tore it.
+            unread += file.len().map_err(|e| io(name, e))?;
+            continue;
         }
         let scanned = wal::scan(file.as_ref(), *base)
             .map_err(|why| Fault(format!("log segment {}: {why}", log.describe(name))))?;
+        match scanned.tail {
+            wal::Tail::Torn { at } => {
+                tracing::warn!(
+                    segment = %log.describe(name),
+                    offset = at,
+                    "the log ends with a torn record (a write cut by a crash before it was \
+                     acknowledged, or an acknowledged one damaged since); dropping it"
+                );
+                torn = true;
+                unread += file.len().map_err(|e| io(name, e))?.saturating_sub(at);
+                ambiguous = Some(format!(
+                    "a torn or zeroed record at byte {at} of {}",
+                    log.describe(name)
+                ));
+            }
+            wal::Tail::Clean { end } if i + 1 == segments.len() && end % wal::SECTOR == 0 => {
+                unread += file.len().map_err(|e| io(name, e))?.saturating_sub(end);
+                ambiguous = Some(format!(
+                    "the log ends on a sector boundary (byte {end} of {}), where a newest \
+                     record zeroed whole would leave no trace",
+                    log.describe(name)
+                ));
+            }
+            wal::Tail::Clean { .. } => {}
+        }
         let newest = scanned
             .records
             .last()
@@ -325,21 +377,22 @@ pub(super) fn recover(db: &Database, log: &dyn LogDir) -> Result<Recovered, Faul
             replayed += 1;
             expected = seq + 1;
         }
-        if let wal::Tail::Torn { at } = scanned.tail {
-            tracing::warn!(
-                segment = %log.describe(name),
-                offset = at,
-                "the log ends with a torn record (a write cut by a crash before it was \
-                 acknowledged); dropping it"
-            );
-            torn = true;
-        }
     }
-    let seq = expected - 1;
+    let mut seq = expected - 1;
     if !rows.is_empty() {
         super::writer::write_checkpoint(db, seq, &rows)?;
         tracing::info!(replayed, seq, "replayed the log into the database file");
     }
+    let lost = ambiguous.map(|why| Lost {
+        why,
+        // Commit numbers go on past every record the unread bytes could have held, so
+        // that none is numbered twice (the server's ledger may have seen one durable).
+        next_seq: seq + unread / wal::RECORD_OVERHEAD + 1,
+    });
+    if let Some(lost) = &lost {
+        seq = lost.next_seq;
+    }
+    let (raised_to, horizon) = settle_horizon(db, log, lost)?;
     for (_, name, _) in &segments {
         log.remove(name).map_err(|e| io(name, e))?;
     }
@@ -349,5 +402,88 @@ pub(super) fn recover(db: &Database, log: &dyn LogDir) -> Result<Recovered, Faul
         store_id,
         replayed,
         torn,
+        raised_to,
+        horizon,
     })
+}
+
+/// An ambiguous tail: why, and the commit number the database goes on from.
+struct Lost {
+    why: String,
+    next_seq: u64,
+}
+
+/// After the replay, before the log goes: with an ambiguous tail, raises every epoch and
+/// mark to the horizon (or to the database's own highest epoch, if that is above it) and
+/// the commit number to `next_seq`; then makes sure a readable horizon is on disk for the
+/// writer. Returns the floor raised to, if any, and the horizon the writer starts with.
+fn settle_horizon(
+    db: &Database,
+    log: &dyn LogDir,
+    lost: Option<Lost>,
+) -> Result<(Option<Epoch>, Epoch), Fault> {
+    let loaded = horizon::load(log);
+    let Some(Lost { why, next_seq }) = lost else {
+        return match loaded {
+            horizon::Loaded::Horizon(h) => Ok((None, h)),
+            other => {
+                // Nothing is unknown: the database itself bounds what the log held.
+                if let horizon::Loaded::Damaged(reason) = other {
+                    tracing::warn!(
+                        file = %log.describe(&horizon::name(log.stem())),
+                        %reason,
+                        "the epoch horizon is damaged; the log's tail is clean, so it is made \
+                         again from the database"
+                    );
+                }
+                let txn = db.begin_write()?;
+                let top = raise::highest(&txn)?;
+                txn.abort()?;
+                let h = top.saturating_add(horizon::HORIZON_STEP);
+                horizon::store(log, h)?;
+                Ok((None, h))
+            }
+        };
+    };
+    let h = match loaded {
+        horizon::Loaded::Horizon(h) => h,
+        horizon::Loaded::Missing => {
+            return Err(Fault(format!(
+                "the log's tail is ambiguous ({why}), and the epoch horizon {} that bounds what \
+                 it held is missing: recovery cannot know which epochs to skip. Restore from a \
+                 backup with a floor above every epoch issued (docs/operations.md)",
+                log.describe(&horizon::name(log.stem()))
+            )))
+        }
+        horizon::Loaded::Damaged(reason) => {
+            return Err(Fault(format!(
+                "the log's tail is ambiguous ({why}), and the epoch horizon {} that bounds what \
+                 it held is damaged ({reason}): recovery cannot know which epochs to skip. \
+                 Restore from a backup with a floor above every epoch issued \
+                 (docs/operations.md)",
+                log.describe(&horizon::name(log.stem()))
+            )))
+        }
+    };
+    let mut txn = db.begin_write()?;
+    txn.set_durability(Durability::Immediate);
+    txn.set_two_phase_commit(true);
+    let floor = raise::highest(&txn)?.max(h);
+    let raised = raise::raise(&txn, floor, &BTreeSet::new(), raise::After::Recovery)?;
+    txn.open_table(META)?
+        .insert(META_CHECKPOINT_SEQ, next_seq)?;
+    txn.commit()?;
+    tracing::error!(
+        %why,
+        floor,
+        locks = raised.locks,
+        namespaces = raised.namespaces,
+        "the log's tail was ambiguous: a record there may have been acknowledged, and what it \
+         held is unknown. Every lock's epoch and every namespace's mark was raised to {floor}: \
+         every token issued before is refused from now on, and every holder must release and \
+         acquire again"
+    );
+    let next = floor.saturating_add(horizon::HORIZON_STEP);
+    horizon::store(log, next)?;
+    Ok((Some(floor), next))
 }

@@ -73,6 +73,8 @@ const K_META: u8 = 6;
 const K_IDEM: u8 = 7;
 const K_IDEM_EXPIRY: u8 = 8;
 const K_USAGE: u8 = 9;
+/// One byte of padding, no row (see [`pad`]).
+const K_PAD: u8 = 0xFF;
 
 const V_NONE: u8 = 0;
 const V_U64: u8 = 1;
@@ -186,11 +188,18 @@ impl<'a> Reader<'a> {
 }
 
 /// Decodes a payload written by [`encode`].
+/// Appends one byte that decodes to no row: the writer lengthens a record by it so that
+/// no record ends on a sector boundary (see `open.rs`, "ambiguous tail").
+pub(super) fn pad(out: &mut Vec<u8>) {
+    out.push(K_PAD);
+}
+
 pub(super) fn decode(payload: &[u8]) -> Result<Vec<Row>, String> {
     let mut r = Reader(payload);
     let mut rows = Vec::new();
     while !r.0.is_empty() {
         let key = match r.u8()? {
+            K_PAD => continue,
             K_EPOCH => Key::Epoch(r.string()?),
             K_RESERVATION => Key::Reservation(r.string()?),
             K_LEASE => Key::Lease(r.string()?),

@@ -31,7 +31,8 @@ pub(super) struct Tx<'v, 'a> {
     /// The store revision as this batch has moved it (written back by [`Tx::finish`]).
     revision: Option<u64>,
     revision_dirty: bool,
-    /// Highest epoch written into a lock's epoch counter.
+    /// Highest epoch written: a lock's counter (a reservation's ceiling raises it too) or
+    /// a namespace's mark.
     pub max_epoch: u64,
 }
 
@@ -188,6 +189,7 @@ impl<'v, 'a> Tx<'v, 'a> {
         if commit.mark_changed || inputs.stored_mark.is_none() {
             let mark = Val::Pair(commit.high_water.epoch, commit.high_water.seq);
             self.put(Key::Fence(ns.to_owned()), mark);
+            self.max_epoch = self.max_epoch.max(commit.high_water.epoch);
         }
         if commit.usage_changed {
             let key = Key::Usage(ns.to_owned());

@@ -48,7 +48,7 @@ const TRAILER: &[u8; 8] = b"PALISEND";
 pub(super) const RECORD_HEADER: u64 = 24;
 /// Bytes a record adds to its payload.
 pub(super) const RECORD_OVERHEAD: u64 = RECORD_HEADER + TRAILER.len() as u64;
-const SECTOR: u64 = 512;
+pub(super) const SECTOR: u64 = 512;
 
 /// A log file as the engine uses it. [`FsLogDir`] gives real files; the tests give a disk
 /// that loses what was not synced.
@@ -148,8 +148,9 @@ pub(super) fn encode_record(seq: u64, payload: &mut [u8], out: &mut Vec<u8>) {
 /// How a segment's records end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum Tail {
-    /// Zeros after the last record (or the file is full).
-    Clean,
+    /// Zeros after the last record (or the file is full); `end` is where the next record
+    /// would have started.
+    Clean { end: u64 },
     /// A record cut by a crash starts here: it and everything after it never counted.
     Torn { at: u64 },
 }
@@ -192,7 +193,7 @@ pub(super) fn scan(file: &dyn LogFile, base: u64) -> Result<Scanned, String> {
         if at + RECORD_HEADER > len {
             return Ok(Scanned {
                 records,
-                tail: Tail::Clean,
+                tail: Tail::Clean { end: at },
             });
         }
         let mut header = [0u8; RECORD_HEADER as usize];
@@ -200,7 +201,7 @@ pub(super) fn scan(file: &dyn LogFile, base: u64) -> Result<Scanned, String> {
         if header.iter().all(|&b| b == 0) {
             return Ok(Scanned {
                 records,
-                tail: Tail::Clean,
+                tail: Tail::Clean { end: at },
             });
         }
         let field = |r: std::ops::Range<usize>| {
@@ -449,7 +450,7 @@ mod tests {
         let (file, _) = segment();
         assert_eq!(read_header(&file).unwrap(), Some((42, 5)));
         let scanned = scan(&file, 5).unwrap();
-        assert_eq!(scanned.tail, Tail::Clean);
+        assert!(matches!(scanned.tail, Tail::Clean { .. }));
         let seqs: Vec<u64> = scanned.records.iter().map(|r| r.0).collect();
         assert_eq!(seqs, [5, 6, 7]);
         assert_eq!(scanned.records[2].3, vec![0u8; 3000]);
@@ -473,7 +474,8 @@ mod tests {
         let piece = at.div_ceil(SECTOR) * SECTOR - at;
         file.write_at(at, &vec![0u8; piece as usize]).unwrap();
         let scanned = scan(&file, 5).unwrap();
-        assert_eq!((scanned.tail, scanned.records.len()), (Tail::Clean, 2));
+        assert!(matches!(scanned.tail, Tail::Clean { .. }));
+        assert_eq!(scanned.records.len(), 2);
 
         // A flipped byte anywhere in a record, or its header, is damage.
         for (record, offset) in [(2usize, 100u64), (2, 3), (0, 30), (1, 2), (2, 3030)] {

@@ -3,7 +3,8 @@
 //! - The **writer** blocks until a request somebody waits for is queued (or a lazy
 //!   record's linger is over, see `intake.rs`), takes what is queued (up to `max_batch`,
 //!   in order, lazy records included), computes the batch's rows ([`Tx`]), appends them
-//!   to the log as one record (one `pwrite`, no fsync). A batch alone (no other waited
+//!   to the log as one record (one `pwrite`, no fsync; before a record that would hold an
+//!   epoch above the epoch horizon, the horizon is raised durably: `horizon.rs`). A batch alone (no other waited
 //!   request queued, the syncer idle) it then completes itself; otherwise it hands the record, its rows and its
 //!   answers to the syncer and takes the next batch at once: its rows are computed while
 //!   the syncer's fdatasync of the previous record runs (pipelined group commit). The
@@ -29,10 +30,12 @@ use redb::{Database, Durability};
 use tokio::sync::oneshot;
 
 use palisade_core::lock_table::Reservation;
+use palisade_token::Epoch;
 
+use super::horizon::{self, HORIZON_STEP};
 use super::intake::{Intake, Next};
 use super::layers::{apply_rows, Layers, View};
-use super::overlay::{encode, Key, Rows, Val};
+use super::overlay::{self, encode, Key, Rows, Val};
 use super::resident::RowCache;
 use super::schema::{Fault, META_CHECKPOINT_SEQ};
 use super::state::State;
@@ -173,7 +176,11 @@ pub(super) enum Chore {
 
 /// The writer thread. Returns when every sender of the queue is gone and the queue is
 /// empty; dropping its channel to the syncer then stops the syncer.
-pub(super) fn run(engine: Arc<Engine>, intake: &Intake, mut segment: Segment) {
+/// `horizon` is the epoch horizon recovery left on disk. The first segment is started by
+/// the first record: a segment with a header and no record is, to recovery, a log whose
+/// first record may have been zeroed whole (`open.rs`).
+pub(super) fn run(engine: Arc<Engine>, intake: &Intake, horizon: Epoch) {
+    let mut segment = None;
     let handoff = Arc::new(Handoff::new());
     let (to_checkpointer, chores) = std::sync::mpsc::channel::<Chore>();
     let syncer = {
@@ -206,6 +213,7 @@ pub(super) fn run(engine: Arc<Engine>, intake: &Intake, mut segment: Segment) {
         pending_at: HashMap::new(),
         inflight: Vec::new(),
         next_seq: engine.state.durable_seq() + 1,
+        horizon,
         to_checkpointer,
     };
     let max_batch = engine.config.max_batch.max(1);
@@ -293,6 +301,8 @@ struct Writer<'e> {
     /// (record, keys) not yet known to be durable, oldest first.
     inflight: Vec<(u64, Vec<Key>)>,
     next_seq: u64,
+    /// The epoch horizon as durably recorded (see `horizon.rs`).
+    horizon: Epoch,
     to_checkpointer: Sender<Chore>,
 }
 
@@ -321,7 +331,7 @@ impl Writer<'_> {
         &mut self,
         batch: Vec<Request>,
         purge: bool,
-        segment: &mut Segment,
+        segment: &mut Option<Segment>,
     ) -> Result<(Flight, usize), Failed> {
         self.prune();
         let engine = self.engine;
@@ -393,6 +403,14 @@ impl Writer<'_> {
             };
             return Ok((flight, purged));
         }
+        if max_epoch >= self.horizon {
+            // Every record's epochs are below the horizon durable before it (horizon.rs).
+            let next = max_epoch.saturating_add(HORIZON_STEP);
+            if let Err(fault) = horizon::store(engine.log.as_ref(), next) {
+                return Err((fault, answers, Vec::new()));
+            }
+            self.horizon = next;
+        }
         let seq = self.next_seq;
         let file = match self.append(seq, &rows, segment) {
             Ok(file) => file,
@@ -421,16 +439,25 @@ impl Writer<'_> {
         &mut self,
         seq: u64,
         rows: &Rows,
-        segment: &mut Segment,
+        segment: &mut Option<Segment>,
     ) -> Result<Arc<dyn LogFile>, Fault> {
         let mut payload = Vec::new();
         encode(rows.iter(), &mut payload);
+        let len = payload.len() as u64 + RECORD_OVERHEAD;
+        // Room for a byte of padding too.
+        let current = match segment.take() {
+            Some(current) if current.offset + len < current.size => current,
+            _ => self.roll(seq, len + 1)?,
+        };
+        let segment = segment.insert(current);
+        // No record ends on a sector boundary: then a log that does end on one has lost a
+        // record a zeroed sector took away whole, and recovery knows it (`open.rs`).
+        if (segment.offset + len) % wal::SECTOR == 0 {
+            overlay::pad(&mut payload);
+        }
         let mut record = Vec::with_capacity(payload.len() + RECORD_OVERHEAD as usize);
         wal::encode_record(seq, &mut payload, &mut record);
         let len = record.len() as u64;
-        if segment.offset + len > segment.size {
-            *segment = self.roll(seq, len)?;
-        }
         segment
             .file
             .write_at(segment.offset, &record)
@@ -464,22 +491,26 @@ fn start_segment(engine: &Engine, base: u64, need: u64) -> Result<Segment, Fault
         .unwrap_or_else(PoisonError::into_inner)
         .take()
         .filter(|_| size == engine.config.segment_bytes);
-    let file = match spare {
-        Some(file) => file,
-        None => engine
-            .log
-            .create_zeroed(&wal::spare_name(&stem), size)
-            .map_err(io)?,
-    };
+    let name = wal::segment_name(&stem, base);
     // The header says which records the file holds; recovery reads it, not the name, so
     // the rename needs no fsync of its own before the first record is acknowledged.
-    file.write_at(0, &wal::encode_header(engine.store_id, base))
-        .map_err(io)?;
-    let name = wal::segment_name(&stem, base);
-    engine
-        .log
-        .rename(&wal::spare_name(&stem), &name)
-        .map_err(io)?;
+    let header = wal::encode_header(engine.store_id, base);
+    let file = match spare {
+        Some(file) => {
+            file.write_at(0, &header).map_err(io)?;
+            engine
+                .log
+                .rename(&wal::spare_name(&stem), &name)
+                .map_err(io)?;
+            file
+        }
+        // Made under its own name: the checkpointer may be preparing the spare meanwhile.
+        None => {
+            let file = engine.log.create_zeroed(&name, size).map_err(io)?;
+            file.write_at(0, &header).map_err(io)?;
+            file
+        }
+    };
     engine
         .segments
         .lock()
@@ -492,9 +523,10 @@ fn start_segment(engine: &Engine, base: u64, need: u64) -> Result<Segment, Fault
     })
 }
 
-/// The segment a freshly opened engine appends to: its first record is `base`. A spare
-/// left by the last run (all zeros) is used if it has the configured size.
-pub(super) fn first_segment(engine: &Engine, base: u64) -> Result<Segment, Fault> {
+/// Takes a spare left by the last run (all zeros) for the first segment of this one, if it
+/// has the configured size; otherwise prepares one, so that the first write does not
+/// wait for a segment to be zero-filled.
+pub(super) fn adopt_spare(engine: &Engine) -> Result<(), Fault> {
     let name = wal::spare_name(engine.log.stem());
     let listed = engine
         .log
@@ -508,7 +540,7 @@ pub(super) fn first_segment(engine: &Engine, base: u64) -> Result<Segment, Fault
             }
         }
     }
-    start_segment(engine, base, 0)
+    prepare_spare(engine)
 }
 
 pub(super) fn maybe_checkpoint(engine: &Engine, chores: &Sender<Chore>, last: &mut Instant) {

@@ -27,9 +27,9 @@ use palisade_token::Epoch;
 
 use super::backup::{BackupInfo, BACKUP_INFO, INFO_KEY};
 use super::{check_tables, open_existing, remove_leftover, OfflineError};
+use crate::redb_backend::raise::{raise, After};
 use crate::redb_backend::schema::{
-    Fault, EPOCHS, FENCES, LEASES, META, META_CHECKPOINT_SEQ, META_RESTORE_FLOOR, META_STORE_ID_HI,
-    META_STORE_ID_LO, RESERVATIONS,
+    Fault, META, META_CHECKPOINT_SEQ, META_STORE_ID_HI, META_STORE_ID_LO,
 };
 
 /// META key: when the last restore happened (seconds since the Unix epoch).
@@ -135,58 +135,8 @@ pub(super) fn read_info(db: &Database) -> Result<BackupInfo, Fault> {
 
 fn rewrite(txn: &WriteTransaction, plan: &RestorePlan) -> Result<Restored, Fault> {
     let floor = plan.floor;
-    let mut locks: BTreeSet<String> = plan.locks.clone();
-
-    let mut leases = txn.open_table(LEASES)?;
-    let mut dropped = Vec::new();
-    for item in leases.iter()? {
-        let (id, record) = item?;
-        let lease: crate::LeaseRecord = serde_json::from_str(record.value())?;
-        // A session's record names no lock; it is dropped like every lease record.
-        if !lease.is_session() {
-            locks.insert(lease.lock);
-        }
-        dropped.push(id.value().to_owned());
-    }
-    for id in &dropped {
-        leases.remove(id.as_str())?;
-    }
-
-    let mut epochs = txn.open_table(EPOCHS)?;
-    for item in epochs.iter()? {
-        locks.insert(item?.0.value().to_owned());
-    }
-    let mut reservations = txn.open_table(RESERVATIONS)?;
-    for item in reservations.iter()? {
-        locks.insert(item?.0.value().to_owned());
-    }
-    let mut fences = txn.open_table(FENCES)?;
-    let mut namespaces: BTreeSet<String> = locks.clone();
-    for item in fences.iter()? {
-        namespaces.insert(item?.0.value().to_owned());
-    }
-    // Every namespace a token can exist for is guarded by a lock of the same name.
-    locks.extend(namespaces.iter().cloned());
-
-    for lock in &locks {
-        let current = epochs.get(lock.as_str())?.map_or(0, |g| g.value());
-        epochs.insert(lock.as_str(), current.max(floor))?;
-        let reserved = reservations.get(lock.as_str())?.map(|g| g.value());
-        if let Some((ceiling, max_ttl_ms, _active)) = reserved {
-            reservations.insert(lock.as_str(), (ceiling.max(floor), max_ttl_ms, 0))?;
-        }
-    }
-    for namespace in &namespaces {
-        let current = fences.get(namespace.as_str())?.map(|g| g.value());
-        let mark = match current {
-            Some((epoch, seq)) if epoch >= floor => (epoch, seq),
-            _ => (floor, 0),
-        };
-        fences.insert(namespace.as_str(), mark)?;
-    }
-
+    let raised = raise(txn, floor, &plan.locks, After::Restore)?;
     let mut meta = txn.open_table(META)?;
-    meta.insert(META_RESTORE_FLOOR, floor)?;
     meta.insert(META_RESTORED_AT, plan.restored_at_unix)?;
     let seq = meta.get(META_CHECKPOINT_SEQ)?.map_or(0, |g| g.value());
     meta.insert(META_CHECKPOINT_SEQ, seq.max(plan.commit_seq))?;
@@ -196,8 +146,8 @@ fn rewrite(txn: &WriteTransaction, plan: &RestorePlan) -> Result<Restored, Fault
     meta.remove(META_STORE_ID_LO)?;
     Ok(Restored {
         floor,
-        locks_floored: locks.len(),
-        namespaces_fenced: namespaces.len(),
-        leases_dropped: dropped.len(),
+        locks_floored: raised.locks,
+        namespaces_fenced: raised.namespaces,
+        leases_dropped: raised.leases_dropped,
     })
 }

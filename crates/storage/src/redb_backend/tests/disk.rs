@@ -252,17 +252,20 @@ impl LogDir for DiskDir {
         Ok(Arc::new(DiskFile(self.0.clone(), id)))
     }
 
+    /// Like the real one (a temporary file renamed once synced): the name appears only
+    /// once the zeros are durable.
     fn create_zeroed(&self, name: &str, bytes: u64) -> io::Result<Arc<dyn LogFile>> {
         let id = {
             let mut m = self.0.machine();
             refused(&m)?;
             m.next_id += 1;
-            let id = m.next_id;
-            m.names.insert(name.to_owned(), id);
-            id
+            m.next_id
         };
         self.0.write(id, 0, &vec![0u8; bytes as usize])?;
         self.0.sync(id)?;
+        let mut m = self.0.machine();
+        refused(&m)?;
+        m.names.insert(name.to_owned(), id);
         Ok(Arc::new(DiskFile(self.0.clone(), id)))
     }
 

@@ -1,6 +1,8 @@
 //! Never roll back silently: a store whose files come back older or damaged after a crash
 //! refuses to open, with a message naming the file, instead of serving a state older than
-//! what it acknowledged (and admitting a stale epoch again).
+//! what it acknowledged (and admitting a stale epoch again). Where recovery cannot tell
+//! damage from a torn write (zeroed sectors at the log's end), it opens with every epoch
+//! and mark raised above anything the lost records could hold.
 //!
 //! A crash here is the files as a SIGKILL leaves them: the handle is leaked (its threads
 //! idle, nothing is checkpointed or cleaned up) and the data directory is copied.
@@ -8,9 +10,13 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use super::{op, put, test_options};
+use palisade_core::gate::GateError;
+
+use super::{op, put, test_options, value};
+use crate::redb_backend::horizon::{self, HORIZON_STEP};
+use crate::redb_backend::wal::FsLogDir;
 use crate::redb_backend::{newest_commit, RedbBackend, RedbOptions};
-use crate::{FencedStore, StorageError};
+use crate::{ApplyError, FencedStore, IssuerLog, StorageError};
 
 /// No background checkpoint: what is written stays in the log.
 fn log_only() -> RedbOptions {
@@ -97,6 +103,168 @@ async fn flipped_bytes_in_the_newest_commit_are_refused() {
             "offset {offset}: {message}"
         );
     }
+}
+
+/// Zeros one 512-byte sector of `path`, the one holding byte `at`.
+fn zero_sector(path: &Path, at: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let start = (at / 512 * 512) as usize;
+    bytes[start..start + 512].fill(0);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Opens a copy whose log tail recovery cannot vouch for; checks that epochs 1 and
+/// `fenced_out` (and so every one between: the mark is above them all) are refused in
+/// namespace "a" and that a new holder above the floor is admitted. Returns the floor.
+async fn reopened_above_every_old_epoch(dir: &Path, fenced_out: u64, context: &str) -> u64 {
+    let store = RedbBackend::open(&dir.join("palisade.redb"), log_only())
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
+    let floor = store
+        .recovery()
+        .raised_to
+        .unwrap_or_else(|| panic!("{context}: not raised: {:?}", store.recovery()));
+    assert!(floor > fenced_out, "{context}: floor {floor}");
+    assert!(
+        store.high_water("a").await.unwrap().epoch >= floor,
+        "{context}"
+    );
+    for stale in [1, fenced_out] {
+        let late = store.apply(op("a", stale, put("k", "late"))).await;
+        assert!(
+            matches!(late, Err(ApplyError::Gate(GateError::Stale { .. }))),
+            "{context}: epoch {stale}: {late:?}"
+        );
+    }
+    let issuer = store.load_issuer().await.unwrap();
+    assert!(
+        issuer.epoch_floor >= floor,
+        "{context}: locks never seen start above it"
+    );
+    store
+        .apply(op("a", floor + 1, put("k", "new holder")))
+        .await
+        .unwrap_or_else(|e| panic!("{context}: {e}"));
+    store.close().await;
+    floor
+}
+
+/// A bad sector or a lost write zeroes a sector of the newest acknowledged commit: recovery
+/// cannot tell it from a write a crash tore, and drops it. Whichever sector it is, no
+/// token that commit had fenced out passes again (epoch 1 here), and neither does epoch 2.
+#[tokio::test]
+async fn a_zeroed_sector_of_the_newest_commit_never_admits_a_fenced_out_epoch() {
+    let probe = crashed_after_two_epochs(log_only()).await;
+    let (_, at, len) = newest_commit(&probe.path().join("palisade.redb"))
+        .unwrap()
+        .unwrap();
+    let mut floors = Vec::new();
+    for sector in at / 512..=(at + len - 1) / 512 {
+        let copy = crashed_after_two_epochs(log_only()).await;
+        let (segment, again, _) = newest_commit(&copy.path().join("palisade.redb"))
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, at, "the same layout every run");
+        zero_sector(&segment, sector * 512);
+        let context = format!("sector {sector} of a record at {at}..{}", at + len);
+        floors.push(reopened_above_every_old_epoch(copy.path(), 2, &context).await);
+    }
+    assert!(!floors.is_empty());
+}
+
+/// No record ends on a sector boundary (the writer pads it by a byte), so that a log that
+/// ends on one can only have lost a record zeroed whole. Each value here is sized so that
+/// its record would end exactly on one.
+#[tokio::test]
+async fn no_commit_ends_on_a_sector_boundary() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("palisade.redb");
+    let store = RedbBackend::open(&db, log_only()).unwrap();
+    let write = |length: u64| {
+        let store = store.clone();
+        let db = db.clone();
+        async move {
+            let value = "v".repeat(length as usize);
+            store.apply(op("a", 1, put("k", &value))).await.unwrap();
+            let (_, at, len) = newest_commit(&db).unwrap().unwrap();
+            (at, len)
+        }
+    };
+    write(1).await; // the namespace's first write carries more rows
+                    // A record's length is a constant plus the value's, padding aside (at most one of
+                    // two records is padded).
+    let (_, a) = write(10).await;
+    let (_, b) = write(20).await;
+    let overhead = (a - 10).min(b - 20);
+    let mut last = 20;
+    for round in 0..20 {
+        let (_, at, len) = newest_commit(&db).unwrap().unwrap();
+        let end = at + len;
+        let mut boundary = (end / 512 + 2) * 512;
+        if boundary - end - overhead == last {
+            boundary += 512; // a value of the same size writes no usage row: shorter
+        }
+        last = boundary - end - overhead;
+        let (at, len) = write(last).await;
+        assert_eq!(at + len, boundary + 1, "round {round}: padded by one byte");
+    }
+    assert_eq!(
+        value(&store, "a", "k").await.map(|v| v.len() > 400),
+        Some(true)
+    );
+    store.close().await;
+}
+
+/// The one place a zeroed newest commit leaves no trace but the end of the log: a segment's
+/// first record starts on a sector boundary (right after the segment's header), so zeroing
+/// its sector leaves a segment with no record at all. Recovery takes such a segment for
+/// an ambiguous tail too (the writer starts a segment only to append a record to it).
+#[tokio::test]
+async fn a_first_commit_zeroed_whole_is_not_taken_for_an_empty_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("palisade.redb");
+    let store = RedbBackend::open(&db, log_only()).unwrap();
+    store.apply(op("a", 1, put("k", "one"))).await.unwrap();
+    store.close().await;
+    // Everything is in the database file; the next run's first commit starts a segment.
+    let store = RedbBackend::open(&db, log_only()).unwrap();
+    assert_eq!(newest_commit(&db).unwrap(), None);
+    store.apply(op("a", 2, put("k", "two"))).await.unwrap();
+    settle(&store, dir.path(), false).await;
+    let copy = copy_dir(dir.path());
+    std::mem::forget(store);
+    let (segment, at, len) = newest_commit(&copy.path().join("palisade.redb"))
+        .unwrap()
+        .unwrap();
+    assert!(at % 512 == 0 && len < 512, "{at} {len}");
+    zero_sector(&segment, at);
+    reopened_above_every_old_epoch(copy.path(), 2, "first commit zeroed").await;
+}
+
+/// The horizon moves ahead of the epochs: a commit far above the first horizon raises it
+/// before it is appended, so that losing that very commit still leaves a bound above it.
+#[tokio::test]
+async fn the_horizon_is_raised_before_a_commit_that_would_pass_it() {
+    let high = 5 * HORIZON_STEP;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("palisade.redb");
+    let store = RedbBackend::open(&db, log_only()).unwrap();
+    let log = FsLogDir::for_db(&db);
+    assert_eq!(horizon::load(&log), horizon::Loaded::Horizon(HORIZON_STEP));
+    store.apply(op("a", 1, put("k", "one"))).await.unwrap();
+    store.apply(op("a", high, put("k", "high"))).await.unwrap();
+    assert_eq!(
+        horizon::load(&log),
+        horizon::Loaded::Horizon(high + HORIZON_STEP)
+    );
+    settle(&store, dir.path(), false).await;
+    let copy = copy_dir(dir.path());
+    std::mem::forget(store);
+    let (segment, at, _) = newest_commit(&copy.path().join("palisade.redb"))
+        .unwrap()
+        .unwrap();
+    zero_sector(&segment, at + 30);
+    let floor = reopened_above_every_old_epoch(copy.path(), high, "high commit zeroed").await;
+    assert_eq!(floor, high + HORIZON_STEP);
 }
 
 #[tokio::test]
