@@ -227,6 +227,51 @@ async fn per_lock_and_per_server_quotas() {
     let _ = (held, queued);
 }
 
+/// The red team's fill: short leases that are never released, only left to expire, fill
+/// `--max-locks`. Once they have run out their locks leave the table like released ones,
+/// and a new lock name is granted again (it used to be refused for good, 429).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_whose_leases_expired_make_room_in_a_full_table() {
+    let server = Server::start(&["--max-locks", "20"]);
+    let http = Http::new(&server.url);
+    let acquire = |lock: String| {
+        let req = http
+            .client
+            .post(format!("{}/v1/locks/{lock}/acquire", server.url))
+            .json(&json!({"holder": "filler", "ttl_ms": 300}));
+        http.send(req)
+    };
+    let mut filled = Vec::new();
+    for i in 0..20 {
+        let (s, b) = acquire(format!("a{i}")).await;
+        assert_eq!(s, 200, "{b}");
+        filled.push(b);
+    }
+    let (s, b) = acquire("newcomer".into()).await;
+    assert_eq!((s, quota(&b)), (429, ("locks", 20)));
+    // Nobody releases; the leases expire, the locks fall idle (after the idle grace) and
+    // a sweep of the full table forgets them.
+    let mut granted = None;
+    for _ in 0..200 {
+        let (s, b) = acquire("newcomer".into()).await;
+        if s == 200 {
+            granted = Some(b);
+            break;
+        }
+        assert_eq!(quota(&b), ("locks", 20));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let newcomer = granted.expect("expired locks never left the table");
+    assert!(newcomer["epoch"].as_u64().unwrap() >= 1);
+    // A forgotten lock, met again, continues above every epoch it had.
+    let (s, again) = acquire("a0".into()).await;
+    assert_eq!(s, 200, "{again}");
+    assert!(
+        again["epoch"].as_u64() > filled[0]["epoch"].as_u64(),
+        "{again}"
+    );
+}
+
 #[tokio::test]
 async fn namespace_quotas_and_idempotency_retention() {
     let server = Server::start(&[

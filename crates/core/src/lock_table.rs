@@ -998,10 +998,12 @@ impl LockTable {
         }
     }
 
-    /// Makes room: every lock that is idle and whose state is all durable (no lease, no
-    /// waiter, no lock-delay, no grace, reservation recorded inactive, no expiry waiting
-    /// for a write) leaves the table, the floor rises above all their epochs, and
-    /// [`Event::Forgotten`] tells the caller. One pass over the table; when it frees less
+    /// Makes room: every lock that is idle (no lease, no waiter, no lock-delay, no grace,
+    /// reservation marked inactive) leaves the table, the floor rises above all their
+    /// epochs, and [`Event::Forgotten`] tells the caller. A lock whose last lease expired
+    /// goes like one whose lease was released: the removal of the expired lease's record
+    /// is queued, and the next grant of the lock, met again, waits for a reservation
+    /// written after it, so nothing is granted before the expiry is on disk. One pass over the table; when it frees less
     /// than a sixteenth of `max_locks`, the next pass waits a second, so that a table full
     /// of live locks does not pay a pass for every refused newcomer.
     fn forget_idle(&mut self, now: Millis) {
@@ -1015,8 +1017,7 @@ impl LockTable {
                 && lock.queue.is_empty()
                 && lock.delay_until <= now
                 && !lock.durable.active
-                && lock.idle_since == NOT_IDLE
-                && !lock.expired_unsynced;
+                && lock.idle_since == NOT_IDLE;
             if idle {
                 floor = floor.max(lock.last_epoch).max(lock.durable.ceiling);
             }

@@ -515,6 +515,49 @@ fn a_full_table_forgets_idle_locks_and_new_epochs_continue_above_them() {
     );
 }
 
+/// A lock whose last lease expired leaves a full table like a released one: a principal
+/// that fills the table with short leases and lets them run out does not lock every new
+/// name out for good.
+#[test]
+fn a_full_table_forgets_locks_whose_leases_expired() {
+    let mut t = LockTable::new(TableConfig {
+        max_locks: 3,
+        epoch_block: 10,
+        ..Default::default()
+    });
+    for (i, lock) in ["a", "b", "c"].into_iter().enumerate() {
+        let g = granted(t.acquire(0, req(lock, "h", 300, 0, &i.to_string())));
+        t.confirm(0, lock, g.reserve.unwrap(), g.generation);
+    }
+    assert!(matches!(
+        t.acquire(0, req("d", "h", 300, 0, "9")),
+        AcquireOutcome::QuotaExceeded { .. }
+    ));
+    // The leases run out (each lock's timer settles it); none was released.
+    t.poll(300);
+    let events = t.drain_events();
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Expired { .. }))
+            .count(),
+        3,
+        "{events:?}"
+    );
+    let d = granted(t.acquire(1300, req("d", "h", 300, 0, "10")));
+    let events = t.drain_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Forgotten { count: 3, .. })),
+        "{events:?}"
+    );
+    assert!(d.epoch > 1 && d.reserve.is_some(), "{d:?}");
+    // A forgotten lock met again continues above its epochs, with a durable write first.
+    let a = granted(t.acquire(1300, req("a", "h", 300, 0, "11")));
+    assert!(a.epoch > 1 && a.reserve.is_some(), "{a:?}");
+}
+
 #[test]
 fn the_restart_block_follows_the_leases_since_the_lock_was_last_idle() {
     let mut t = LockTable::new(TableConfig {
