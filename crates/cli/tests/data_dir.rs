@@ -163,6 +163,30 @@ fn a_port_in_use_leaves_no_data_directory_behind() {
     assert!(snapshot(dir.path()).is_empty());
 }
 
+/// A first start that fails after it created the database (here: its `--signing-key-file`
+/// cannot be read; on a full disk, the log's zero-filling) takes back what it made, so the
+/// next start is a first start again instead of a refusal ("signing-keys.json is missing,
+/// but palisade.redb exists").
+#[tokio::test]
+async fn a_failed_first_start_leaves_a_directory_that_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .arg("--signing-key-file")
+        .arg(dir.path().join("no-such-key"))
+        .output()
+        .expect("run palisade");
+    assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no-such-key"), "{}", stderr(&out));
+    let left: Vec<String> = snapshot(&data).into_iter().map(|(name, ..)| name).collect();
+    assert_eq!(left, [MARKER], "only the marker stays");
+    let server = Server::start_in(&data, 0, &[]).expect("the next start is a first start");
+    assert_eq!(acquire_epoch(&server.url, "a").await, 1);
+    assert!(data.join("signing-keys.json").exists());
+}
+
 #[tokio::test]
 async fn listen_takes_a_host_name() {
     let dir = tempfile::tempdir().unwrap();

@@ -254,6 +254,70 @@ impl Drop for DataDir {
     }
 }
 
+/// The state a start creates in a directory that had none, taken back if the start fails
+/// before its state is whole: a first start that fails half-way (a full disk while the
+/// log's segments are zero-filled, a key file that cannot be read) leaves the directory
+/// as it found it, so that the next start is a first start again rather than a refusal
+/// ("signing-keys.json is missing, but palisade.redb exists"). Call
+/// [`FirstStart::complete`] once the database and the key set are both there; dropped
+/// before that, it removes every state file ([`STATE_NAMES`], [`STATE_PREFIXES`]) that was
+/// not there when it began.
+#[derive(Debug)]
+pub struct FirstStart {
+    path: PathBuf,
+    before: Vec<OsString>,
+    complete: bool,
+}
+
+impl FirstStart {
+    /// Notes the state files `path` holds now.
+    pub fn begin(path: &Path) -> Result<FirstStart, DataDirError> {
+        Ok(FirstStart {
+            path: path.to_owned(),
+            before: state_files(path)?,
+            complete: false,
+        })
+    }
+
+    /// The state is whole: nothing is taken back any more.
+    pub fn complete(mut self) {
+        self.complete = true;
+    }
+}
+
+impl Drop for FirstStart {
+    fn drop(&mut self) {
+        if self.complete {
+            return;
+        }
+        let Ok(now) = state_files(&self.path) else {
+            return;
+        };
+        let made: Vec<&OsString> = now.iter().filter(|n| !self.before.contains(n)).collect();
+        for name in &made {
+            if let Err(e) = fs::remove_file(self.path.join(name)) {
+                tracing::warn!(file = %self.path.join(name).display(), error = %e, "cannot remove a file of a failed first start");
+            }
+        }
+        if !made.is_empty() {
+            let _ = fs::File::open(&self.path).and_then(|d| d.sync_all());
+            tracing::info!(dir = %self.path.display(), files = made.len(), "the first start failed: removed the files it had made");
+        }
+    }
+}
+
+/// Names of the state files in `path`.
+fn state_files(path: &Path) -> Result<Vec<OsString>, DataDirError> {
+    let mut names = Vec::new();
+    for entry in fs::read_dir(path).map_err(io_err(path))? {
+        let name = entry.map_err(io_err(path))?.file_name();
+        if is_state_name(&name) {
+            names.push(name);
+        }
+    }
+    Ok(names)
+}
+
 fn create_private(path: &Path) -> Result<(), DataDirError> {
     let mut builder = fs::DirBuilder::new();
     builder.recursive(true);

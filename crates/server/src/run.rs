@@ -235,6 +235,10 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     // Before the database is opened (which creates it): only a directory without state
     // may get a new key.
     let fresh = !keys::has_database(dir);
+    // A first start that fails before its state is whole leaves the directory as it was.
+    let first_start = fresh
+        .then(|| crate::data_dir::FirstStart::begin(dir))
+        .transpose()?;
     recovery::check_before_open(dir).map_err(ServerError::Recovery)?;
     let db_path = dir.join(DB_FILE);
     let options = RedbOptions {
@@ -247,6 +251,14 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         .await
         .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?
         .map_err(|e| {
+            if fresh {
+                // Nothing to recover: what this start made is taken back (`FirstStart`).
+                return ServerError::Recovery(format!(
+                    "{e}. Nothing was served. This was the directory's first start: the files \
+                     it made were removed, so fix the cause (free space on the volume, for \
+                     one) and start again"
+                ));
+            }
             // Refused: damaged, older than its log, or not a Palisade database. Serving it
             // could lose acknowledged writes; say what recovers it.
             ServerError::Recovery(format!(
@@ -274,13 +286,24 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
             "database opened"
         );
     }
-    recovery::check_and_refresh(dir, &redb)
-        .await
-        .map_err(ServerError::Recovery)?;
     let seed_file = config.signing_key_file.as_deref();
-    let (key_set, origin) = keys::open_for_serving(dir, seed_file, fresh, keys::now_unix())
-        .map_err(ServerError::Key)?;
+    let state = match recovery::check_and_refresh(dir, &redb).await {
+        Ok(()) => keys::open_for_serving(dir, seed_file, fresh, keys::now_unix())
+            .map_err(ServerError::Key),
+        Err(e) => Err(ServerError::Recovery(e)),
+    };
+    let (key_set, origin) = match state {
+        Ok(keys) => keys,
+        Err(e) => {
+            // Closed before anything of a failed first start is taken back.
+            redb.close().await;
+            return Err(e);
+        }
+    };
     log_key_origin(&key_set, origin, seed_file);
+    if let Some(first_start) = first_start {
+        first_start.complete();
+    }
     let backend: Arc<dyn FencedStore> = Arc::new(redb.clone());
     let issuer_log: Arc<dyn IssuerLog> = Arc::new(redb.clone());
     let keys = KeyRegistry::new(
