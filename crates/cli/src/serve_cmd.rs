@@ -178,6 +178,10 @@ pub struct ServeArgs {
     /// Events streams open at once; more are refused with 429 quota_exceeded.
     #[arg(long, env = "PALISADE_MAX_EVENT_SUBSCRIBERS", default_value_t = palisade_server::observe::DEFAULT_MAX_SUBSCRIBERS as u64, value_parser = clap::value_parser!(u64).range(0..=100_000))]
     max_event_subscribers: u64,
+    /// Events streams one principal may have open at once (with --auth-file; a
+    /// principal's max_event_subscribers may change it).
+    #[arg(long, env = "PALISADE_MAX_EVENT_SUBSCRIBERS_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_event_subscribers_per_principal)]
+    max_event_subscribers_per_principal: u32,
     #[command(flatten)]
     transport: TransportArgs,
     #[command(flatten)]
@@ -285,6 +289,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         max_locks: usize::try_from(args.max_locks).context("--max-locks is too large")?,
         max_lock_delay_ms: args.max_lock_delay_ms,
         max_sessions: args.max_sessions,
+        max_event_subscribers_per_principal: args.max_event_subscribers_per_principal,
     };
     config.store_limits = palisade_storage::StoreLimits {
         max_keys_per_namespace: args.max_keys_per_namespace,

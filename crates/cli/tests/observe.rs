@@ -1,8 +1,9 @@
 //! Seeing it work, against the real binary: `/metrics` counters move by exactly what a
 //! scripted sequence did, the events stream shows the same sequence in order, resumes
 //! after a reconnect and resets for an id it no longer holds, streams and metrics follow
-//! the auth file, and a backup taken over the API under write load restores with the
-//! recovery rules intact.
+//! the auth file (one principal cannot take every stream; a reload that removes or
+//! changes a principal ends its streams), and a backup taken over the API under write
+//! load restores with the recovery rules intact.
 
 mod common;
 mod offline;
@@ -13,7 +14,7 @@ use palisade_client::LockEvent;
 use serde_json::Value;
 
 use common::events::{delta, describe, follow, next_event, samples, scrape};
-use common::principals::{auth_file, grant, Api};
+use common::principals::{auth_file, digest, grant, Api};
 use common::{code, Http, Server, Signal};
 
 /// acquire (a), write, expiry, acquire (b), write, stale write (a), release (b): each
@@ -323,4 +324,237 @@ async fn a_backup_taken_while_serving_restores_safely() {
     // Epochs continue above everything issued, also what was issued after the backup.
     let again = http.acquire("W", "again", 60_000).await;
     assert!(again["epoch"].as_u64().unwrap() > newer_epoch);
+}
+
+/// Writes an auth file naming these principals by (name, key, extra TOML lines).
+fn write_auth(path: &std::path::Path, principals: &[(&str, &str, &str)]) {
+    let mut text = String::new();
+    for (name, key, body) in principals {
+        text.push_str(&format!(
+            "[[principal]]\nname = \"{name}\"\nkey_sha256 = \"{}\"\n{body}\n\n",
+            digest(key)
+        ));
+    }
+    std::fs::write(path, text).unwrap();
+}
+
+/// Opens an events stream of every lock for `key`: its status and, on 200, its body.
+async fn open_stream(api: &Api, key: &str) -> (u16, Option<reqwest::Response>, Value) {
+    let resp = api
+        .req(Some(key), reqwest::Method::GET, "/v1/events")
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    if status == 200 {
+        return (status, Some(resp), Value::Null);
+    }
+    let body = resp.json().await.unwrap_or(Value::Null);
+    (status, None, body)
+}
+
+/// The red team's hog: one principal with a `read` grant opened every one of the server's
+/// streams and every other principal got 429. Each principal now has its own share
+/// (`--max-event-subscribers-per-principal`, or its own `max_event_subscribers`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_principal_cannot_take_every_events_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auth.toml");
+    let read = grant("*", &["read"]);
+    write_auth(
+        &file,
+        &[
+            ("hog", "key-of-hog", &read),
+            ("other", "key-of-other", &read),
+            (
+                "big",
+                "key-of-big",
+                &format!("max_event_subscribers = 3\n{read}"),
+            ),
+        ],
+    );
+    let server = Server::start(&[
+        "--auth-file",
+        file.to_str().unwrap(),
+        "--max-event-subscribers",
+        "7",
+        "--max-event-subscribers-per-principal",
+        "2",
+    ]);
+    let api = Api::new(&server);
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let (status, stream, body) = open_stream(&api, "key-of-hog").await;
+        assert_eq!(status, 200, "{body}");
+        open.push(stream);
+    }
+    let (status, _, body) = open_stream(&api, "key-of-hog").await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(code(&body), "quota_exceeded");
+    assert_eq!(body["error"]["resource"], "event_subscribers_per_principal");
+    assert_eq!(body["error"]["limit"], 2);
+    // Another principal still gets one; one with its own limit gets that many.
+    let (status, stream, body) = open_stream(&api, "key-of-other").await;
+    assert_eq!(status, 200, "{body}");
+    open.push(stream);
+    for _ in 0..3 {
+        let (status, stream, body) = open_stream(&api, "key-of-big").await;
+        assert_eq!(status, 200, "{body}");
+        open.push(stream);
+    }
+    let (status, _, body) = open_stream(&api, "key-of-big").await;
+    assert_eq!(
+        (status, &body["error"]["limit"]),
+        (429, &Value::from(3)),
+        "{body}"
+    );
+    // The server-wide cap still holds over all of them: the seventh stream is the last.
+    let (status, stream, body) = open_stream(&api, "key-of-other").await;
+    assert_eq!(status, 200, "{body}");
+    open.push(stream);
+    let (status, _, body) = open_stream(&api, "key-of-big").await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["resource"], "event_subscribers");
+    // A stream closed gives its principal's place back.
+    open.remove(0);
+    let mut reopened = false;
+    for _ in 0..200 {
+        let (status, stream, _) = open_stream(&api, "key-of-hog").await;
+        if status == 200 {
+            open.push(stream);
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(reopened, "the closed stream's place never came back");
+}
+
+/// Revoked means revoked: a principal removed from the auth file (SIGHUP) gets 401 on new
+/// requests, a stream it opened before ends instead of going on delivering events, and an
+/// acquisition it has waiting in line ends (401) and leaves the line; the stream of a
+/// principal whose grants the reload narrowed ends too. A principal the reload left as it
+/// was keeps its stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_ends_the_streams_of_principals_it_removed_or_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("auth.toml");
+    let read = grant("*", &["read"]);
+    let work = grant("*", &["acquire", "read", "write"]);
+    write_auth(
+        &file,
+        &[
+            ("gone", "key-of-gone", &read),
+            ("narrowed", "key-of-narrowed", &read),
+            ("kept", "key-of-kept", &read),
+            ("worker", "key-of-worker", &work),
+            ("waiter", "key-of-waiter", &work),
+        ],
+    );
+    let server = Server::start(&["--auth-file", file.to_str().unwrap()]);
+    let api = Api::new(&server);
+    let mut streams = Vec::new();
+    for key in ["key-of-gone", "key-of-narrowed", "key-of-kept"] {
+        let (status, stream, body) = open_stream(&api, key).await;
+        assert_eq!(status, 200, "{body}");
+        streams.push(stream.unwrap());
+    }
+    // An acquisition of the principal about to be removed, waiting in line.
+    let acquire = |key: &'static str, wait_ms: u64| {
+        api.req(Some(key), reqwest::Method::POST, "/v1/locks/held/acquire")
+            .json(&serde_json::json!({"ttl_ms": 60_000, "wait_ms": wait_ms}))
+    };
+    assert_eq!(api.send(acquire("key-of-worker", 0)).await.0, 200);
+    let waiting = tokio::spawn(acquire("key-of-waiter", 60_000).send());
+    let waiters = || async {
+        api.send(api.req(
+            Some("key-of-worker"),
+            reqwest::Method::GET,
+            "/v1/locks/held",
+        ))
+        .await
+        .1["waiters"]
+            .as_u64()
+    };
+    for _ in 0..500 {
+        if waiters().await == Some(1) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(waiters().await, Some(1));
+    write_auth(
+        &file,
+        &[
+            ("narrowed", "key-of-narrowed", &grant("a*", &["read"])),
+            ("kept", "key-of-kept", &read),
+            ("worker", "key-of-worker", &work),
+        ],
+    );
+    server.signal(Signal::SIGHUP);
+    let mut reloaded = false;
+    for _ in 0..500 {
+        let (status, _, _) = api
+            .send(api.req(Some("key-of-gone"), reqwest::Method::GET, "/v1/locks/x"))
+            .await;
+        if status == 401 {
+            reloaded = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(reloaded, "the reload never took effect");
+    // The removed principal's waiting acquisition ends (401) and leaves the line.
+    let answer = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("the waiting acquisition went on after the reload")
+        .unwrap()
+        .unwrap();
+    assert_eq!(answer.status(), 401);
+    assert_eq!(waiters().await, Some(0));
+    // A grant after the reload: the kept stream sees it, the ended ones never do.
+    let (status, body, _) = api
+        .send(
+            api.req(
+                Some("key-of-worker"),
+                reqwest::Method::POST,
+                "/v1/locks/after/acquire",
+            )
+            .json(&serde_json::json!({"ttl_ms": 60_000})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let kept = streams.pop().unwrap();
+    for (who, mut stream) in ["gone", "narrowed"].into_iter().zip(streams) {
+        let mut seen = String::new();
+        let ended = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(chunk) = stream.chunk().await.transpose() {
+                match chunk {
+                    Ok(bytes) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+                    Err(_) => break,
+                }
+            }
+        })
+        .await;
+        assert!(
+            ended.is_ok(),
+            "{who}: the stream went on after the reload: {seen}"
+        );
+        assert!(
+            !seen.contains("\"after\""),
+            "{who}: got an event after the reload: {seen}"
+        );
+    }
+    let mut kept = kept;
+    let mut seen = String::new();
+    let got = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(Some(bytes)) = kept.chunk().await {
+            seen.push_str(&String::from_utf8_lossy(&bytes));
+            if seen.contains("\"after\"") {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(got.is_ok(), "the kept stream did not see the grant: {seen}");
 }

@@ -32,6 +32,9 @@ pub struct Limits {
     /// Sessions the embedded issuer keeps at once (each is also one lease of its
     /// principal's quota).
     pub max_sessions: usize,
+    /// Events streams one principal may have open at once (of the server's
+    /// `max_event_subscribers`).
+    pub max_event_subscribers_per_principal: u32,
 }
 
 impl Limits {
@@ -50,6 +53,20 @@ impl Limits {
                 .max_waiters
                 .unwrap_or(self.max_waiters_per_principal),
         })
+    }
+
+    /// Whose place an events stream of `caller` takes, and how many that principal may
+    /// have open; none with authentication off.
+    pub fn event_streams_for<'c>(
+        &self,
+        caller: &'c crate::auth::Caller,
+    ) -> Option<(&'c str, usize)> {
+        let p = caller.principal()?;
+        let limit = p
+            .limits
+            .max_event_subscribers
+            .unwrap_or(self.max_event_subscribers_per_principal);
+        Some((p.name.as_str(), limit as usize))
     }
 
     /// The longest TTL `caller` may ask for.
@@ -71,6 +88,7 @@ impl Default for Limits {
             max_locks: 1_000_000,
             max_lock_delay_ms: palisade_api::recipes::DEFAULT_MAX_LOCK_DELAY_MS,
             max_sessions: 100_000,
+            max_event_subscribers_per_principal: 16,
         }
     }
 }

@@ -61,20 +61,29 @@ pub async fn acquire(
         return Err(ApiError::quota_exceeded("lock_delay_ms", max_delay));
     }
     let lease_id = hex::encode(rand::random::<[u8; 16]>());
-    let granted = state
-        .issuer
-        .acquire(AcquireRequest {
-            lock,
-            holder,
-            ttl_ms,
-            wait_ms: body.wait_ms,
-            lease_id,
-            owner: state.limits.owner_for(&caller),
-            value,
-            lock_delay_ms: body.lock_delay_ms,
-            session: body.session,
-        })
-        .await?;
+    // An acquisition that may wait long, with authentication on: a reload that revokes
+    // the caller ends the wait (it needs the lock's name for that).
+    let revocable = (body.wait_ms > 0 && state.auth.is_some()).then(|| lock.clone());
+    let acquiring = state.issuer.acquire(AcquireRequest {
+        lock,
+        holder,
+        ttl_ms,
+        wait_ms: body.wait_ms,
+        lease_id,
+        owner: state.limits.owner_for(&caller),
+        value,
+        lock_delay_ms: body.lock_delay_ms,
+        session: body.session,
+    });
+    let granted = match revocable {
+        Some(lock) => {
+            crate::auth::Auth::while_granted(state.auth.as_deref(), &caller, &lock, async {
+                acquiring.await.map_err(ApiError::from)
+            })
+            .await?
+        }
+        None => acquiring.await?,
+    };
     let g = granted.grant;
     Ok(Json(Lease {
         lock: g.lock,

@@ -8,7 +8,9 @@
 //!   and `reset`. A `Last-Event-ID` header resumes after that id while the server still
 //!   holds what followed it; otherwise the stream starts with `reset`. With
 //!   authentication on, a stream carries only the locks its principal may `read` or
-//!   `acquire` (as checked when the stream opened).
+//!   `acquire` (as checked when the stream opened), takes one of its principal's places
+//!   (`max_event_subscribers`), and ends when a reload of the auth file removes or
+//!   changes its principal.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -22,9 +24,10 @@ use axum::response::{IntoResponse, Response};
 use futures::Stream;
 use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
 
 use super::{lock_name, path, query_of, ApiError, AppState};
-use crate::auth::{Caller, Verb};
+use crate::auth::{Auth, Caller, Verb};
 use crate::observe::events::{reset_json, Live, ResetReason, Subscription};
 use crate::observe::{metrics, Observe};
 
@@ -166,11 +169,13 @@ fn open(
     if bus.is_closed() {
         return Err(ApiError::shutting_down());
     }
-    let Some(sub) = bus.subscribe(last) else {
-        return Err(ApiError::quota_exceeded(
-            "event_subscribers",
-            bus.max_subscribers(),
-        ));
+    let owner = state.limits.event_streams_for(&caller);
+    let sub = bus
+        .subscribe(last, owner)
+        .map_err(|full| ApiError::quota_exceeded(full.resource, full.limit))?;
+    let revocable = match (&state.auth, &caller) {
+        (Some(auth), Caller::Principal(_)) => Some((auth.clone(), auth.reloads())),
+        _ => None,
     };
     let stream = Follower {
         sub,
@@ -178,6 +183,7 @@ fn open(
         scope,
         last_seen: last.unwrap_or(0),
         observe: state.observe.clone(),
+        revocable,
     }
     .into_stream();
     let mut response = Sse::new(stream)
@@ -198,6 +204,9 @@ struct Follower {
     /// The id of the last event this stream passed by (sent or filtered out).
     last_seen: u64,
     observe: Arc<Observe>,
+    /// With authentication on: the auth file's reloads, after each of which the stream
+    /// ends unless its principal stands exactly as it did.
+    revocable: Option<(Arc<Auth>, watch::Receiver<u64>)>,
 }
 
 impl Follower {
@@ -239,8 +248,15 @@ impl Follower {
                 continue;
             }
             let received = tokio::select! {
-                received = self.sub.live.recv() => received,
+                received = self.sub.live.recv() => Some(received),
                 _ = self.sub.closed.wait_for(|closed| *closed) => return None,
+                () = reloaded(&mut self.revocable) => None,
+            };
+            let Some(received) = received else {
+                if self.revoked() {
+                    return None;
+                }
+                continue;
             };
             match received {
                 Ok(item) => {
@@ -258,12 +274,35 @@ impl Follower {
         }
     }
 
+    /// After a reload: whether the stream's principal was removed or changed.
+    fn revoked(&self) -> bool {
+        let (Some((auth, _)), Caller::Principal(principal)) = (&self.revocable, &self.caller)
+        else {
+            return false;
+        };
+        let revoked = !auth.still_grants(principal);
+        if revoked {
+            tracing::info!(principal = %principal.name, "the auth file changed this principal: its events stream ends");
+        }
+        revoked
+    }
+
     fn into_stream(self) -> impl Stream<Item = Result<Event, Infallible>> + Send {
         futures::stream::unfold(self, |mut follower| async move {
             let event = follower.next().await?;
             Some((Ok(event), follower))
         })
     }
+}
+
+/// Resolves at the next reload of the auth file; never without one.
+async fn reloaded(revocable: &mut Option<(Arc<Auth>, watch::Receiver<u64>)>) {
+    if let Some((_, reloads)) = revocable {
+        if reloads.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 //! max_ttl_ms = 60000                # optional limits; the server's defaults otherwise
 //! max_leases = 100
 //! max_waiters = 100
+//! max_event_subscribers = 4         # events streams open at once
 //! [[principal.grant]]
 //! locks = "orders*"                 # an exact lock name, or a prefix ending in '*'
 //! allow = ["acquire", "read", "write", "check"]   # and "metrics" (GET /metrics)
@@ -49,6 +50,7 @@ struct PrincipalDoc {
     max_ttl_ms: Option<u64>,
     max_leases: Option<u32>,
     max_waiters: Option<u32>,
+    max_event_subscribers: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -152,6 +154,7 @@ fn principal(doc: PrincipalDoc) -> Result<Principal, (String, String)> {
             max_ttl_ms: doc.max_ttl_ms,
             max_leases: doc.max_leases,
             max_waiters: doc.max_waiters,
+            max_event_subscribers: doc.max_event_subscribers,
         },
     })
 }

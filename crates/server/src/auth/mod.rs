@@ -66,6 +66,8 @@ pub use crate::transport::ClientCert;
 pub struct Auth {
     path: PathBuf,
     policy: ArcSwap<AuthPolicy>,
+    /// Bumped by every reload that took effect, for requests that outlive one.
+    reloads: tokio::sync::watch::Sender<u64>,
 }
 
 impl Auth {
@@ -74,6 +76,7 @@ impl Auth {
         Ok(Auth {
             path: path.to_owned(),
             policy: ArcSwap::from_pointee(load(path)?),
+            reloads: tokio::sync::watch::channel(0).0,
         })
     }
 
@@ -82,7 +85,67 @@ impl Auth {
         let policy = load(&self.path)?;
         let count = policy.principals().len();
         self.policy.store(Arc::new(policy));
+        self.reloads.send_modify(|n| *n += 1);
         Ok(count)
+    }
+
+    /// Changes with every reload. A long-lived request (an events stream) watches it and
+    /// asks [`Auth::still_grants`] whether its principal still stands as it was.
+    pub fn reloads(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.reloads.subscribe()
+    }
+
+    /// An acquisition waiting in line (`wait_ms`) for `caller`: waits for `acquiring`, but
+    /// when a reload takes the principal away (401) or its right to acquire `lock` (403),
+    /// stops waiting and says so; dropping `acquiring` withdraws it from the line.
+    pub async fn while_granted<T>(
+        auth: Option<&Auth>,
+        caller: &Caller,
+        lock: &str,
+        acquiring: impl std::future::Future<Output = Result<T, ApiError>>,
+    ) -> Result<T, ApiError> {
+        let (Some(auth), Caller::Principal(principal)) = (auth, caller) else {
+            return acquiring.await;
+        };
+        let mut reloads = auth.reloads();
+        tokio::pin!(acquiring);
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut acquiring => return done,
+                changed = reloads.changed() => {
+                    if changed.is_err() {
+                        return acquiring.await;
+                    }
+                    let now = auth
+                        .policy
+                        .load()
+                        .principals()
+                        .iter()
+                        .find(|p| p.name == principal.name)
+                        .cloned();
+                    match now {
+                        None => return Err(unauthenticated(
+                            "the auth file no longer has this principal (reloaded while the \
+                             acquisition waited)",
+                        )),
+                        Some(now) => Caller::Principal(now).require(Verb::Acquire, lock)?,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the policy in use has `principal` exactly as it is: same name, same
+    /// credentials, grants and limits. A reload that removed it or changed it (narrowed
+    /// its grants, for one) ends what it had open; the client opens it again under what
+    /// the file says now.
+    pub fn still_grants(&self, principal: &Principal) -> bool {
+        self.policy
+            .load()
+            .principals()
+            .iter()
+            .any(|p| p.name == principal.name && **p == *principal)
     }
 
     pub fn policy(&self) -> Arc<AuthPolicy> {

@@ -104,6 +104,8 @@ pub struct PrincipalLimits {
     pub max_leases: Option<u32>,
     /// Acquisitions this principal may have waiting in line at once.
     pub max_waiters: Option<u32>,
+    /// Events streams this principal may have open at once.
+    pub max_event_subscribers: Option<u32>,
 }
 
 /// Someone the server knows: by the SHA-256 of a bearer key, by a client certificate's

@@ -9,8 +9,9 @@
 //! - the live channel holds at most `capacity` events too; a subscriber that falls further
 //!   behind (a slow reader, a stalled connection) skips what it missed and gets a `reset`
 //!   event instead, telling it to re-read the state;
-//! - at most `max_subscribers` streams are open at once; past that a new one is refused
-//!   (429 `quota_exceeded`).
+//! - at most `max_subscribers` streams are open at once, and at most a smaller number per
+//!   principal (the caller's limit, [`EventBus::subscribe`]), so that one principal cannot
+//!   take every place; past either a new one is refused (429 `quota_exceeded`).
 //!
 //! ## Ids
 //! Ids increase by one per event. The first id of a server run is the wall-clock time of
@@ -24,7 +25,7 @@
 //! - It is not durable: a restart forgets every event; resuming across one gives `reset`.
 //! - Publishing takes a short lock (the ring); it never waits for a subscriber.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -147,7 +148,18 @@ pub struct EventBus {
     live: broadcast::Sender<Live>,
     max_subscribers: usize,
     subscribers: Arc<AtomicUsize>,
+    owners: Owners,
     closed: watch::Sender<bool>,
+}
+
+/// Streams open per principal (only principals with one open).
+type Owners = Arc<Mutex<HashMap<String, usize>>>;
+
+/// Why [`EventBus::subscribe`] refused a stream: the resource and its limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Full {
+    pub resource: &'static str,
+    pub limit: usize,
 }
 
 /// A stream's place: the events to send first, then the live channel.
@@ -160,12 +172,24 @@ pub struct Subscription {
     _slot: Slot,
 }
 
-/// Holds one of the `max_subscribers` places until dropped.
-struct Slot(Arc<AtomicUsize>);
+/// Holds one of the `max_subscribers` places (and one of its principal's) until dropped.
+struct Slot {
+    all: Arc<AtomicUsize>,
+    owner: Option<(Owners, String)>,
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        self.all.fetch_sub(1, Ordering::AcqRel);
+        if let Some((owners, name)) = &self.owner {
+            let mut owners = owners.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(n) = owners.get_mut(name) {
+                *n -= 1;
+                if *n == 0 {
+                    owners.remove(name);
+                }
+            }
+        }
     }
 }
 
@@ -190,6 +214,7 @@ impl EventBus {
             live: broadcast::channel(capacity).0,
             max_subscribers,
             subscribers: Arc::new(AtomicUsize::new(0)),
+            owners: Arc::default(),
             closed: watch::channel(false).0,
         }
     }
@@ -243,18 +268,45 @@ impl EventBus {
         });
     }
 
-    /// Opens a stream resuming after `last_event_id` (none: from now on). `None` when
-    /// `max_subscribers` streams are open.
-    pub fn subscribe(&self, last_event_id: Option<u64>) -> Option<Subscription> {
+    /// Opens a stream resuming after `last_event_id` (none: from now on), for `owner` (a
+    /// principal's name and how many streams it may have open; none with authentication
+    /// off). Refused when `max_subscribers` streams are open, or the owner's limit.
+    pub fn subscribe(
+        &self,
+        last_event_id: Option<u64>,
+        owner: Option<(&str, usize)>,
+    ) -> Result<Subscription, Full> {
         let taken = self
             .subscribers
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
                 (n < self.max_subscribers).then_some(n + 1)
             });
         if taken.is_err() {
-            return None;
+            return Err(Full {
+                resource: "event_subscribers",
+                limit: self.max_subscribers,
+            });
         }
-        let slot = Slot(self.subscribers.clone());
+        let mut slot = Slot {
+            all: self.subscribers.clone(),
+            owner: None,
+        };
+        if let Some((name, limit)) = owner {
+            let mut owners = self.owners.lock().unwrap_or_else(PoisonError::into_inner);
+            let open = owners.entry(name.to_owned()).or_insert(0);
+            if *open >= limit {
+                if *open == 0 {
+                    owners.remove(name);
+                }
+                drop(owners);
+                return Err(Full {
+                    resource: "event_subscribers_per_principal",
+                    limit,
+                });
+            }
+            *open += 1;
+            slot.owner = Some((self.owners.clone(), name.to_owned()));
+        }
         let ring = self.ring();
         let live = self.live.subscribe();
         let newest = ring.next_id - 1;
@@ -278,7 +330,7 @@ impl EventBus {
             }
         }
         drop(ring);
-        Some(Subscription {
+        Ok(Subscription {
             backlog,
             live,
             closed: self.closed.subscribe(),
@@ -327,38 +379,38 @@ mod tests {
             bus.publish(fenced("a", mark));
         }
         // Held: first+2 ..= first+4.
-        let resumed = bus.subscribe(Some(first + 2)).unwrap();
+        let resumed = bus.subscribe(Some(first + 2), None).unwrap();
         assert_eq!(ids(&resumed.backlog), vec![Ok(first + 3), Ok(first + 4)]);
-        let edge = bus.subscribe(Some(first + 1)).unwrap();
+        let edge = bus.subscribe(Some(first + 1), None).unwrap();
         assert_eq!(
             ids(&edge.backlog).len(),
             3,
             "nothing after first+1 was dropped"
         );
-        let old = bus.subscribe(Some(first)).unwrap();
+        let old = bus.subscribe(Some(first), None).unwrap();
         assert_eq!(ids(&old.backlog), vec![Err(first + 4)]);
-        let other_run = bus.subscribe(Some(first + 100)).unwrap();
+        let other_run = bus.subscribe(Some(first + 100), None).unwrap();
         assert_eq!(ids(&other_run.backlog), vec![Err(first + 4)]);
-        let current = bus.subscribe(Some(first + 4)).unwrap();
+        let current = bus.subscribe(Some(first + 4), None).unwrap();
         assert!(current.backlog.is_empty());
-        assert!(bus.subscribe(None).unwrap().backlog.is_empty());
+        assert!(bus.subscribe(None, None).unwrap().backlog.is_empty());
     }
 
     #[test]
     fn subscribers_are_capped_and_slots_come_back() {
         let bus = EventBus::new(4, 2);
-        let a = bus.subscribe(None).unwrap();
-        let _b = bus.subscribe(None).unwrap();
-        assert!(bus.subscribe(None).is_none());
+        let a = bus.subscribe(None, None).unwrap();
+        let _b = bus.subscribe(None, None).unwrap();
+        assert!(bus.subscribe(None, None).is_err());
         drop(a);
-        assert!(bus.subscribe(None).is_some());
+        assert!(bus.subscribe(None, None).is_ok());
         assert_eq!(bus.subscribers(), 1);
     }
 
     #[test]
     fn a_slow_subscriber_lags_instead_of_growing() {
         let bus = EventBus::new(4, 2);
-        let mut slow = bus.subscribe(None).unwrap();
+        let mut slow = bus.subscribe(None, None).unwrap();
         for mark in 0..100 {
             bus.publish(fenced("a", mark));
         }
@@ -370,13 +422,37 @@ mod tests {
     }
 
     #[test]
+    fn one_principal_cannot_take_every_place() {
+        let bus = EventBus::new(4, 3);
+        let a1 = bus.subscribe(None, Some(("a", 2))).unwrap();
+        let _a2 = bus.subscribe(None, Some(("a", 2))).unwrap();
+        let refused = bus.subscribe(None, Some(("a", 2))).err().unwrap();
+        assert_eq!(
+            refused,
+            Full {
+                resource: "event_subscribers_per_principal",
+                limit: 2
+            }
+        );
+        // Another principal still finds a place; then the server-wide cap holds.
+        let _b = bus.subscribe(None, Some(("b", 2))).unwrap();
+        let full = bus.subscribe(None, Some(("c", 2))).err().unwrap();
+        assert_eq!(full.resource, "event_subscribers");
+        assert_eq!(bus.subscribers(), 3);
+        // A place given back is the principal's again, and the count is exact.
+        drop(a1);
+        assert!(bus.subscribe(None, Some(("a", 2))).is_ok());
+        assert_eq!(bus.owners.lock().unwrap().get("a"), Some(&1));
+    }
+
+    #[test]
     fn an_event_is_encoded_once_and_only_when_sent() {
         let bus = EventBus::new(4, 2);
         bus.publish(fenced("a", 1));
         let unheard = bus.ring().events.back().unwrap().clone();
         assert!(unheard.json.get().is_none(), "nobody listens: not encoded");
-        let mut one = bus.subscribe(None).unwrap();
-        let mut two = bus.subscribe(None).unwrap();
+        let mut one = bus.subscribe(None, None).unwrap();
+        let mut two = bus.subscribe(None, None).unwrap();
         bus.publish(fenced("a", 2));
         let (Ok(Live::Event(a)), Ok(Live::Event(b))) = (one.live.try_recv(), two.live.try_recv())
         else {
@@ -394,7 +470,7 @@ mod tests {
     #[test]
     fn the_json_is_the_documented_shape() {
         let bus = EventBus::new(4, 2);
-        let mut sub = bus.subscribe(None).unwrap();
+        let mut sub = bus.subscribe(None, None).unwrap();
         let id = bus.publish(Body::Rejected {
             lock: "orders".into(),
             code: "stale_token".into(),
@@ -420,7 +496,7 @@ mod tests {
     #[test]
     fn the_bytes_keep_their_order() {
         let bus = EventBus::new(4, 2);
-        let mut sub = bus.subscribe(None).unwrap();
+        let mut sub = bus.subscribe(None, None).unwrap();
         let id = bus.publish(Body::Released {
             lock: "orders".into(),
             epoch: 3,
