@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::Body;
-use axum::http::{Request, Response};
+use axum::http::{header, HeaderValue, Request, Response};
 use axum::response::IntoResponse;
 use axum::Router;
 use bytes::Bytes;
@@ -172,6 +172,21 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
     fn call(&self, mut req: Request<Incoming>) -> Self::Future {
         self.slot.started.fetch_add(1, Relaxed);
         let done = Finished(self.slot.clone());
+        if self.slot.order() == Order::Evict {
+            // Closed to make room (the cap was full): a request that arrives now is not
+            // served, or it would hold a place the cap no longer counts on. The client
+            // can send it again on a new connection; nothing was done.
+            let mut answer = ApiError::new(
+                ErrorCode::Unavailable,
+                "the server closed this connection to make room for another (its connection \
+                 cap is reached); nothing was done: send the request again on a new connection",
+            )
+            .into_response();
+            answer
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return Box::pin(std::future::ready(Ok(TrackedBody::wrap(answer, done))));
+        }
         let target = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
         if target > self.max_uri_bytes {
             let answer = ApiError::new(

@@ -22,7 +22,10 @@
 //!   reached, a new connection closes the connection that has been idle or reading its
 //!   head for longest, as nginx reuses idle keep-alive connections, so slow clients cannot
 //!   keep a prompt one out. Only connections with a request in progress are never
-//!   evicted; while all of them are, new connections wait in the listen backlog.
+//!   evicted; while all of them are, new connections wait in the listen backlog. An
+//!   evicted connection counts until it has closed, and refuses (503) a request that
+//!   reaches it after the eviction: the cap bounds the connections served, whatever
+//!   races a burst of clients makes.
 //! - **Accept errors** are logged (at most once a second); running out of file
 //!   descriptors pauses accepting for 100 ms instead of spinning.
 //! - **Shutdown**: stops accepting, closes every connection with no request in progress
@@ -288,7 +291,18 @@ async fn accept_loop(tcp: &TcpListener, shared: &Arc<Shared>, shutdown: impl Fut
         };
         match accepted {
             Ok((stream, _peer)) => {
-                let slot = registry.admit();
+                // Every place became busy since the check: this connection waits, unread,
+                // and nothing more is accepted, until one frees.
+                let slot = loop {
+                    if let Some(slot) = registry.try_admit() {
+                        break slot;
+                    }
+                    tokio::select! {
+                        _ = &mut shutdown => return,
+                        _ = registry.left.notified() => {}
+                        _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                    }
+                };
                 tokio::spawn(connection::run(shared.clone(), stream, slot));
             }
             Err(e) if out_of_descriptors(&e) => {

@@ -97,6 +97,11 @@ impl ConnSlot {
         self.started.load(Relaxed) > self.flushed.load(Relaxed)
     }
 
+    /// May be closed to make room: not busy, and not told to go already.
+    fn evictable(&self) -> bool {
+        !self.is_busy() && self.order() == Order::None
+    }
+
     /// When the current phase times out (None while busy).
     pub(crate) fn deadline_ms(&self, header_ms: u64, idle_ms: u64) -> Option<u64> {
         let started = self.started.load(Relaxed);
@@ -165,43 +170,42 @@ impl Registry {
     }
 
     /// True if a new connection can be admitted now, by taking a free place or by
-    /// evicting a connection that is not busy.
+    /// evicting a connection that is not busy (and not already leaving).
     pub(crate) fn can_admit(&self) -> bool {
         let slots = self.slots();
-        slots.open.len() < self.cap || slots.open.values().any(|s| !s.is_busy())
+        slots.open.len() < self.cap || slots.open.values().any(|s| s.evictable())
     }
 
-    /// Registers a new connection, evicting the longest-idle connection that is not busy
-    /// if the set is full. When every connection is busy the new one is admitted over the
-    /// cap (the accept loop only accepts after [`Registry::can_admit`], so this overshoot
-    /// is at most one connection and lasts until some connection ends).
-    pub(crate) fn admit(&self) -> Arc<ConnSlot> {
+    /// Registers a new connection if there is room: a free place, or one made by evicting
+    /// the longest-idle connection that is not busy. The evicted one stays in the set,
+    /// counted, until it has closed: it refuses any request that reaches it after the
+    /// eviction (`connection.rs`), so it closes at once, and a burst of connections that
+    /// each send a request cannot take the server past the cap by evicting connections
+    /// whose requests then run uncounted. `None` when every connection is busy (they all
+    /// became busy since [`Registry::can_admit`] said yes): the caller holds the new
+    /// connection, unserved, until [`Registry::left`] says a place may be free.
+    pub(crate) fn try_admit(&self) -> Option<Arc<ConnSlot>> {
         let now = self.clock.now_ms();
         let mut slots = self.slots();
         if slots.open.len() >= self.cap {
             let victim = slots
                 .open
                 .values()
-                .filter(|s| !s.is_busy())
-                .min_by_key(|s| s.since.load(Relaxed))
-                .map(|s| s.id);
-            if let Some(id) = victim {
-                if let Some(slot) = slots.open.remove(&id) {
-                    tracing::debug!(
-                        id,
-                        "connection cap reached: closing the longest-idle connection"
-                    );
-                    slot.give(Order::Evict);
-                }
-            }
+                .filter(|s| s.evictable())
+                .min_by_key(|s| s.since.load(Relaxed))?;
+            tracing::debug!(
+                id = victim.id,
+                "connection cap reached: closing the longest-idle connection"
+            );
+            victim.give(Order::Evict);
         }
         slots.next_id += 1;
         let slot = Arc::new(ConnSlot::new(slots.next_id, now));
         slots.open.insert(slot.id, slot.clone());
-        slot
+        Some(slot)
     }
 
-    /// Removes a connection that ended (no-op if it was evicted).
+    /// Removes a connection that ended.
     pub(crate) fn remove(&self, slot: &ConnSlot) {
         self.slots().open.remove(&slot.id);
         self.left.notify_waiters();
@@ -222,23 +226,27 @@ mod tests {
     #[tokio::test]
     async fn eviction_takes_the_longest_idle_connection_never_a_busy_one() {
         let registry = Registry::new(3);
-        let busy = registry.admit();
+        let busy = registry.try_admit().unwrap();
         busy.started.store(1, Relaxed);
-        let old_idle = registry.admit();
-        let new_idle = registry.admit();
+        let old_idle = registry.try_admit().unwrap();
+        let new_idle = registry.try_admit().unwrap();
         old_idle.since.store(5, Relaxed);
         new_idle.since.store(10, Relaxed);
         busy.since.store(0, Relaxed);
         assert!(registry.can_admit());
-        let fourth = registry.admit();
+        let fourth = registry.try_admit().unwrap();
         assert_eq!(old_idle.order(), Order::Evict);
         assert_eq!(new_idle.order(), Order::None);
         assert_eq!(busy.order(), Order::None);
-        assert_eq!(registry.len(), 3);
-
-        // Only busy connections left besides the newcomer: the cap holds admission.
+        // The evicted one counts until it has closed, and is not evicted twice.
+        assert_eq!(registry.len(), 4);
         new_idle.started.store(1, Relaxed);
         fourth.started.store(1, Relaxed);
+        assert!(!registry.can_admit(), "only busy or leaving connections");
+        registry.remove(&old_idle);
+        assert_eq!(registry.len(), 3);
+
+        // Only busy connections left: the cap holds admission.
         assert!(!registry.can_admit());
     }
 
