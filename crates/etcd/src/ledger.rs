@@ -33,8 +33,8 @@
 //!   Run every node with one, or give `etcd-raise` a bound with `--at-least`.
 //! - A lost ledger file loses its node's bound; with every ledger lost, only
 //!   `--at-least` can tell the raise how high to go.
-//! - Tokens minted outside the nodes (`palisade token mint` with the signing key) are
-//!   not in any ledger.
+//! - Tokens signed outside the nodes with a copy of the signing key are not in any
+//!   ledger.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
