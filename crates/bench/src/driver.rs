@@ -123,11 +123,28 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         ));
     }
     match plan.target {
+        Target::Palisade if is_resp(&plan.url) => resp_worker(plan, client).await,
         Target::Palisade => crate::palisade::worker(plan, client).await,
         Target::Redis => crate::peers::redis_worker(plan, client).await,
         Target::Postgres => crate::peers::postgres_worker(plan, client).await,
         Target::Etcd => crate::peers::etcd_worker(plan, client).await,
     }
+}
+
+/// A Palisade URL of its RESP listener (`redis://`, `rediss://`).
+fn is_resp(url: &str) -> bool {
+    url.starts_with("redis://") || url.starts_with("rediss://")
+}
+
+#[allow(unused_variables)]
+async fn resp_worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, BenchError> {
+    #[cfg(feature = "peers")]
+    return crate::resp::worker(plan, client).await;
+    #[cfg(not(feature = "peers"))]
+    Err(BenchError::NotBuilt {
+        target: Target::Palisade,
+        feature: "peers",
+    })
 }
 
 #[cfg(test)]

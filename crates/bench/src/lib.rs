@@ -42,6 +42,8 @@ mod http;
 mod palisade;
 mod peers;
 mod report;
+#[cfg(feature = "peers")]
+mod resp;
 mod runner;
 mod scale;
 mod svg;

@@ -25,6 +25,12 @@ pub struct ServeArgs {
     /// a loopback address.
     #[arg(long, env = "PALISADE_LISTEN", default_value = "127.0.0.1:7700")]
     listen: String,
+    /// Also serve the hot routes (acquire, keepalive, release, and the store's get, put
+    /// and delete) over RESP, the Redis protocol, on this address (IP:PORT or HOST:PORT):
+    /// same authentication, TLS, limits and errors as HTTP (docs/api.md, "The hot routes
+    /// over RESP"). Off unless given.
+    #[arg(long, env = "PALISADE_RESP_LISTEN", value_name = "ADDR")]
+    resp_listen: Option<String>,
     /// Directory holding the database and the key set: created if missing (mode 0700);
     /// an existing one must be empty or a Palisade data directory, anything else is
     /// refused and left untouched.
@@ -261,12 +267,25 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     .await
     .context("resolving --listen")?
     .map_err(|e| Failure::new(Exit::Usage, e))?;
+    let resp_listen = match args.resp_listen.clone() {
+        Some(text) => Some(
+            tokio::task::spawn_blocking(move || palisade_server::listen::resolve(&text))
+                .await
+                .context("resolving --resp-listen")?
+                .map_err(|e| Failure::new(Exit::Usage, format!("--resp-listen: {e}")))?,
+        ),
+        None => None,
+    };
     let policies =
         palisade_server::NamespacePolicies::parse(args.policies.iter().map(String::as_str))
             .map_err(anyhow::Error::msg)
             .context("bad --policy")?;
     let mut config = palisade_server::ServerConfig::new(listen.bind, args.data_dir);
     config.listen_resolved = listen.all;
+    if let Some(resp) = resp_listen {
+        config.resp_listen = Some(resp.bind);
+        config.listen_resolved.extend(resp.all);
+    }
     config.lock_delay_ms = args.lock_delay_ms;
     config.idle_grace_ms = args.idle_grace_ms;
     config.max_value_bytes = args.max_value_bytes;
@@ -320,7 +339,10 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(start_failure)?;
     crate::return_freed_memory();
     // Scripts and tests read this line to learn the URL (https:// with TLS) and port.
-    println!("{}", palisade_api::listening::line(&server.url()));
+    println!(
+        "{}",
+        palisade_api::listening::line(&server.url(), server.resp_url().as_deref())
+    );
     server.run_until_signal().await?;
     Ok(())
 }

@@ -102,6 +102,8 @@ pub struct ServerConfig {
     /// checked like `listen` before the server may run without authentication. Empty
     /// when `listen` was given as an address.
     pub listen_resolved: Vec<SocketAddr>,
+    /// Where to serve the hot routes over RESP as well ([`crate::resp`]); none by default.
+    pub resp_listen: Option<SocketAddr>,
     /// Directory for the database file and the key set (see [`crate::data_dir`] for what
     /// is accepted).
     pub data_dir: PathBuf,
@@ -191,6 +193,7 @@ impl ServerConfig {
         ServerConfig {
             listen,
             listen_resolved: Vec::new(),
+            resp_listen: None,
             data_dir,
             lock_delay_ms: 0,
             idle_grace_ms: DEFAULT_IDLE_GRACE_MS,

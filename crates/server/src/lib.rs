@@ -1,9 +1,11 @@
-//! # Server: Palisade's HTTP/JSON API
+//! # Server: Palisade's HTTP/JSON API, and its hot routes over RESP
 //!
 //! A thin layer: parse the request, call the issuer (a [`palisade_issuer::LockService`])
 //! or the fenced
 //! store (token verification here, then one [`palisade_storage::FencedOp`] through the
-//! storage backend), and map typed errors to stable error codes ([`api::error`]).
+//! storage backend), and map typed errors to stable error codes ([`api::error`]). The
+//! RESP listener ([`resp`]) parses its commands and runs the same functions as the
+//! HTTP routes.
 //!
 //! The issuer and the gate are separate roles even inside this one process: the store
 //! never consults the lock table to decide a write. It learns a newer epoch only by seeing
@@ -17,9 +19,9 @@
 //!   4xx with a stable code, a storage failure is 503 `storage_failed`.
 //!
 //! ## What it does not do
-//! - No authentication or authorisation yet: anyone who can reach the port can acquire
-//!   locks and read values. Fencing is not access control (S14). Bind to loopback or a
-//!   private network.
+//! - Without an auth file ([`auth`]) anyone who can reach a port can acquire locks and
+//!   read values; the server then refuses to listen beyond loopback unless told
+//!   `--insecure-no-auth`. Fencing is not access control (S14).
 //! - TLS and mutual TLS are [`transport`]'s; it also bounds what a connection can hold
 //!   (header and idle timeouts, header size, a connection cap).
 
@@ -35,6 +37,7 @@ pub mod listen;
 pub mod observe;
 pub mod openapi;
 pub mod recovery;
+pub mod resp;
 mod run;
 pub mod transport;
 pub mod ui;

@@ -15,7 +15,7 @@ use crate::auth::Auth;
 use crate::config::{BackendConfig, ServerConfig};
 use crate::keys::{self, KeyRegistry, KeyStore};
 use crate::recovery;
-use crate::transport::{BindError, Listener, TransportConfig};
+use crate::transport::{BindError, Listener};
 use palisade_issuer::Issuer;
 
 /// Database file name inside the data directory.
@@ -53,6 +53,7 @@ pub enum ServerError {
 pub struct RunningServer {
     addr: SocketAddr,
     scheme: &'static str,
+    resp_addr: Option<SocketAddr>,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<Result<(), ServerError>>,
 }
@@ -66,6 +67,16 @@ impl RunningServer {
     /// The base URL clients use: `http://ADDR`, or `https://ADDR` with TLS.
     pub fn url(&self) -> String {
         format!("{}://{}", self.scheme, self.addr)
+    }
+
+    /// The RESP listener's URL (`redis://ADDR`, `rediss://ADDR` with TLS), if it has one.
+    pub fn resp_url(&self) -> Option<String> {
+        let scheme = if self.scheme == "https" {
+            "rediss"
+        } else {
+            "redis"
+        };
+        self.resp_addr.map(|addr| format!("{scheme}://{addr}"))
     }
 
     /// Stops accepting connections, closes idle ones, answers queued acquisitions with
@@ -113,6 +124,7 @@ impl Front {
         // A host name counts as loopback only if every address it resolved to is one.
         let exposed = std::iter::once(&config.listen)
             .chain(&config.listen_resolved)
+            .chain(&config.resp_listen)
             .find(|addr| !addr.ip().is_loopback());
         if let (None, Some(exposed)) = (&auth, exposed) {
             if !config.insecure_no_auth {
@@ -216,7 +228,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     if let BackendConfig::Etcd { .. } = config.backend {
         #[cfg(feature = "etcd")]
         {
-            let listener = bind(config.listen, config.transport.clone()).await?;
+            let listener = bind(&config).await?;
             let front = front.start(&config)?;
             return crate::cluster::serve(config, front, listener).await;
         }
@@ -228,7 +240,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     }
     let dir = &config.data_dir;
     let found = crate::data_dir::inspect(dir)?;
-    let listener = bind(config.listen, config.transport.clone()).await?;
+    let listener = bind(&config).await?;
     let claimed = crate::data_dir::DataDir::claim(dir, found)?;
     let front = front.start(&config)?;
     let trusted = keys::trusted_keys(&config.trust_key_files).map_err(ServerError::Key)?;
@@ -431,19 +443,21 @@ async fn shutdown_signal() {
     }
 }
 
-/// Binds the listening socket (and loads TLS), the first thing a start does that the
+/// Binds the listening sockets (and loads TLS), the first thing a start does that the
 /// outside world can see.
-pub(crate) async fn bind(
-    listen: SocketAddr,
-    transport: TransportConfig,
-) -> Result<Listener, ServerError> {
-    Listener::bind(listen, transport)
+pub(crate) async fn bind(config: &ServerConfig) -> Result<Listener, ServerError> {
+    let failed = |e| match e {
+        BindError::Config(message) => ServerError::Config(message),
+        BindError::Tls(e) => ServerError::Tls(e),
+        BindError::Listen { addr, source } => ServerError::Listen { addr, source },
+    };
+    let mut listener = Listener::bind(config.listen, config.transport.clone())
         .await
-        .map_err(|e| match e {
-            BindError::Config(message) => ServerError::Config(message),
-            BindError::Tls(e) => ServerError::Tls(e),
-            BindError::Listen { addr, source } => ServerError::Listen { addr, source },
-        })
+        .map_err(failed)?;
+    if let Some(addr) = config.resp_listen {
+        listener.bind_resp(addr).await.map_err(failed)?;
+    }
+    Ok(listener)
 }
 
 /// Why a bind failed, in words that say what to do for the common cases.
@@ -473,13 +487,19 @@ pub(crate) async fn listen_and_serve(
     what: String,
     on_stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<RunningServer, ServerError> {
+    let mut listener = listener;
     let addr = listener.local_addr();
     let scheme = listener.scheme();
+    let resp_addr = listener.resp_addr();
     let (tx, rx) = oneshot::channel::<()>();
     let issuer = state.issuer.clone();
     let observe = state.observe.clone();
     let auth = state.auth.is_some();
-    let app = router(state.into());
+    let state = crate::api::AppState::from(state);
+    if resp_addr.is_some() {
+        listener.serve_resp_with(state.clone());
+    }
+    let app = router(state);
     let task = tokio::spawn(async move {
         let shutdown = async move {
             let _ = rx.await;
@@ -505,9 +525,13 @@ pub(crate) async fn listen_and_serve(
         if auth { "on" } else { "off" },
         if scheme == "https" { "on" } else { "off" },
     );
+    if let Some(resp) = resp_addr {
+        tracing::info!(listen = %resp, "serving the hot routes over RESP on {resp}");
+    }
     Ok(RunningServer {
         addr,
         scheme,
+        resp_addr,
         shutdown: Some(tx),
         task,
     })

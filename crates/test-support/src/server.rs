@@ -10,6 +10,8 @@ pub struct ServerProcess {
     pub child: Child,
     /// The URL from its start-up line.
     pub url: String,
+    /// The RESP URL from its start-up line (`--resp-listen`).
+    pub resp_url: Option<String>,
     pub port: u16,
 }
 
@@ -38,12 +40,18 @@ impl ServerProcess {
             return Err(format!("server did not start: {line:?} {err}"));
         };
         let url = url.to_owned();
+        let resp_url = palisade_api::listening::parse_resp(&line).map(str::to_owned);
         let port = url
             .rsplit(':')
             .next()
             .and_then(|p| p.parse().ok())
             .ok_or("no port in the start-up line")?;
-        Ok(ServerProcess { child, url, port })
+        Ok(ServerProcess {
+            child,
+            url,
+            resp_url,
+            port,
+        })
     }
 
     pub fn pid(&self) -> u32 {

@@ -29,6 +29,8 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_palisade");
 pub struct Server {
     process: ServerProcess,
     pub url: String,
+    /// `redis://127.0.0.1:PORT` when started with `--resp-listen`.
+    pub resp_url: Option<String>,
     pub port: u16,
     pub data_dir: PathBuf,
     /// The extra flags it was started with, reused on restart.
@@ -59,6 +61,7 @@ impl Server {
         let process = ServerProcess::spawn(command)?;
         Ok(Server {
             url: process.url.clone(),
+            resp_url: process.resp_url.clone(),
             port: process.port,
             process,
             data_dir: data_dir.to_owned(),

@@ -44,6 +44,17 @@ impl ApiError {
         self
     }
 
+    /// The extra fields next to `code` and `message`, in the order they were added.
+    pub fn fields(&self) -> &Map<String, Value> {
+        &self.extra
+    }
+
+    /// Takes the audit line this error carries (a protocol without the HTTP middleware
+    /// records it itself).
+    pub(crate) fn take_audit(&mut self) -> Option<AuditEvent> {
+        self.audit.take().map(|event| *event)
+    }
+
     /// An extra field's value, if this error carries it.
     pub fn field(&self, name: &str) -> Option<&Value> {
         self.extra.get(name)

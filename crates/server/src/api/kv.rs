@@ -12,9 +12,10 @@ use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use bytes::Bytes;
 use palisade_api::wire::{FenceAnswer, FenceStatus, KeyList, WriteAnswer};
 use palisade_api::{headers as h, ErrorCode};
-use palisade_storage::{Action, Applied, ApplyError, FencedOp, Idempotency, Precondition};
+use palisade_storage::{Action, Applied, ApplyError, Entry, FencedOp, Idempotency, Precondition};
 
 use super::{lock_name, path, query_of, read_body, ApiError, AppState, ListQuery};
 use crate::audit::AuditEvent;
@@ -49,6 +50,62 @@ fn header_text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>
         .transpose()
 }
 
+/// Where a mutation's fencing and preconditions come from, read in the order the checks
+/// need them: the HTTP headers, or a RESP command's arguments ([`crate::resp`]). Each
+/// method refuses a malformed value with `bad_request` (`invalid_token` for the token).
+pub(crate) trait MutationArgs {
+    /// The fencing token; `None` (or empty) is `missing_token`.
+    fn token(&self) -> Result<Option<&str>, ApiError>;
+    /// `Fencing-Seq` as given, parsed by [`fencing`].
+    fn seq(&self) -> Result<Option<&str>, ApiError>;
+    /// The idempotency key as given, checked by [`fencing`].
+    fn idempotency_key(&self) -> Result<Option<&str>, ApiError>;
+    fn precondition(&self) -> Result<Precondition, ApiError>;
+}
+
+impl MutationArgs for HeaderMap {
+    fn token(&self) -> Result<Option<&str>, ApiError> {
+        let mut tokens = self.get_all(h::FENCING_TOKEN).iter();
+        match (tokens.next(), tokens.next()) {
+            (None, _) => Ok(None),
+            (Some(_), Some(_)) => Err(ApiError::bad_request(
+                "more than one Fencing-Token header: send exactly one",
+            )),
+            (Some(v), None) => v
+                .to_str()
+                .map(|t| Some(t.trim()))
+                .map_err(|_| ApiError::invalid_token("token is not visible ASCII")),
+        }
+    }
+
+    fn seq(&self) -> Result<Option<&str>, ApiError> {
+        header_text(self, h::FENCING_SEQ)
+    }
+
+    fn idempotency_key(&self) -> Result<Option<&str>, ApiError> {
+        header_text(self, h::IDEMPOTENCY_KEY)
+    }
+
+    /// `If-Match: "<revision>"` or `If-None-Match: *`.
+    fn precondition(&self) -> Result<Precondition, ApiError> {
+        let if_match = header_text(self, "if-match")?;
+        let if_none_match = header_text(self, "if-none-match")?;
+        match (if_match, if_none_match) {
+            (Some(_), Some(_)) => Err(ApiError::bad_request(
+                "use If-Match or If-None-Match, not both",
+            )),
+            (Some(tag), None) => tag
+                .trim_matches('"')
+                .parse::<u64>()
+                .map(Precondition::Revision)
+                .map_err(|_| ApiError::bad_request("If-Match must be a revision: \"<number>\"")),
+            (None, Some("*")) => Ok(Precondition::Absent),
+            (None, Some(_)) => Err(ApiError::bad_request("If-None-Match supports only *")),
+            (None, None) => Ok(Precondition::None),
+        }
+    }
+}
+
 /// Everything a mutation carries besides its action.
 struct Fencing {
     epoch: u64,
@@ -58,30 +115,18 @@ struct Fencing {
 
 /// The three checks of a mutation (S14): `write` permission on the lock, a genuine token
 /// for it, and the token's holder being the caller (or an admin, or authentication off).
-/// Then the fencing headers.
+/// Then the fencing arguments.
 async fn fencing(
     state: &AppState,
     caller: &Caller,
     lock: &str,
-    headers: &HeaderMap,
+    args: &impl MutationArgs,
 ) -> Result<Fencing, ApiError> {
     caller.require(Verb::Write, lock)?;
-    let mut tokens = headers.get_all(h::FENCING_TOKEN).iter();
-    let token = match (tokens.next(), tokens.next()) {
-        (None, _) => return Err(ApiError::missing_token()),
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "more than one Fencing-Token header: send exactly one",
-            ))
-        }
-        (Some(v), None) => v
-            .to_str()
-            .map_err(|_| ApiError::invalid_token("token is not visible ASCII"))?
-            .trim(),
+    let token = match args.token()? {
+        Some(token) if !token.is_empty() => token,
+        _ => return Err(ApiError::missing_token()),
     };
-    if token.is_empty() {
-        return Err(ApiError::missing_token());
-    }
     let claims = state.keys.verify(token).await?;
     if claims.lock != lock {
         return Err(ApiError::new(
@@ -91,13 +136,15 @@ async fn fencing(
         .with("token_lock", claims.lock.clone()));
     }
     caller.require_owner(&claims.holder, "this token", lock)?;
-    let seq = header_text(headers, h::FENCING_SEQ)?
+    let seq = args
+        .seq()?
         .map(|s| {
             s.parse::<u64>()
                 .map_err(|_| ApiError::bad_request("Fencing-Seq must be an unsigned integer"))
         })
         .transpose()?;
-    let idempotency_key = header_text(headers, h::IDEMPOTENCY_KEY)?
+    let idempotency_key = args
+        .idempotency_key()?
         .map(|k| {
             // Visible ASCII only (no space or tab inside: the header's own surrounding
             // whitespace is already trimmed).
@@ -118,31 +165,12 @@ async fn fencing(
     })
 }
 
-/// Reads `If-Match: "<revision>"` or `If-None-Match: *`.
-fn precondition(headers: &HeaderMap) -> Result<Precondition, ApiError> {
-    let if_match = header_text(headers, "if-match")?;
-    let if_none_match = header_text(headers, "if-none-match")?;
-    match (if_match, if_none_match) {
-        (Some(_), Some(_)) => Err(ApiError::bad_request(
-            "use If-Match or If-None-Match, not both",
-        )),
-        (Some(tag), None) => tag
-            .trim_matches('"')
-            .parse::<u64>()
-            .map(Precondition::Revision)
-            .map_err(|_| ApiError::bad_request("If-Match must be a revision: \"<number>\"")),
-        (None, Some("*")) => Ok(Precondition::Absent),
-        (None, Some(_)) => Err(ApiError::bad_request("If-None-Match supports only *")),
-        (None, None) => Ok(Precondition::None),
-    }
-}
-
 async fn apply(
     state: &AppState,
     lock: String,
     f: Fencing,
     action: Action,
-) -> Result<Response, ApiError> {
+) -> Result<Applied, ApiError> {
     let lock_of = lock.clone();
     let op = FencedOp {
         policy: state.policies.policy(&lock),
@@ -160,7 +188,7 @@ async fn apply(
         .await
         .map_err(|e| rejected(e, &lock_of))?;
     state.observe.admitted(&lock_of, &applied);
-    Ok(written(applied))
+    Ok(applied)
 }
 
 /// What a mutation's handler learnt before it was answered: the namespace (once its name
@@ -223,9 +251,14 @@ pub async fn put(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let mut seen = Seen::default();
-    let result = change_seen(&state, caller, params, headers, Some(body), &mut seen).await;
-    observed(&state, seen, result)
+    let (lock, key) = match path(params) {
+        Ok(params) => params,
+        Err(e) => return observed(&state, Seen::default(), Err(e)),
+    };
+    let value = read_body(&headers, body, state.max_value_bytes);
+    change(&state, &caller, lock, key, &headers, Some(value))
+        .await
+        .map(written)
 }
 
 pub async fn delete(
@@ -234,33 +267,54 @@ pub async fn delete(
     params: Result<Path<(String, String)>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let mut seen = Seen::default();
-    let result = change_seen(&state, caller, params, headers, None, &mut seen).await;
-    observed(&state, seen, result)
+    let (lock, key) = match path(params) {
+        Ok(params) => params,
+        Err(e) => return observed(&state, Seen::default(), Err(e)),
+    };
+    change(&state, &caller, lock, key, &headers, NO_VALUE)
+        .await
+        .map(written)
 }
 
-/// A put of `body` (a delete without one): the lock and key, the token, the
-/// preconditions, then the value, checked in this order. Notes the lock and the token's
-/// epoch in `seen` as they are known.
+/// The value of a delete.
+pub(crate) const NO_VALUE: Option<std::future::Ready<Result<Bytes, ApiError>>> = None;
+
+/// A put of `value` (a delete without one), over any protocol: the lock and key, the
+/// token, the preconditions, then the value, checked in this order; a refusal is counted
+/// and reported as every refused mutation is.
+pub(crate) async fn change(
+    state: &AppState,
+    caller: &Caller,
+    lock: String,
+    key: String,
+    args: &impl MutationArgs,
+    value: Option<impl std::future::Future<Output = Result<Bytes, ApiError>>>,
+) -> Result<Applied, ApiError> {
+    let mut seen = Seen::default();
+    let result = change_seen(state, caller, lock, key, args, value, &mut seen).await;
+    observed(state, seen, result)
+}
+
+/// [`change`], noting the lock and the token's epoch in `seen` as they are known.
 async fn change_seen(
     state: &AppState,
-    caller: Caller,
-    params: Result<Path<(String, String)>, PathRejection>,
-    headers: HeaderMap,
-    body: Option<Body>,
+    caller: &Caller,
+    lock: String,
+    key: String,
+    args: &impl MutationArgs,
+    value: Option<impl std::future::Future<Output = Result<Bytes, ApiError>>>,
     seen: &mut Seen,
-) -> Result<Response, ApiError> {
-    let (lock, key) = path(params)?;
+) -> Result<Applied, ApiError> {
     lock_name(&lock)?;
     seen.lock = Some(lock.clone());
     check_key(&key)?;
-    let f = fencing(state, &caller, &lock, &headers).await?;
+    let f = fencing(state, caller, &lock, args).await?;
     seen.epoch = Some(f.epoch);
-    let precondition = precondition(&headers)?;
-    let action = match body {
-        Some(body) => Action::Put {
+    let precondition = args.precondition()?;
+    let action = match value {
+        Some(value) => Action::Put {
             key,
-            value: read_body(&headers, body, state.max_value_bytes).await?,
+            value: value.await?,
             precondition,
         },
         None => Action::Delete { key, precondition },
@@ -337,12 +391,7 @@ pub async fn get(
     params: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let (lock, key) = path(params)?;
-    lock_name(&lock)?;
-    caller.require(Verb::Read, &lock)?;
-    check_key(&key)?;
-    let entry = state
-        .backend
-        .get(&lock, &key)
+    let entry = read(&state, &caller, &lock, &key)
         .await?
         .ok_or_else(|| ApiError::not_found("no such key"))?;
     let mut response = entry.value.into_response();
@@ -356,6 +405,19 @@ pub async fn get(
     }
     headers.insert(h::FENCING_EPOCH, HeaderValue::from(entry.epoch));
     Ok(response)
+}
+
+/// A read of one key, over any protocol: `read` permission on the lock, then the value.
+pub(crate) async fn read(
+    state: &AppState,
+    caller: &Caller,
+    lock: &str,
+    key: &str,
+) -> Result<Option<Entry>, ApiError> {
+    lock_name(lock)?;
+    caller.require(Verb::Read, lock)?;
+    check_key(key)?;
+    Ok(state.backend.get(lock, key).await?)
 }
 
 pub async fn list(

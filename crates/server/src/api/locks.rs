@@ -27,15 +27,29 @@ pub async fn acquire(
     body: Body,
 ) -> Result<Json<Lease>, ApiError> {
     let lock = path(lock)?;
+    grant(&state, &caller, lock, json_body(&headers, body))
+        .await
+        .map(Json)
+}
+
+/// An acquisition over any protocol: the lock's name, `acquire` permission, then the
+/// request (`body`, read only once both passed), its TTL, wait and limits; then the
+/// issuer's grant.
+pub(crate) async fn grant(
+    state: &AppState,
+    caller: &Caller,
+    lock: String,
+    body: impl std::future::Future<Output = Result<wire::AcquireRequest, ApiError>>,
+) -> Result<Lease, ApiError> {
     lock_name(&lock)?;
     caller.require(Verb::Acquire, &lock)?;
-    let body: wire::AcquireRequest = json_body(&headers, body).await?;
+    let body = body.await?;
     let holder = caller.holder(body.holder)?;
     let ttl_ms = match (body.ttl_ms, &body.session) {
-        (Some(ttl_ms), None) => check_ttl(&state, &caller, ttl_ms)?,
+        (Some(ttl_ms), None) => check_ttl(state, caller, ttl_ms)?,
         (None, Some(session)) => {
             // The session must be the caller's; its TTL was checked when it was made.
-            super::recipes::owned_session(&state, &caller, session).await?;
+            super::recipes::owned_session(state, caller, session).await?;
             0
         }
         (None, None) => return Err(ApiError::bad_request("ttl_ms is required")),
@@ -70,14 +84,14 @@ pub async fn acquire(
         ttl_ms,
         wait_ms: body.wait_ms,
         lease_id,
-        owner: state.limits.owner_for(&caller),
+        owner: state.limits.owner_for(caller),
         value,
         lock_delay_ms: body.lock_delay_ms,
         session: body.session,
     });
     let granted = match revocable {
         Some(lock) => {
-            crate::auth::Auth::while_granted(state.auth.as_deref(), &caller, &lock, async {
+            crate::auth::Auth::while_granted(state.auth.as_deref(), caller, &lock, async {
                 acquiring.await.map_err(ApiError::from)
             })
             .await?
@@ -85,7 +99,7 @@ pub async fn acquire(
         None => acquiring.await?,
     };
     let g = granted.grant;
-    Ok(Json(Lease {
+    Ok(Lease {
         lock: g.lock,
         holder: g.holder,
         epoch: g.epoch,
@@ -95,7 +109,7 @@ pub async fn acquire(
         lock_delay_ms: g.lock_delay_ms,
         value: g.value,
         session: g.session,
-    }))
+    })
 }
 
 /// A lease or session TTL: at least [`MIN_TTL_MS`], at most what the caller may ask for.
@@ -128,17 +142,23 @@ pub async fn keepalive(
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<KeepaliveInfo>, ApiError> {
     let lease_id = path(lease_id)?;
-    let answer = state
-        .issuer
-        .keepalive(&lease_id, caller.lease_check())
-        .await;
-    let view = as_caller(&caller, answer)?;
-    Ok(Json(KeepaliveInfo {
+    renew(&state, &caller, &lease_id).await.map(Json)
+}
+
+/// A keepalive over any protocol.
+pub(crate) async fn renew(
+    state: &AppState,
+    caller: &Caller,
+    lease_id: &str,
+) -> Result<KeepaliveInfo, ApiError> {
+    let answer = state.issuer.keepalive(lease_id, caller.lease_check()).await;
+    let view = as_caller(caller, answer)?;
+    Ok(KeepaliveInfo {
         lease_id: view.lease_id,
         lock: view.lock,
         epoch: view.epoch,
         ttl_ms: view.ttl_ms,
-    }))
+    })
 }
 
 pub async fn release(
@@ -147,8 +167,17 @@ pub async fn release(
     lease_id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Released>, ApiError> {
     let lease_id = path(lease_id)?;
-    let answer = state.issuer.release(&lease_id, caller.lease_check()).await;
-    let view = as_caller(&caller, answer)?;
+    give_up(&state, &caller, &lease_id).await.map(Json)
+}
+
+/// A release over any protocol; an admin's release of someone else's lease is audited.
+pub(crate) async fn give_up(
+    state: &AppState,
+    caller: &Caller,
+    lease_id: &str,
+) -> Result<Released, ApiError> {
+    let answer = state.issuer.release(lease_id, caller.lease_check()).await;
+    let view = as_caller(caller, answer)?;
     if caller
         .principal()
         .is_some_and(|p| !p.owns_holder(&view.holder))
@@ -158,17 +187,17 @@ pub async fn release(
             AuditEvent::new("lease_released_by_other")
                 .principal(caller.name())
                 .lock(&view.lock)
-                .lease(&lease_id)
+                .lease(lease_id)
                 .epochs(Some(view.epoch), None)
                 .detail(format!("holder {}", view.holder)),
         );
     }
-    Ok(Json(Released {
+    Ok(Released {
         lease_id: view.lease_id,
         lock: view.lock,
         epoch: view.epoch,
         released: true,
-    }))
+    })
 }
 
 /// A lock as `caller` may see it: the lease id and session only for its owner (and

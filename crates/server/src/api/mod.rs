@@ -6,8 +6,8 @@
 
 mod admin;
 pub mod error;
-mod kv;
-mod locks;
+pub(crate) mod kv;
+pub(crate) mod locks;
 mod namespaces;
 mod observe;
 mod recipes;

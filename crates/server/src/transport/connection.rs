@@ -40,6 +40,15 @@ pub(crate) struct Shared {
     pub(crate) limits: Arc<Limits>,
     pub(crate) http: hyper::server::conn::http1::Builder,
     pub(crate) tls: Option<Arc<TlsFiles>>,
+    /// The RESP commands, when the server has a RESP listener.
+    pub(crate) resp: Option<crate::resp::Service>,
+}
+
+/// What a connection speaks: which listener accepted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Http,
+    Resp,
 }
 
 /// Removes the connection from the registry however the task ends.
@@ -52,12 +61,17 @@ impl Drop for Leave<'_> {
 }
 
 /// Serves one accepted connection until it closes.
-pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, slot: Arc<ConnSlot>) {
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    tcp: TcpStream,
+    slot: Arc<ConnSlot>,
+    protocol: Protocol,
+) {
     let _leave = Leave(&shared.registry, &slot);
     // Requests and answers are small; do not let Nagle hold a segment back.
     let _ = tcp.set_nodelay(true);
     let Some(tls) = &shared.tls else {
-        return serve_http(&shared, tcp, &slot, None).await;
+        return serve(&shared, tcp, &slot, None, protocol).await;
     };
     let clock = shared.registry.clock;
     let deadline = clock.instant(
@@ -76,9 +90,25 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, slot: Arc<ConnSlot>
     match handshake {
         Ok(stream) => {
             let cert = client_cert(stream.get_ref().1);
-            serve_http(&shared, stream, &slot, cert).await;
+            serve(&shared, stream, &slot, cert, protocol).await;
         }
         Err(e) => tracing::debug!(error = %e, "TLS handshake failed"),
+    }
+}
+
+/// Serves the connection in its protocol.
+async fn serve<S>(
+    shared: &Shared,
+    stream: S,
+    slot: &Arc<ConnSlot>,
+    cert: Option<ClientCert>,
+    protocol: Protocol,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    match protocol {
+        Protocol::Http => serve_http(shared, stream, slot, cert).await,
+        Protocol::Resp => super::resp::serve(shared, stream, slot, cert).await,
     }
 }
 

@@ -47,6 +47,7 @@
 mod connection;
 mod io;
 mod registry;
+mod resp;
 mod tls;
 
 use std::future::Future;
@@ -61,7 +62,7 @@ use tokio::time::Instant;
 
 pub use tls::{TlsConfig, TlsError};
 
-use connection::Shared;
+use connection::{Protocol, Shared};
 use registry::{Order, Registry};
 use tls::TlsFiles;
 
@@ -143,6 +144,10 @@ pub struct Listener {
     addr: SocketAddr,
     config: TransportConfig,
     tls: Option<Arc<TlsFiles>>,
+    /// The RESP listener ([`crate::resp`]), if one was bound.
+    resp: Option<(TcpListener, SocketAddr)>,
+    /// What its connections run, given before serving.
+    resp_state: Option<crate::api::AppState>,
 }
 
 impl Listener {
@@ -169,7 +174,33 @@ impl Listener {
             addr,
             config,
             tls,
+            resp: None,
+            resp_state: None,
         })
+    }
+
+    /// Binds a RESP listener on `addr` beside the HTTP one: same limits, same TLS, one
+    /// connection cap for both.
+    pub async fn bind_resp(&mut self, addr: SocketAddr) -> Result<SocketAddr, BindError> {
+        let tcp = TcpListener::bind(addr)
+            .await
+            .map_err(|source| BindError::Listen { addr, source })?;
+        let bound = tcp
+            .local_addr()
+            .map_err(|source| BindError::Listen { addr, source })?;
+        self.resp = Some((tcp, bound));
+        Ok(bound)
+    }
+
+    /// The RESP listener's address, if there is one.
+    pub fn resp_addr(&self) -> Option<SocketAddr> {
+        self.resp.as_ref().map(|(_, addr)| *addr)
+    }
+
+    /// What the RESP connections run (the state the router was built from). Without it
+    /// a bound RESP listener closes every connection it accepts.
+    pub fn serve_resp_with(&mut self, state: crate::api::AppState) {
+        self.resp_state = Some(state);
     }
 
     /// The address actually bound.
@@ -214,9 +245,12 @@ impl Listener {
             }),
             http,
             tls: self.tls.clone(),
+            resp: self.resp_state.map(crate::resp::Service::new),
         });
-        accept_loop(&self.tcp, &shared, shutdown).await;
+        let resp = self.resp.as_ref().map(|(tcp, _)| tcp);
+        accept_loop(&self.tcp, resp, &shared, shutdown).await;
         drop(self.tcp);
+        drop(self.resp);
         registry.order_all(Order::Drain);
         on_stopping.await;
         let grace_end = Instant::now() + config.shutdown_grace;
@@ -245,7 +279,12 @@ async fn all_closed(registry: &Registry, until: Instant) -> bool {
     }
 }
 
-async fn accept_loop(tcp: &TcpListener, shared: &Arc<Shared>, shutdown: impl Future<Output = ()>) {
+async fn accept_loop(
+    tcp: &TcpListener,
+    resp: Option<&TcpListener>,
+    shared: &Arc<Shared>,
+    shutdown: impl Future<Output = ()>,
+) {
     let registry = &shared.registry;
     let mut shutdown = pin!(shutdown);
     let mut hangups = Hangups::new();
@@ -287,10 +326,11 @@ async fn accept_loop(tcp: &TcpListener, shared: &Arc<Shared>, shutdown: impl Fut
                 reload_tls(shared);
                 continue;
             }
-            accepted = tcp.accept() => accepted,
+            accepted = tcp.accept() => (accepted, Protocol::Http),
+            accepted = accept(resp) => (accepted, Protocol::Resp),
         };
         match accepted {
-            Ok((stream, _peer)) => {
+            (Ok((stream, _peer)), protocol) => {
                 // Every place became busy since the check: this connection waits, unread,
                 // and nothing more is accepted, until one frees.
                 let slot = loop {
@@ -303,9 +343,9 @@ async fn accept_loop(tcp: &TcpListener, shared: &Arc<Shared>, shutdown: impl Fut
                         _ = tokio::time::sleep(Duration::from_millis(20)) => {}
                     }
                 };
-                tokio::spawn(connection::run(shared.clone(), stream, slot));
+                tokio::spawn(connection::run(shared.clone(), stream, slot, protocol));
             }
-            Err(e) if out_of_descriptors(&e) => {
+            (Err(e), _) if out_of_descriptors(&e) => {
                 warn(
                     "cannot accept connections: out of file descriptors; pausing 100 ms",
                     Some(&e),
@@ -316,8 +356,18 @@ async fn accept_loop(tcp: &TcpListener, shared: &Arc<Shared>, shutdown: impl Fut
                 }
             }
             // A failure of that one connection (e.g. reset before it was accepted).
-            Err(e) => warn("accept failed", Some(&e)),
+            (Err(e), _) => warn("accept failed", Some(&e)),
         }
+    }
+}
+
+/// The next connection of the RESP listener; never, without one.
+async fn accept(
+    listener: Option<&TcpListener>,
+) -> std::io::Result<(tokio::net::TcpStream, SocketAddr)> {
+    match listener {
+        Some(listener) => listener.accept().await,
+        None => std::future::pending().await,
     }
 }
 
