@@ -58,7 +58,9 @@ Variant rows (Palisade only, each compared with the peers' runs of the same job)
 sleeps 1 ms and retries, as the peers' clients do; \`j1 (grace0)\` runs against a server
 started with \`--idle-grace-ms 0\`, which writes the lock's epoch at every grant as the
 peers do; \`(auth)\` rows run against a server with an auth file, each request carrying a
-bearer key. The cost of authentication is judged below from $AUTH_PAIRS interleaved pairs per
+bearer key; \`(resp)\` rows run the same job against the same server over its RESP
+listener (\`--resp-listen\`: \`LOCK.ACQUIRE\` + \`LOCK.RELEASE\`, \`KV.PUT\`, \`KV.GET\`) through the
+Redis client library, as the Redis rows do. The cost of authentication is judged below from $AUTH_PAIRS interleaved pairs per
 job: a fresh server with the auth file and its twin without one, started together and given
 the same runs, each pair one run on each back to back; the median of the pairs' ratios.
 
