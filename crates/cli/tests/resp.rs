@@ -401,3 +401,71 @@ async fn resp_commands_need_a_key_and_a_reload_takes_it_away() {
         "bob's still works"
     );
 }
+
+/// RESP over TLS with a client certificate: the certificate's principal, no `AUTH`.
+/// (`openssl s_client` is the client: the Redis library's TLS is not built here.)
+#[test]
+fn resp_over_mutual_tls_runs_as_the_certificates_principal() {
+    use common::pki::Ca;
+    let dir = tempfile::tempdir().unwrap();
+    let server_ca = Ca::new(dir.path(), "server");
+    let client_ca = Ca::new(dir.path(), "clients");
+    let billing = client_ca.client_cert("billing", "billing.internal");
+    let auth = dir.path().join("auth.toml");
+    std::fs::write(
+        &auth,
+        "[[principal]]\nname = \"billing\"\ncert_cn = \"billing.internal\"\n\
+         [[principal.grant]]\nlocks = \"orders*\"\nallow = [\"acquire\"]\n",
+    )
+    .unwrap();
+    let cert = server_ca.server_cert("server");
+    let server = Server::start(&[
+        "--resp-listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        &cert.cert_arg(),
+        "--tls-key",
+        &cert.key_arg(),
+        "--tls-client-ca",
+        &client_ca.cert_arg(),
+        "--auth-file",
+        &auth.display().to_string(),
+    ]);
+    let url = server.resp_url.clone().unwrap();
+    assert!(url.starts_with("rediss://127.0.0.1:"), "{url}");
+    let addr = url.trim_start_matches("rediss://");
+    let commands = b"*3\r\n$12\r\nLOCK.ACQUIRE\r\n$8\r\norders-1\r\n$5\r\n60000\r\n\
+*3\r\n$12\r\nLOCK.ACQUIRE\r\n$7\r\nother-1\r\n$5\r\n60000\r\n*1\r\n$4\r\nQUIT\r\n";
+    let session = |with_cert: bool| {
+        let mut openssl = std::process::Command::new("openssl");
+        openssl.args(["s_client", "-quiet", "-ign_eof", "-verify_return_error"]);
+        openssl.args(["-connect", addr, "-CAfile", &server_ca.cert_arg()]);
+        if with_cert {
+            openssl.args(["-cert", &billing.cert_arg(), "-key", &billing.key_arg()]);
+        }
+        let mut child = openssl
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("openssl s_client (Debian: openssl)");
+        child.stdin.take().unwrap().write_all(commands).unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let answers = session(true);
+    // The first acquisition as billing (a RESP2 map: names and values in turn), the
+    // second refused by billing's grant, then QUIT's OK.
+    assert!(
+        answers.contains("$6\r\nholder\r\n$7\r\nbilling\r\n"),
+        "{answers:?}"
+    );
+    assert!(answers.contains("-PERMISSION_DENIED "), "{answers:?}");
+    assert!(answers.ends_with("+OK\r\n"), "{answers:?}");
+    // With --tls-client-ca a certificate is required: without one the handshake fails
+    // and no command runs.
+    let answers = session(false);
+    assert!(!answers.contains("holder"), "{answers:?}");
+    assert!(!answers.contains("+OK"), "{answers:?}");
+    assert!(!answers.contains("holder"), "{answers:?}");
+}

@@ -564,4 +564,19 @@ mod tests {
         allowed.insecure_no_auth = true;
         assert!(Front::prepare(&allowed).is_ok());
     }
+
+    /// The RESP listener's address is held to the same rule as the HTTP one.
+    #[test]
+    fn a_public_resp_address_needs_auth_too() {
+        let mut resp = config("127.0.0.1:7700", &[]);
+        resp.resp_listen = Some("127.0.0.1:7701".parse().unwrap());
+        assert!(Front::prepare(&resp).is_ok());
+        resp.resp_listen = Some("192.0.2.7:7701".parse().unwrap());
+        match Front::prepare(&resp) {
+            Err(ServerError::Config(message)) => {
+                assert!(message.contains("192.0.2.7:7701"), "{message}")
+            }
+            other => panic!("expected a refusal, got {:?}", other.err()),
+        }
+    }
 }

@@ -117,14 +117,7 @@ impl Auth {
                     if changed.is_err() {
                         return acquiring.await;
                     }
-                    let now = auth
-                        .policy
-                        .load()
-                        .principals()
-                        .iter()
-                        .find(|p| p.name == principal.name)
-                        .cloned();
-                    match now {
+                    match auth.current(&principal.name) {
                         None => return Err(unauthenticated(
                             "the auth file no longer has this principal (reloaded while the \
                              acquisition waited)",
@@ -141,11 +134,18 @@ impl Auth {
     /// its grants, for one) ends what it had open; the client opens it again under what
     /// the file says now.
     pub fn still_grants(&self, principal: &Principal) -> bool {
+        self.current(&principal.name)
+            .is_some_and(|now| *now == *principal)
+    }
+
+    /// The principal named `name` in the policy in use now.
+    fn current(&self, name: &str) -> Option<Arc<Principal>> {
         self.policy
             .load()
             .principals()
             .iter()
-            .any(|p| p.name == principal.name && **p == *principal)
+            .find(|p| p.name == name)
+            .cloned()
     }
 
     pub fn policy(&self) -> Arc<AuthPolicy> {
