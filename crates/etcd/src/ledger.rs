@@ -36,7 +36,6 @@
 //! - Tokens signed outside the nodes with a copy of the signing key are not in any
 //!   ledger.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -84,33 +83,20 @@ impl LedgerFile {
         Ok(Some(file))
     }
 
-    /// Temporary file, fsync, rename over `path`, fsync of the directory.
+    /// Replaces the file at `path` so that a crash leaves the old one or the new one
+    /// ([`palisade_storage::atomic_file`]).
     fn write(&self, path: &Path) -> Result<(), StorageError> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-        tmp_name.push(".tmp");
-        let tmp = dir.join(tmp_name);
+        let name = path
+            .file_name()
+            .ok_or_else(|| StorageError::Failed(format!("{}: not a file name", path.display())))?;
         let bytes = serde_json::to_vec_pretty(self)
             .map_err(|e| StorageError::Failed(format!("cannot encode the epoch ledger: {e}")))?;
-        let err = |e: std::io::Error| failed(path, "cannot write", e);
-        {
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create(true).truncate(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut out = options.open(&tmp).map_err(err)?;
-            out.write_all(&bytes).map_err(err)?;
-            out.sync_all().map_err(err)?;
-        }
-        std::fs::rename(&tmp, path).map_err(err)?;
-        #[cfg(unix)]
-        std::fs::File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(err)?;
-        Ok(())
+        palisade_storage::atomic_file::write_atomic(&dir, name, &bytes)
+            .map_err(|e| failed(path, "cannot write", e))
     }
 }
 

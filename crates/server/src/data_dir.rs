@@ -34,7 +34,6 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// The marker file that makes a directory a Palisade data directory.
@@ -355,19 +354,11 @@ fn warn_if_open(path: &Path) {
     let _ = path;
 }
 
-/// Writes `name` in `dir` through a temp file, fsync and rename, then fsyncs the
-/// directory: a crash leaves the old file or the new one, never a torn one.
+/// Writes `name` in `dir` so that a crash leaves the old file or the new one
+/// ([`palisade_storage::atomic_file`]).
 fn write_atomic(dir: &Path, name: &str, text: &str) -> Result<(), DataDirError> {
-    let target = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    let write = || -> std::io::Result<()> {
-        let mut file = fs::File::create(&tmp)?;
-        file.write_all(text.as_bytes())?;
-        file.sync_all()?;
-        fs::rename(&tmp, &target)?;
-        fs::File::open(dir)?.sync_all()
-    };
-    write().map_err(io_err(&target))
+    palisade_storage::atomic_file::write_atomic(dir, name, text.as_bytes())
+        .map_err(io_err(&dir.join(name)))
 }
 
 #[cfg(test)]

@@ -50,6 +50,7 @@ use palisade_core::gate::{GateError, HighWater, Policy};
 use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
 
+pub mod atomic_file;
 pub mod decide;
 pub mod fingerprint;
 pub mod observe;

@@ -24,11 +24,11 @@
 //! secret key file.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use base64::Engine;
+use palisade_storage::atomic_file::{sync_dir, write_atomic};
 use palisade_token::{KeySet, Signer, VerifyingKey};
 
 use crate::recovery::ledger;
@@ -195,33 +195,12 @@ pub fn remove_legacy(dir: &Path) -> Result<(), String> {
 /// fsync'd, renamed over the old one, and the directory fsync'd. When this returns Ok the
 /// new set is durable; on an error the old one is still in place.
 pub fn store(dir: &Path, set: &KeySet) -> Result<(), String> {
-    let path = dir.join(KEY_SET_FILE);
-    let tmp = dir.join(format!("{KEY_SET_FILE}.tmp"));
-    let err = |e: std::io::Error| format!("cannot write key set {}: {e}", path.display());
-    // A leftover from a crash may have any mode; start from nothing.
-    match fs::remove_file(&tmp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(err(e)),
-        _ => {}
-    }
-    {
-        let mut options = fs::OpenOptions::new();
-        options.write(true).create_new(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(&tmp).map_err(err)?;
-        file.write_all(&set.encode()).map_err(err)?;
-        file.sync_all().map_err(err)?;
-    }
-    fs::rename(&tmp, &path).map_err(err)?;
-    sync_dir(dir).map_err(err)
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    fs::File::open(dir)?.sync_all()?;
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
+    write_atomic(dir, KEY_SET_FILE, &set.encode()).map_err(|e| {
+        format!(
+            "cannot write key set {}: {e}",
+            dir.join(KEY_SET_FILE).display()
+        )
+    })
 }
 
 /// Refuses a file that group or others may read: whoever reads it can mint tokens for
@@ -297,6 +276,7 @@ fn parse(path: &Path, text: &str) -> Result<Signer, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
 
     fn write_private(path: &Path, text: &str) {
         let mut options = fs::OpenOptions::new();

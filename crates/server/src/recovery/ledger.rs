@@ -29,7 +29,7 @@
 //! to date at every start and graceful stop, by backups and by restores.
 
 use std::collections::BTreeMap;
-use std::io::{ErrorKind, Write};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -94,7 +94,7 @@ pub fn store_floor(dir: &Path, floor: Epoch, commit_seq: u64, now_unix: u64) -> 
         commit_seq,
     })
     .map_err(|e| format!("cannot encode the epoch floor: {e}"))?;
-    write_atomically(dir, FLOOR_FILE, |out| out.write_all(&text))
+    write_atomically(dir, FLOOR_FILE, &text)
 }
 
 /// Reads the side file: `Ok(None)` when there is none.
@@ -128,28 +128,11 @@ fn read_versioned<T: serde::de::DeserializeOwned>(
     Ok(Some(value))
 }
 
-/// Temporary file (written by `write`, buffered), fsync, rename over `name`, fsync of the
-/// directory.
-fn write_atomically(
-    dir: &Path,
-    name: &str,
-    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
-) -> Result<(), String> {
-    let file = dir.join(name);
-    let tmp = dir.join(format!("{name}.tmp"));
-    let err = |e: std::io::Error| format!("cannot write {}: {e}", file.display());
-    {
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut out = std::io::BufWriter::new(options.open(&tmp).map_err(err)?);
-        write(&mut out).map_err(err)?;
-        let out = out.into_inner().map_err(|e| err(e.into_error()))?;
-        out.sync_all().map_err(err)?;
-    }
-    std::fs::rename(&tmp, &file).map_err(err)?;
-    sync_dir(dir).map_err(err)
+/// Writes `name` in `dir` so that a crash leaves the old file or the new one
+/// ([`palisade_storage::atomic_file`]).
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> Result<(), String> {
+    palisade_storage::atomic_file::write_atomic(dir, name, bytes)
+        .map_err(|e| format!("cannot write {}: {e}", dir.join(name).display()))
 }
 
 impl EpochLedger {
@@ -236,9 +219,9 @@ impl EpochLedger {
     pub fn store(&mut self, dir: &Path, now_unix: u64) -> Result<(), String> {
         self.version = VERSION;
         self.updated_at_unix = now_unix;
-        write_atomically(dir, LEDGER_FILE, |out| {
-            serde_json::to_writer_pretty(out, self).map_err(std::io::Error::other)
-        })
+        let text = serde_json::to_vec_pretty(self)
+            .map_err(|e| format!("cannot encode the epoch ledger: {e}"))?;
+        write_atomically(dir, LEDGER_FILE, &text)
     }
 }
 
@@ -351,14 +334,6 @@ impl<'de> serde::de::Visitor<'de> for LocksOnto<'_> {
         }
         Ok(())
     }
-}
-
-pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    #[cfg(unix)]
-    std::fs::File::open(dir)?.sync_all()?;
-    #[cfg(not(unix))]
-    let _ = dir;
-    Ok(())
 }
 
 #[cfg(test)]

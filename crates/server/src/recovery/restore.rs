@@ -31,9 +31,10 @@ use palisade_storage::redb_backend::offline::{
 };
 use palisade_token::Epoch;
 
-use super::ledger::{self, sync_dir, EpochLedger, LedgerRestore};
+use super::ledger::{self, EpochLedger, LedgerRestore};
 use super::{now_unix, RecoveryError};
 use crate::run::DB_FILE;
+use palisade_storage::atomic_file::sync_dir;
 
 /// The default margin above the highest known epoch.
 pub const DEFAULT_EPOCH_GAP: Epoch = 1_000_000;
