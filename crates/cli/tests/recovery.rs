@@ -314,3 +314,47 @@ async fn a_zeroed_sector_in_the_newest_commit_never_readmits_a_fenced_out_token(
         assert_unique(&issued);
     }
 }
+
+/// The red team's variant of a rollback: the database and the epoch ledger deleted, the
+/// signing keys kept. The server refuses to start over at epoch 1 under the same key, and
+/// creates nothing; restoring a backup, the way out it names, continues above every epoch
+/// issued.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_without_their_database_never_start_over_at_epoch_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let file = dir.path().join("early.backup");
+    let mut issued = Vec::new();
+    let (mut server, http) = start(&data);
+    cycle(&http, "a", 2, &mut issued).await;
+    server.kill();
+    let made = backup(&data, &file);
+    assert!(made.success, "{}", made.stderr);
+    let (mut server, http) = start(&data);
+    cycle(&http, "a", 3, &mut issued).await;
+    server.kill();
+
+    for entry in std::fs::read_dir(&data).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name.starts_with("palisade.redb") || name.starts_with("epoch-ledger") {
+            std::fs::remove_file(data.join(&name)).unwrap();
+        }
+    }
+    assert!(data.join("signing-keys.json").exists());
+    let refused = Server::start_in(&data, 0, &["--idle-grace-ms", "0"])
+        .err()
+        .expect("the server refuses to start");
+    assert!(
+        refused.contains("signing-keys.json") && refused.contains("palisade admin restore"),
+        "{refused}"
+    );
+    assert!(
+        !data.join("palisade.redb").exists(),
+        "a refused start creates no database"
+    );
+
+    let restored = restore(&data, &file, &[]);
+    assert!(restored.success, "{}", restored.stderr);
+    let (_server, http) = start(&data);
+    acquire_above_all(&http, &["a"], &mut issued).await;
+}

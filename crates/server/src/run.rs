@@ -247,6 +247,7 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     // Before the database is opened (which creates it): only a directory without state
     // may get a new key.
     let fresh = !keys::has_database(dir);
+    keys::refuse_keys_without_epochs(dir).map_err(ServerError::Key)?;
     // A first start that fails before its state is whole leaves the directory as it was.
     let first_start = fresh
         .then(|| crate::data_dir::FirstStart::begin(dir))

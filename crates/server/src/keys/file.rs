@@ -58,6 +58,37 @@ pub fn has_database(dir: &Path) -> bool {
     existing_state(dir).is_some()
 }
 
+/// Refuses a directory whose signing keys outlived its epochs: a key set (or an older
+/// version's key file) with neither the database nor the epoch ledger beside it. The
+/// tokens those keys signed carry epochs nothing here records any more, and a new
+/// database would issue them again from 1 under the same key. Called before the database
+/// is opened, which would create it.
+pub fn refuse_keys_without_epochs(dir: &Path) -> Result<(), String> {
+    if has_database(dir) {
+        return Ok(());
+    }
+    let Some(keys) = [dir.join(KEY_SET_FILE), dir.join(LEGACY_KEY_FILE)]
+        .into_iter()
+        .find(|p| p.exists())
+    else {
+        return Ok(());
+    };
+    Err(format!(
+        "{keys} exists, but neither the database ({db}) nor the epoch ledger does: the \
+         tokens these keys signed carry epochs this directory no longer records, and a new \
+         database would issue them again from 1. Refusing to start. Restore the database \
+         with `palisade admin restore --data-dir {dir} --from BACKUP`, which raises every \
+         epoch above what may have been issued (add --epoch-floor N, a bound above every \
+         epoch ever issued, if the backup is older than the last epochs). To start over as \
+         a new issuer instead, move {keys} out of the directory: every earlier token then \
+         stops verifying, and resources holding marks from before refuse the new epochs \
+         until they pass those marks",
+        keys = keys.display(),
+        db = dir.join(DB_FILE).display(),
+        dir = dir.display(),
+    ))
+}
+
 /// The database file, or else the epoch ledger, of `dir`, if either exists.
 fn existing_state(dir: &Path) -> Option<PathBuf> {
     [dir.join(DB_FILE), ledger::path(dir)]

@@ -40,8 +40,8 @@ use palisade_token::{
 pub use palisade_token::{KeySet, KeyState};
 
 pub use file::{
-    has_database, load_secret, open_for_serving, read_legacy, read_set, remove_legacy, store,
-    trusted_keys, way_out, Origin, KEY_SET_FILE, LEGACY_KEY_FILE,
+    has_database, load_secret, open_for_serving, read_legacy, read_set, refuse_keys_without_epochs,
+    remove_legacy, store, trusted_keys, way_out, Origin, KEY_SET_FILE, LEGACY_KEY_FILE,
 };
 
 use crate::api::ApiError;
