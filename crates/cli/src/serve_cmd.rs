@@ -33,7 +33,8 @@ pub struct ServeArgs {
     resp_listen: Option<String>,
     /// Directory holding the database and the key set: created if missing (mode 0700);
     /// an existing one must be empty or a Palisade data directory, anything else is
-    /// refused and left untouched.
+    /// refused and left untouched. With --backend etcd it holds only the node's epoch
+    /// ledger (unless --etcd-epoch-ledger puts it elsewhere).
     #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
     data_dir: PathBuf,
     /// After a lease expires without release, keep its lock ungrantable this long (ms).
@@ -119,8 +120,9 @@ pub struct ServeArgs {
     /// This node's epoch ledger, kept outside etcd (created if missing): a small fsynced
     /// file bounding every epoch the node hands out, raised before a token leaves it.
     /// After an etcd snapshot restore, `palisade admin etcd-raise --ledger FILE` reads
-    /// every node's ledger to put epochs and marks above anything ever issued. Without
-    /// it a restore cannot be made safe. See docs/operations.md.
+    /// every node's ledger to put epochs and marks above anything ever issued. Default:
+    /// etcd-epoch-ledger.json in --data-dir. One node per ledger: a second node given the
+    /// same file refuses to start. See docs/operations.md.
     #[arg(long, env = "PALISADE_ETCD_EPOCH_LEDGER", value_name = "FILE")]
     etcd_epoch_ledger: Option<PathBuf>,
     /// Create the key set from this key file (64 hex characters, mode 0600) instead of a

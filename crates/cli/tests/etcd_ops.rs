@@ -205,7 +205,9 @@ async fn release(http: &Http, grant: &Value) {
 }
 
 /// The drill of docs/operations.md ("Restoring etcd from a snapshot"), with a real
-/// `etcdctl snapshot save` and `etcdctl snapshot restore`.
+/// `etcdctl snapshot save` and `etcdctl snapshot restore`, and the node's epoch ledger
+/// where it is by default (no `--etcd-epoch-ledger`): `etcd-epoch-ledger.json` in its data
+/// directory, which a second node cannot share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_restore_drill_raises_epochs_above_the_ledger() {
     let mut etcd = EtcdCluster::start(1);
@@ -216,7 +218,8 @@ async fn etcd_restore_drill_raises_epochs_above_the_ledger() {
         &key_file,
         &hex(&palisade_token::Signer::generate().secret()),
     );
-    let ledger = dir.path().join("node-epoch-ledger.json");
+    let node_dir = dir.path().join("node");
+    let ledger = node_dir.join("etcd-epoch-ledger.json");
     let snapshot = dir.path().join("etcd.snapshot");
     let args = [
         "--backend",
@@ -227,12 +230,14 @@ async fn etcd_restore_drill_raises_epochs_above_the_ledger() {
         key_file.to_str().unwrap(),
         "--etcd-timeout-ms",
         "2000",
-        "--etcd-epoch-ledger",
-        ledger.to_str().unwrap(),
     ];
-    let node_dir = dir.path().join("node");
     let mut node = Server::start_in(&node_dir, 0, &args).unwrap();
     let http = Http::new(&node.url);
+    assert!(ledger.exists(), "the ledger is on by default");
+    let sharing = Server::start_in(&node_dir, 0, &args)
+        .err()
+        .expect("a second node on the same ledger refuses to start");
+    assert!(sharing.contains("in use by another node"), "{sharing}");
     // A snapshot from before the node's first grant, for the last part.
     let early = dir.path().join("early.snapshot");
     etcd.save_snapshot(0, &early);

@@ -1,4 +1,7 @@
-//! The epoch ledger of an etcd node, kept **outside** etcd (`--epoch-ledger FILE`).
+//! The epoch ledger of an etcd node, kept **outside** etcd: `--etcd-epoch-ledger FILE`,
+//! by default `etcd-epoch-ledger.json` in the node's `--data-dir`. One node per ledger: a
+//! node holds `FILE.lock` while it serves, and a second node given the same file refuses
+//! to start (its ceilings would overwrite each other's).
 //!
 //! An etcd snapshot restore brings every epoch counter and high-water mark back to the
 //! snapshot's values: the epochs issued after the snapshot would be issued again, and
@@ -29,8 +32,8 @@
 //! least the floor, whether or not the snapshot knew the lock or the namespace.
 //!
 //! ## What it does not guarantee
-//! - A node run without a ledger is not covered: the raise cannot know what it issued.
-//!   Run every node with one, or give `etcd-raise` a bound with `--at-least`.
+//! - A node whose ledger is not given to the raise is not covered: the raise cannot know
+//!   what it issued. Give it every node's ledger, or a bound with `--at-least`.
 //! - A lost ledger file loses its node's bound; with every ledger lost, only
 //!   `--at-least` can tell the raise how high to go.
 //! - Tokens signed outside the nodes with a copy of the signing key are not in any
@@ -100,6 +103,30 @@ impl LedgerFile {
     }
 }
 
+/// Takes `path.lock` for this process, or says which ledger another node holds.
+fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, StorageError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let lock_path = PathBuf::from(name);
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options
+        .open(&lock_path)
+        .map_err(|e| failed(path, "cannot open the lock file of the", e))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
+        |(_, errno)| {
+            StorageError::Failed(format!(
+                "epoch ledger {} is in use by another node ({} is held: {errno}): give \
+                 every node its own ledger (--etcd-epoch-ledger, or its own --data-dir)",
+                path.display(),
+                lock_path.display()
+            ))
+        },
+    )
+}
+
 fn failed(path: &Path, what: &str, e: std::io::Error) -> StorageError {
     StorageError::Failed(format!("{what} epoch ledger {}: {e}", path.display()))
 }
@@ -115,6 +142,8 @@ fn now_unix() -> u64 {
 pub struct EpochLedger {
     path: Arc<PathBuf>,
     state: Arc<Mutex<LedgerFile>>,
+    /// `FILE.lock`, held while the node serves (see the module docs).
+    _lock: Arc<nix::fcntl::Flock<std::fs::File>>,
 }
 
 impl std::fmt::Debug for EpochLedger {
@@ -129,6 +158,7 @@ impl EpochLedger {
     /// Opens (or creates, with ceiling 0) the ledger at `path` for the deployment under
     /// `prefix`. A ledger of another prefix is an error.
     pub fn open(path: &Path, prefix: &str) -> Result<EpochLedger, StorageError> {
+        let lock = lock(path)?;
         let file = match LedgerFile::read(path)? {
             Some(file) if file.prefix != prefix => {
                 return Err(StorageError::Failed(format!(
@@ -153,6 +183,7 @@ impl EpochLedger {
         Ok(EpochLedger {
             path: Arc::new(path.to_path_buf()),
             state: Arc::new(Mutex::new(file)),
+            _lock: Arc::new(lock),
         })
     }
 
@@ -286,6 +317,10 @@ mod tests {
         ledger.cover(CEILING_BLOCK, 20).await.unwrap();
         assert_eq!(LedgerFile::read(&path).unwrap().unwrap().revision, 10);
         ledger.cover(CEILING_BLOCK + 2, 30).await.unwrap();
+        // One holder at a time: a second open while it serves is refused.
+        let shared = EpochLedger::open(&path, "/p/").unwrap_err().to_string();
+        assert!(shared.contains("in use by another node"), "{shared}");
+        drop(ledger);
         let again = EpochLedger::open(&path, "/p/").unwrap().file();
         assert_eq!(again.ceiling, 2 + 2 * CEILING_BLOCK);
         assert_eq!(again.revision, 30);

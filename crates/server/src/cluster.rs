@@ -24,6 +24,25 @@ use crate::keys::{self, KeyRegistry, KeyStore};
 use crate::run::{listen_and_serve, Front, RunningServer, ServerError};
 use crate::transport::Listener;
 
+/// The epoch ledger's file in the node's `--data-dir` when `--etcd-epoch-ledger` is not
+/// given.
+pub const DEFAULT_LEDGER: &str = "etcd-epoch-ledger.json";
+
+/// Creates the node's data directory (mode 0700) if it is missing: over etcd it holds
+/// only the epoch ledger.
+fn create_private_dir(dir: &std::path::Path) -> Result<(), ServerError> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(|e| {
+        ServerError::Config(format!(
+            "cannot create the data directory {} for the epoch ledger: {e}",
+            dir.display()
+        ))
+    })
+}
+
 /// Connects to etcd and starts serving.
 pub(crate) async fn serve(
     config: ServerConfig,
@@ -59,34 +78,30 @@ pub(crate) async fn serve(
     })
     .await?
     .with_commit_hook(CommitHook::new(front.observe.clone()));
-    let ledger = match epoch_ledger {
-        Some(path) => {
-            let ledger = EpochLedger::open(path, prefix)?;
-            // An etcd that came back older than this ledger saw is not served until
-            // `palisade admin etcd-raise` has put its epochs above the ledgers.
-            match ledger.check_against(&etcd).await {
-                Ok(Ok(())) => {}
-                Ok(Err(why)) => return Err(ServerError::Config(why)),
-                Err(e) => tracing::warn!(
-                    error = %e,
-                    "etcd does not answer: the epoch ledger could not be checked against it"
-                ),
-            }
-            tracing::info!(
-                ledger = %path.display(),
-                ceiling = ledger.file().ceiling,
-                "epoch ledger: no epoch above the ceiling was handed out by this node"
-            );
-            Some(ledger)
-        }
+    // The ledger is on by default: DATA_DIR/etcd-epoch-ledger.json.
+    let path = match epoch_ledger {
+        Some(path) => path.clone(),
         None => {
-            tracing::warn!(
-                "no --etcd-epoch-ledger: after an etcd snapshot restore, the epochs this node \
-                 issued cannot be known, and the restore cannot be made safe"
-            );
-            None
+            create_private_dir(&config.data_dir)?;
+            config.data_dir.join(DEFAULT_LEDGER)
         }
     };
+    let ledger = EpochLedger::open(&path, prefix)?;
+    // An etcd that came back older than this ledger saw is not served until
+    // `palisade admin etcd-raise` has put its epochs above the ledgers.
+    match ledger.check_against(&etcd).await {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => return Err(ServerError::Config(why)),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "etcd does not answer: the epoch ledger could not be checked against it"
+        ),
+    }
+    tracing::info!(
+        ledger = %path.display(),
+        ceiling = ledger.file().ceiling,
+        "epoch ledger: no epoch above the ceiling was handed out by this node"
+    );
     let backend: Arc<dyn FencedStore> = Arc::new(EtcdStore::with_limits(
         etcd.clone(),
         config.store_limits,
@@ -120,10 +135,9 @@ pub(crate) async fn serve(
         config.token_cache,
     );
     keys.spawn_poll();
-    let mut issuer = EtcdIssuer::new(etcd, keys.signer()).with_lock_delay(config.lock_delay_ms);
-    if let Some(ledger) = ledger {
-        issuer = issuer.with_ledger(ledger);
-    }
+    let issuer = EtcdIssuer::new(etcd, keys.signer())
+        .with_lock_delay(config.lock_delay_ms)
+        .with_ledger(ledger);
     let state = front.state(&config, Arc::new(issuer), backend, keys);
     let what = format!("etcd, endpoints {}, prefix {prefix}", endpoints.join(","));
     listen_and_serve(listener, state, what, async {}).await
