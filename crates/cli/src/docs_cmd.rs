@@ -17,9 +17,11 @@ pub struct ManArgs {
 }
 
 /// Prints the completion script for `shell` on stdout.
-pub fn completions(shell: clap_complete::Shell) {
+pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
     let mut command = crate::command();
-    clap_complete::generate(shell, &mut command, "palisade", &mut std::io::stdout());
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "palisade", &mut script);
+    crate::output::write_stdout(&script)
 }
 
 /// Prints `palisade.1`, or writes every page into `--dir`.
@@ -33,9 +35,13 @@ pub fn man(args: ManArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("cannot write the man pages into {}", dir.display()))?;
             eprintln!("man pages written to {}", dir.display());
         }
-        None => clap_mangen::Man::new(command)
-            .render(&mut std::io::stdout())
-            .context("cannot write the man page")?,
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(command)
+                .render(&mut page)
+                .context("cannot render the man page")?;
+            crate::output::write_stdout(&page)?;
+        }
     }
     Ok(())
 }

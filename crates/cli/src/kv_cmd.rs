@@ -19,6 +19,7 @@ use crate::target::Connected;
 #[derive(Debug, Subcommand)]
 pub enum KvCommand {
     /// Write a value under a key, fenced by a token for the namespace's lock.
+    #[command(visible_alias = "set")]
     Put {
         /// Namespace (the name of the lock that guards it).
         lock: String,

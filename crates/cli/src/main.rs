@@ -277,10 +277,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             .await
             .map(drop)
             .map_err(bench_failure),
-        Command::Completions { shell } => {
-            docs_cmd::completions(shell);
-            Ok(())
-        }
+        Command::Completions { shell } => docs_cmd::completions(shell),
         Command::Man(args) => docs_cmd::man(args),
     };
     done.map(|()| Exit::Ok.code())

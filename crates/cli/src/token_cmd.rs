@@ -44,7 +44,7 @@ pub async fn run(target: Connected, cmd: TokenCommand) -> anyhow::Result<()> {
         return Err(Failure::new(
             Exit::TokenRefused,
             format!(
-                "stale: the token's epoch {} is not the current epoch {} of lock {lock}",
+                "stale_token: the token's epoch {} is not the current epoch {} of lock {lock}",
                 check.epoch.unwrap_or(0),
                 check.current_epoch.unwrap_or(0)
             ),

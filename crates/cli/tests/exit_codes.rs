@@ -154,7 +154,7 @@ fn each_failure_has_its_exit_code() {
         "invalid_token",
     );
     let out = palisade_env(url, &["token", "check"], &[("PALISADE_TOKEN", &token_a)]);
-    fails(&out, 4, "not the current epoch");
+    fails(&out, 4, "stale_token: the token's epoch");
     assert!(check_output(&token_a).contains("\"genuine\": true"));
     let out = palisade_env(url, &["token", "check"], &[("PALISADE_TOKEN", &token_b)]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
