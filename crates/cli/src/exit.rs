@@ -163,6 +163,22 @@ pub fn client_failure(err: palisade_client::Error, server: &str) -> Failure {
         E::Api {
             status, message, ..
         } => Failure::new(Exit::for_api(&code, status), format!("{code}: {message}")),
+        E::StaleSequence {
+            high_water,
+            high_water_seq,
+            epoch,
+            ..
+        } if epoch >= high_water => {
+            // No newer holder: this holder's own sequence is behind its last write.
+            let exit = Exit::for_api(&code, 0);
+            Failure::new(
+                exit,
+                format!(
+                    "{code}: {err}: this epoch already wrote sequence {high_water_seq}; \
+                     send a higher --seq"
+                ),
+            )
+        }
         other => {
             let exit = Exit::for_api(&code, 0);
             let hint = match exit {

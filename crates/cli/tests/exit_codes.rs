@@ -266,3 +266,29 @@ fn bench_names_the_feature_that_builds_a_peer_driver() {
     let manifest = include_str!("../Cargo.toml");
     assert!(manifest.contains("\nbench-peers = "), "the feature exists");
 }
+
+/// The sequence policy's refusals give the advice that fixes them: the flag to add, and
+/// a higher `--seq` (not a new acquisition) when no newer holder exists.
+#[test]
+fn sequence_refusals_name_the_flag_and_the_right_fix() {
+    let server = Server::start(&["--policy", "seq.*=sequence"]);
+    let url = &server.url;
+    let token = stdout(&palisade(
+        url,
+        &["lock", "acquire", "seq.a", "--format", "token"],
+    ));
+    let env = [("PALISADE_TOKEN", token.as_str())];
+    let put = |args: &[&str]| {
+        let mut all = vec!["kv", "put", "seq.a", "k", "v"];
+        all.extend_from_slice(args);
+        palisade_env(url, &all, &env)
+    };
+    fails(&put(&[]), 2, "--seq");
+    stdout(&put(&["--seq", "1"]));
+    let replay = put(&["--seq", "1"]);
+    fails(&replay, 4, "stale_sequence");
+    fails(&replay, 4, "send a higher --seq");
+    let stderr = String::from_utf8_lossy(&replay.stderr);
+    assert!(!stderr.contains("newer holder"), "{stderr}");
+    stdout(&put(&["--seq", "2"]));
+}

@@ -75,7 +75,10 @@ pub enum GateError {
         seq: u64,
     },
     /// A `sequence` namespace was sent an operation without a sequence number.
-    #[error("this namespace uses the sequence policy: a Fencing-Seq header is required")]
+    #[error(
+        "this namespace uses the sequence policy: every write needs a sequence number \
+         (HTTP: the Fencing-Seq header; CLI: --seq; RESP: SEQ)"
+    )]
     MissingSequence,
 }
 
