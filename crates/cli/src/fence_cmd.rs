@@ -57,12 +57,7 @@ pub async fn run(target: Connected, args: FenceArgs) -> anyhow::Result<()> {
     let lock = args
         .lock
         .ok_or_else(|| Failure::new(Exit::Usage, "fence needs a lock name"))?;
-    let token = args.token.ok_or_else(|| {
-        Failure::new(
-            Exit::Usage,
-            "fence needs the holder's token: --token TOKEN or the PALISADE_TOKEN variable",
-        )
-    })?;
+    let token = args.token.ok_or_else(crate::kv_cmd::missing_token)?;
     let high_water = target
         .client
         .fenced_kv(&lock, &token)

@@ -62,9 +62,10 @@ pub enum KvCommand {
 /// What every mutation carries: the token, and optional conditions and retry metadata.
 #[derive(Debug, Args)]
 pub struct FenceArgs {
-    /// Fencing token from `palisade lock acquire` (required for every write).
+    /// Fencing token from `palisade lock acquire` (required for every write: without it,
+    /// missing_token, exit 4).
     #[arg(long, env = "PALISADE_TOKEN", hide_env_values = true)]
-    pub token: String,
+    pub token: Option<String>,
     /// Only apply if the key's current revision equals this (If-Match).
     #[arg(long)]
     if_match: Option<u64>,
@@ -78,14 +79,20 @@ pub struct FenceArgs {
 }
 
 impl FenceArgs {
-    fn split(self, client: &Client, lock: &str, if_absent: bool) -> (FencedKv, WriteOptions) {
+    fn split(
+        self,
+        client: &Client,
+        lock: &str,
+        if_absent: bool,
+    ) -> Result<(FencedKv, WriteOptions), Failure> {
+        let token = self.token.ok_or_else(missing_token)?;
         let opts = WriteOptions {
             if_match: self.if_match,
             if_absent,
             idempotency_key: self.idempotency_key,
             seq: self.seq,
         };
-        (client.fenced_kv(lock, &self.token), opts)
+        Ok((client.fenced_kv(lock, &token), opts))
     }
 }
 
@@ -111,7 +118,7 @@ pub async fn run(target: Connected, cmd: KvCommand) -> anyhow::Result<()> {
                 Some(v) => v.into_bytes(),
                 None => read_stdin().await?,
             };
-            let (kv, opts) = fence.split(client, &lock, if_absent);
+            let (kv, opts) = fence.split(client, &lock, if_absent)?;
             print_json(&kv.put_with(&key, value, &opts).await.map_err(fail)?)
         }
         KvCommand::Get { lock, key } => {
@@ -129,7 +136,7 @@ pub async fn run(target: Connected, cmd: KvCommand) -> anyhow::Result<()> {
             out.flush().await.context("cannot write to stdout")
         }
         KvCommand::Del { lock, key, fence } => {
-            let (kv, opts) = fence.split(client, &lock, false);
+            let (kv, opts) = fence.split(client, &lock, false)?;
             print_json(&kv.delete_with(&key, &opts).await.map_err(fail)?)
         }
         KvCommand::Ls { lock, prefix } => {
@@ -146,4 +153,15 @@ async fn read_stdin() -> anyhow::Result<Vec<u8>> {
         .await
         .context("cannot read the value from stdin")?;
     Ok(value)
+}
+
+/// A write without a token: refused here as the server would refuse it (`missing_token`,
+/// exit 4), saying where a token comes from.
+pub fn missing_token() -> Failure {
+    Failure::new(
+        Exit::TokenRefused,
+        "missing_token: a write needs the lock holder's fencing token: --token TOKEN, or the \
+         PALISADE_TOKEN variable (export PALISADE_TOKEN=$(palisade lock acquire LOCK \
+         --format token))",
+    )
 }

@@ -292,3 +292,19 @@ fn sequence_refusals_name_the_flag_and_the_right_fix() {
     assert!(!stderr.contains("newer holder"), "{stderr}");
     stdout(&put(&["--seq", "2"]));
 }
+
+/// A write or a barrier without a token is `missing_token` (exit 4), as the table says,
+/// and says where a token comes from; nothing is sent (no server listens here).
+#[test]
+fn a_write_without_a_token_says_where_tokens_come_from() {
+    let nobody = "http://127.0.0.1:1";
+    for args in [
+        &["kv", "put", "orders", "k", "v"][..],
+        &["kv", "del", "orders", "k"],
+        &["fence", "orders"],
+    ] {
+        let out = palisade(nobody, args);
+        fails(&out, 4, "missing_token");
+        fails(&out, 4, "PALISADE_TOKEN");
+    }
+}
