@@ -407,9 +407,16 @@ async fn concurrent_applies_are_group_committed_and_ordered() {
         let last = writes.last().expect("non-empty").1;
         assert_eq!(store.high_water(&ns).await.unwrap().epoch, last);
     }
+    // Every admitted put went through the writer; a refusal may have been decided before
+    // it (on the durable rows in memory) or in its batch, whichever saw the mark first.
     let stats = store.commit_stats();
-    assert_eq!(stats.ops, 200);
-    assert!(stats.commits >= 1 && stats.commits <= 200);
+    let admitted = revisions.len() as u64;
+    assert!(
+        stats.ops >= admitted && stats.ops <= 200,
+        "{} ops through the writer for {admitted} admitted of 200",
+        stats.ops
+    );
+    assert!(stats.commits >= 1 && stats.commits <= stats.ops);
     store.close().await;
 }
 
