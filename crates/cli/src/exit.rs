@@ -224,6 +224,11 @@ fn transport_failure(err: &reqwest::Error, server: &str) -> Failure {
         } else if why.contains("UnknownCA") || why.contains("CertificateRequired") {
             "; the server wants a client certificate signed by its CA (--client-cert, \
              --client-key)"
+        } else if server.starts_with("https://")
+            && (why.contains("InvalidContentType") || why.contains("corrupt message"))
+        {
+            // What rustls makes of an HTTP answer to its TLS hello.
+            "; the server does not speak TLS there: use http:// in --server"
         } else if why.contains("dns error") {
             "; check the host name in --server (PALISADE_SERVER)"
         } else if server.starts_with("https://")

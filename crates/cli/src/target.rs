@@ -96,6 +96,11 @@ impl Connection {
                 client,
                 server: base,
             }),
+            // Settings refused before any request: name the flag, not a server's code.
+            Err(palisade_client::Error::BadRequest(why)) => Err(Failure::new(
+                crate::exit::Exit::Usage,
+                format!("--server (PALISADE_SERVER): {why}"),
+            )),
             Err(e) => Err(client_failure(e, &base)),
         }
     }

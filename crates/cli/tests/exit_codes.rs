@@ -308,3 +308,24 @@ fn a_write_without_a_token_says_where_tokens_come_from() {
         fails(&out, 4, "PALISADE_TOKEN");
     }
 }
+
+/// A `--server` that cannot be meant is refused before any request, with the fix: no
+/// scheme, or a path ending in /v1 (exit 2); https:// against a plain server says so
+/// (exit 11).
+#[test]
+fn a_wrong_server_url_says_what_is_wrong() {
+    for (server, says) in [
+        ("127.0.0.1:7700", "write http://127.0.0.1:7700"),
+        ("localhost:7700", "write http://localhost:7700"),
+        ("http://127.0.0.1:7700/v1", "ends in /v1"),
+    ] {
+        fails(&palisade(server, &["lock", "status", "x"]), 2, says);
+    }
+    let plain = Server::start(&[]);
+    let https = plain.url.replacen("http://", "https://", 1);
+    fails(
+        &palisade(&https, &["lock", "status", "x"]),
+        11,
+        "does not speak TLS there: use http://",
+    );
+}

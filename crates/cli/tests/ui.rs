@@ -60,9 +60,21 @@ async fn assets(base: &str) -> Vec<String> {
     bodies
 }
 
+/// `GET /` leads a browser to the dashboard, with or without authentication.
+async fn root_leads_to_the_dashboard(base: &str) {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let answer = client.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(answer.status(), 307);
+    assert_eq!(answer.headers()["location"], "/ui");
+}
+
 #[tokio::test]
 async fn the_dashboard_is_served_with_its_types_and_policy() {
     let server = Server::start(&[]);
+    root_leads_to_the_dashboard(&server.url).await;
     let bodies = assets(&server.url).await;
     let missing = reqwest::get(format!("{}/ui/nope.js", server.url))
         .await
@@ -87,6 +99,7 @@ async fn with_auth_on_the_files_are_public_and_the_data_is_not() {
         ],
     );
     let server = Server::start(&["--auth-file", path.to_str().unwrap()]);
+    root_leads_to_the_dashboard(&server.url).await;
     assets(&server.url).await;
     let api = Api::new(&server);
     for data in ["/v1/locks", "/v1/fences", "/v1/events", "/metrics"] {

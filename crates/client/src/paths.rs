@@ -67,11 +67,35 @@ pub(crate) fn key_path(key: &str) -> Result<String, Error> {
 /// Normalises a base URL: parses it, requires http(s), and drops a trailing `/` so that
 /// paths can be appended as `{base}/v1/...`.
 pub(crate) fn normalise_base(base_url: &str) -> Result<String, Error> {
-    let parsed = reqwest::Url::parse(base_url)
-        .map_err(|e| Error::BadRequest(format!("invalid base URL {base_url:?}: {e}")))?;
+    // `127.0.0.1:7700` does not parse, and `localhost:7700` parses with the scheme
+    // `localhost`: both lack the scheme.
+    let no_scheme = || {
+        Error::BadRequest(format!(
+            "base URL {base_url:?} has no http:// or https://: write http://{base_url} (or \
+             https:// when the server has TLS)"
+        ))
+    };
+    let parsed = reqwest::Url::parse(base_url).map_err(|e| {
+        if base_url.contains("://") {
+            Error::BadRequest(format!("invalid base URL {base_url:?}: {e}"))
+        } else {
+            no_scheme()
+        }
+    })?;
     if !matches!(parsed.scheme(), "http" | "https") {
+        if !base_url.contains("://") {
+            return Err(no_scheme());
+        }
         return Err(Error::BadRequest(format!(
             "base URL {base_url:?} is not http(s)"
+        )));
+    }
+    // The routes are under /v1 already; a base ending in it doubles it, and every
+    // request then misses.
+    if parsed.path().trim_end_matches('/').ends_with("/v1") {
+        return Err(Error::BadRequest(format!(
+            "base URL {base_url:?} ends in /v1: give the server's own URL (like \
+             http://127.0.0.1:7700), the client adds /v1 to each request"
         )));
     }
     if parsed.query().is_some() || parsed.fragment().is_some() {
@@ -85,6 +109,24 @@ pub(crate) fn normalise_base(base_url: &str) -> Result<String, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base_urls_that_cannot_be_meant_are_refused_with_the_fix() {
+        for (url, says) in [
+            ("127.0.0.1:7700", "write http://127.0.0.1:7700"),
+            ("localhost:7700", "write http://localhost:7700"),
+            ("http://localhost:7700/v1", "ends in /v1"),
+            ("http://localhost:7700/v1/", "ends in /v1"),
+            ("ftp://localhost:7700", "is not http(s)"),
+        ] {
+            let err = normalise_base(url).unwrap_err().to_string();
+            assert!(err.contains(says), "{url}: {err}");
+        }
+        assert_eq!(
+            normalise_base("https://proxy.example/palisade/").unwrap(),
+            "https://proxy.example/palisade"
+        );
+    }
 
     #[test]
     fn unreserved_characters_pass_through() {

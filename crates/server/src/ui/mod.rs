@@ -38,6 +38,9 @@ pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
             get(|| async { asset("text/html; charset=utf-8", INDEX) }),
         )
         .route("/ui/", get(|| async { Redirect::permanent("/ui") }))
+        // A person who opens the server's own URL in a browser: the dashboard. Temporary,
+        // so that a later version may serve something else there.
+        .route("/", get(|| async { Redirect::temporary("/ui") }))
         .route(
             "/ui/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
