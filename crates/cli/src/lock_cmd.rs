@@ -134,12 +134,22 @@ pub async fn run(target: Connected, cmd: LockCommand) -> anyhow::Result<u8> {
                 released: true,
             })
         }
-        LockCommand::Status { lock: Some(lock) } => print_json(
-            &client
+        LockCommand::Status { lock: Some(lock) } => {
+            let status = client
                 .lock_status(&lock)
                 .await
-                .map_err(|e| target.fail(e))?,
-        ),
+                .map_err(|e| target.fail(e))?;
+            print_json(&status)?;
+            if status.epoch == 0 && status.holder.is_none() && status.waiters == 0 {
+                // Never acquired (or a name mistyped): not_found, as docs/cli.md says.
+                return Err(crate::exit::Failure::new(
+                    crate::exit::Exit::NotFound,
+                    format!("not_found: lock {lock} has never been acquired"),
+                )
+                .into());
+            }
+            Ok(())
+        }
         LockCommand::Status { lock: None } => {
             let locks = client.locks().await.map_err(|e| target.fail(e))?;
             print_json(&LockList { locks })

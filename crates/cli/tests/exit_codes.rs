@@ -221,13 +221,13 @@ fn authentication_and_permission_have_their_own_codes() {
         9,
         "permission_denied",
     );
-    // The same key may read: 0.
+    // The same key may read: the answer, not a refusal (the lock was never acquired: 5).
     let out = palisade_env(
         url,
         &["lock", "status", "orders"],
         &[("PALISADE_KEY", &people[0].key)],
     );
-    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    fails(&out, 5, "never been acquired");
 }
 
 #[test]
@@ -328,4 +328,24 @@ fn a_wrong_server_url_says_what_is_wrong() {
         11,
         "does not speak TLS there: use http://",
     );
+}
+
+/// `lock status` of a lock never acquired is not_found (5), as the table says; of a lock
+/// acquired once, 0 (its JSON printed either way).
+#[test]
+fn status_of_a_lock_never_acquired_is_not_found() {
+    let server = Server::start(&[]);
+    let url = &server.url;
+    let out = palisade(url, &["lock", "status", "nosuchlock"]);
+    fails(
+        &out,
+        5,
+        "not_found: lock nosuchlock has never been acquired",
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\"epoch\": 0"));
+    stdout(&palisade(
+        url,
+        &["lock", "acquire", "once", "--holder", "h"],
+    ));
+    stdout(&palisade(url, &["lock", "status", "once"]));
 }
