@@ -54,7 +54,11 @@ pub async fn run(target: Connected, cmd: TokenCommand) -> anyhow::Result<()> {
     if check.lease_alive != Some(true) {
         return Err(Failure::new(
             Exit::LeaseLost,
-            format!("lease_expired: the lease of this token on lock {lock} has ended"),
+            format!(
+                "lease_expired: the lease of this token on lock {lock} has ended; its writes \
+                 are still admitted until a newer holder writes or fences (the resource's \
+                 check, not the lease, is what fences): acquire again before relying on it"
+            ),
         )
         .into());
     }

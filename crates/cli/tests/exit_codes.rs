@@ -349,3 +349,33 @@ fn status_of_a_lock_never_acquired_is_not_found() {
     ));
     stdout(&palisade(url, &["lock", "status", "once"]));
 }
+
+/// A token whose lease ended: `token check` exits 6 and says that its writes still land
+/// until a newer holder writes or fences, which a write then shows.
+#[test]
+fn token_check_after_the_lease_ended_says_writes_still_land() {
+    let server = Server::start(&[]);
+    let url = &server.url;
+    let token = stdout(&palisade(
+        url,
+        &[
+            "lock", "acquire", "short", "--ttl-ms", "100", "--format", "token",
+        ],
+    ));
+    let env = [("PALISADE_TOKEN", token.as_str())];
+    let ended = common::poll(std::time::Duration::from_secs(10), || {
+        let out = palisade_env(url, &["token", "check"], &env);
+        (out.status.code() == Some(6)).then_some(out)
+    })
+    .expect("the lease ends");
+    fails(
+        &ended,
+        6,
+        "still admitted until a newer holder writes or fences",
+    );
+    stdout(&palisade_env(
+        url,
+        &["kv", "put", "short", "k", "late"],
+        &env,
+    ));
+}
