@@ -16,11 +16,11 @@ pub struct RuntimeArgs {
     /// the process may use. One worker wakes no idle sibling: fewer context switches per
     /// request at light load, less throughput with many busy connections
     /// (docs/benchmarks.md, "The runtime").
-    #[arg(long, env = "PALISADE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    #[arg(help_heading = "Runtime", long, env = "PALISADE_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
     /// Most threads for blocking work at once: reads of keys not in memory, key-file and
     /// backup I/O. Idle ones exit after 10 s. Requests beyond it wait in line.
-    #[arg(long, env = "PALISADE_BLOCKING_THREADS", default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..=4096))]
+    #[arg(help_heading = "Runtime", long, env = "PALISADE_BLOCKING_THREADS", default_value_t = 512, value_parser = clap::value_parser!(u16).range(1..=4096))]
     blocking_threads: u16,
 }
 

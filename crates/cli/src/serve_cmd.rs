@@ -23,73 +23,129 @@ pub struct ServeArgs {
     /// Address to listen on: IP:PORT or HOST:PORT (port 0 picks a free port). A host name
     /// binds its first address; without --auth-file, every address it resolves to must be
     /// a loopback address.
-    #[arg(long, env = "PALISADE_LISTEN", default_value = "127.0.0.1:7700")]
+    #[arg(
+        help_heading = "Listening and storage",
+        long,
+        env = "PALISADE_LISTEN",
+        default_value = "127.0.0.1:7700"
+    )]
     listen: String,
     /// Also serve the hot routes (acquire, keepalive, release, and the store's get, put
     /// and delete) over RESP, the Redis protocol, on this address (IP:PORT or HOST:PORT):
     /// same authentication, TLS, limits and errors as HTTP (docs/api.md, "The hot routes
     /// over RESP"). Off unless given.
-    #[arg(long, env = "PALISADE_RESP_LISTEN", value_name = "ADDR")]
+    #[arg(
+        help_heading = "Listening and storage",
+        long,
+        env = "PALISADE_RESP_LISTEN",
+        value_name = "ADDR"
+    )]
     resp_listen: Option<String>,
     /// Directory holding the database and the key set: created if missing (mode 0700);
     /// an existing one must be empty or a Palisade data directory, anything else is
     /// refused and left untouched. With --backend etcd it holds only the node's epoch
     /// ledger (unless --etcd-epoch-ledger puts it elsewhere).
-    #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
+    #[arg(
+        help_heading = "Listening and storage",
+        long,
+        env = "PALISADE_DATA_DIR",
+        default_value = "./palisade-data"
+    )]
     data_dir: PathBuf,
     /// After a lease expires without release, keep its lock ungrantable this long (ms).
-    #[arg(long, env = "PALISADE_LOCK_DELAY_MS", default_value_t = 0)]
+    #[arg(
+        help_heading = "Leases",
+        long,
+        env = "PALISADE_LOCK_DELAY_MS",
+        default_value_t = 0
+    )]
     lock_delay_ms: u64,
     /// Longest lock-delay an acquisition may choose for its own lease (ms); a longer one
     /// is refused with quota_exceeded. After a crash (embedded backend) a lock whose lease
     /// chose a delay above --lock-delay-ms waits that much longer.
-    #[arg(long, env = "PALISADE_MAX_LOCK_DELAY_MS", default_value_t = palisade_api::recipes::DEFAULT_MAX_LOCK_DELAY_MS)]
+    #[arg(help_heading = "Leases", long, env = "PALISADE_MAX_LOCK_DELAY_MS", default_value_t = palisade_api::recipes::DEFAULT_MAX_LOCK_DELAY_MS)]
     max_lock_delay_ms: u64,
     /// Most sessions the embedded issuer keeps at once (each also counts as one lease of
     /// its principal's quota).
-    #[arg(long, env = "PALISADE_MAX_SESSIONS", default_value_t = 100_000)]
+    #[arg(
+        help_heading = "Leases",
+        long,
+        env = "PALISADE_MAX_SESSIONS",
+        default_value_t = 100_000
+    )]
     max_sessions: usize,
     /// A released lock taken again within this many ms is granted without waiting for a
     /// disk write (its durable reservation still covers it). After a crash, the locks
     /// released within this window before it wait one TTL, like the locks that were held.
     /// Embedded backend only.
-    #[arg(long, env = "PALISADE_IDLE_GRACE_MS", default_value_t = palisade_server::DEFAULT_IDLE_GRACE_MS)]
+    #[arg(help_heading = "Leases", long, env = "PALISADE_IDLE_GRACE_MS", default_value_t = palisade_server::DEFAULT_IDLE_GRACE_MS)]
     idle_grace_ms: u64,
     /// Largest value accepted by the store, in bytes.
-    #[arg(long, env = "PALISADE_MAX_VALUE_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(help_heading = "Fenced store", long, env = "PALISADE_MAX_VALUE_BYTES", default_value_t = 1024 * 1024)]
     max_value_bytes: usize,
     /// Gate policy per namespace: NAME=epoch|sequence or PREFIX*=epoch|sequence.
     /// Repeat the flag, or give a comma-separated list in the environment variable.
-    #[arg(long = "policy", env = "PALISADE_POLICIES", value_delimiter = ',')]
+    #[arg(
+        help_heading = "Fenced store",
+        long = "policy",
+        env = "PALISADE_POLICIES",
+        value_delimiter = ','
+    )]
     policies: Vec<String>,
     /// How many verified tokens to cache.
-    #[arg(long, env = "PALISADE_TOKEN_CACHE", default_value_t = 65_536)]
+    #[arg(
+        help_heading = "Fenced store",
+        long,
+        env = "PALISADE_TOKEN_CACHE",
+        default_value_t = 65_536
+    )]
     token_cache: usize,
     /// Page cache of the embedded database, in MiB (the embedded backend only).
-    #[arg(long, env = "PALISADE_DB_CACHE_MB", default_value_t = (palisade_storage::redb_backend::DEFAULT_CACHE_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    #[arg(help_heading = "Fenced store", long, env = "PALISADE_DB_CACHE_MB", default_value_t = (palisade_storage::redb_backend::DEFAULT_CACHE_BYTES >> 20) as u64, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     db_cache_mb: u64,
     /// Where state lives: `embedded` (one redb file in --data-dir, one node) or `etcd`
     /// (several stateless nodes sharing an etcd cluster; needs a build with `--features
     /// etcd`, --etcd-endpoints and --signing-key-file). See docs/deployment.md.
-    #[arg(long, env = "PALISADE_BACKEND", default_value = "embedded", value_parser = ["embedded", "etcd"])]
+    #[arg(help_heading = "Listening and storage", long, env = "PALISADE_BACKEND", default_value = "embedded", value_parser = ["embedded", "etcd"])]
     backend: String,
     /// etcd client URLs, comma-separated, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379.
-    #[arg(long, env = "PALISADE_ETCD_ENDPOINTS", value_delimiter = ',')]
+    #[arg(
+        help_heading = "etcd backend",
+        long,
+        env = "PALISADE_ETCD_ENDPOINTS",
+        value_delimiter = ','
+    )]
     etcd_endpoints: Vec<String>,
     /// Prefix of every etcd key Palisade writes (must end with '/').
-    #[arg(long, env = "PALISADE_ETCD_PREFIX", default_value = "/palisade/")]
+    #[arg(
+        help_heading = "etcd backend",
+        long,
+        env = "PALISADE_ETCD_PREFIX",
+        default_value = "/palisade/"
+    )]
     etcd_prefix: String,
     /// Longest wait for one etcd call (ms); past it the request fails with 503
     /// storage_failed. Calls etcd never received are resent until then.
-    #[arg(long, env = "PALISADE_ETCD_TIMEOUT_MS", default_value_t = 5000)]
+    #[arg(
+        help_heading = "etcd backend",
+        long,
+        env = "PALISADE_ETCD_TIMEOUT_MS",
+        default_value_t = 5000
+    )]
     etcd_timeout_ms: u64,
     /// Talk TLS to etcd, trusting the CA certificates in this PEM file; every
     /// --etcd-endpoints URL must then be https://.
-    #[arg(long, env = "PALISADE_ETCD_CA_FILE", value_name = "FILE")]
+    #[arg(
+        help_heading = "etcd backend",
+        long,
+        env = "PALISADE_ETCD_CA_FILE",
+        value_name = "FILE"
+    )]
     etcd_ca_file: Option<PathBuf>,
     /// Client certificate (PEM) for etcd members started with --client-cert-auth; needs
     /// --etcd-key and --etcd-ca-file.
     #[arg(
+        help_heading = "etcd backend",
         long,
         env = "PALISADE_ETCD_CERT",
         value_name = "FILE",
@@ -98,6 +154,7 @@ pub struct ServeArgs {
     etcd_cert: Option<PathBuf>,
     /// Private key (PEM) of --etcd-cert.
     #[arg(
+        help_heading = "etcd backend",
         long,
         env = "PALISADE_ETCD_KEY",
         value_name = "FILE",
@@ -106,11 +163,17 @@ pub struct ServeArgs {
     etcd_key: Option<PathBuf>,
     /// Authenticate to etcd as this user (etcd with `auth enable`); needs
     /// --etcd-password-file.
-    #[arg(long, env = "PALISADE_ETCD_USER", requires = "etcd_password_file")]
+    #[arg(
+        help_heading = "etcd backend",
+        long,
+        env = "PALISADE_ETCD_USER",
+        requires = "etcd_password_file"
+    )]
     etcd_user: Option<String>,
     /// File holding the etcd user's password (mode 0600: a file group or others may read
     /// is refused).
     #[arg(
+        help_heading = "etcd backend",
         long,
         env = "PALISADE_ETCD_PASSWORD_FILE",
         value_name = "FILE",
@@ -123,16 +186,22 @@ pub struct ServeArgs {
     /// every node's ledger to put epochs and marks above anything ever issued. Default:
     /// etcd-epoch-ledger.json in --data-dir. One node per ledger: a second node given the
     /// same file refuses to start. See docs/operations.md.
-    #[arg(long, env = "PALISADE_ETCD_EPOCH_LEDGER", value_name = "FILE")]
+    #[arg(
+        help_heading = "etcd backend",
+        long,
+        env = "PALISADE_ETCD_EPOCH_LEDGER",
+        value_name = "FILE"
+    )]
     etcd_epoch_ledger: Option<PathBuf>,
     /// Create the key set from this key file (64 hex characters, mode 0600) instead of a
     /// new random key: read only when there is no key set yet (DATA_DIR/signing-keys.json,
     /// or the one in etcd). With --backend etcd the first node needs it.
-    #[arg(long, env = "PALISADE_SIGNING_KEY_FILE")]
+    #[arg(help_heading = "Signing keys", long, env = "PALISADE_SIGNING_KEY_FILE")]
     signing_key_file: Option<PathBuf>,
     /// Also accept tokens signed by this key: a file holding a public key in base64url (as
     /// GET /v1/keys shows it) or a secret key file. Repeat the flag for several keys.
     #[arg(
+        help_heading = "Signing keys",
         long = "trust-key-file",
         env = "PALISADE_TRUST_KEY_FILES",
         value_delimiter = ','
@@ -141,54 +210,66 @@ pub struct ServeArgs {
     /// Turn authentication on: principals, their bearer-key digests and grants (TOML; see
     /// docs/security.md). Reloaded on SIGHUP. Without it every caller may do everything,
     /// so the server then listens only on loopback addresses.
-    #[arg(long, env = "PALISADE_AUTH_FILE")]
+    #[arg(
+        help_heading = "Authentication and audit",
+        long,
+        env = "PALISADE_AUTH_FILE"
+    )]
     auth_file: Option<PathBuf>,
     /// Listen on a non-loopback address without --auth-file anyway (warns on every start).
-    #[arg(long, env = "PALISADE_INSECURE_NO_AUTH")]
+    #[arg(
+        help_heading = "Authentication and audit",
+        long,
+        env = "PALISADE_INSECURE_NO_AUTH"
+    )]
     insecure_no_auth: bool,
     /// Append an audit log (JSON lines) of authentication failures, permission denials,
     /// admin actions, leases released by others and stale-token rejections.
-    #[arg(long, env = "PALISADE_AUDIT_LOG")]
+    #[arg(
+        help_heading = "Authentication and audit",
+        long,
+        env = "PALISADE_AUDIT_LOG"
+    )]
     audit_log: Option<PathBuf>,
     /// Size at which the audit log rotates to FILE.1 (MiB).
-    #[arg(long, env = "PALISADE_AUDIT_LOG_MAX_MB", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    #[arg(help_heading = "Authentication and audit", long, env = "PALISADE_AUDIT_LOG_MAX_MB", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     audit_log_max_mb: u64,
     /// Longest lease TTL a client may ask for (ms); a principal's max_ttl_ms may lower it.
-    #[arg(long, env = "PALISADE_MAX_TTL_MS", default_value_t = palisade_server::Limits::default().max_ttl_ms, value_parser = clap::value_parser!(u64).range(50..))]
+    #[arg(help_heading = "Leases", long, env = "PALISADE_MAX_TTL_MS", default_value_t = palisade_server::Limits::default().max_ttl_ms, value_parser = clap::value_parser!(u64).range(50..))]
     max_ttl_ms: u64,
     /// Live leases one principal may hold at once (with --auth-file).
-    #[arg(long, env = "PALISADE_MAX_LEASES_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_leases_per_principal)]
+    #[arg(help_heading = "Quotas", long, env = "PALISADE_MAX_LEASES_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_leases_per_principal)]
     max_leases_per_principal: u32,
     /// Acquisitions one principal may have waiting at once (with --auth-file).
-    #[arg(long, env = "PALISADE_MAX_WAITERS_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_waiters_per_principal)]
+    #[arg(help_heading = "Quotas", long, env = "PALISADE_MAX_WAITERS_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_waiters_per_principal)]
     max_waiters_per_principal: u32,
     /// Acquisitions that may wait in line for one lock.
-    #[arg(long, env = "PALISADE_MAX_WAITERS_PER_LOCK", default_value_t = palisade_server::Limits::default().max_waiters_per_lock)]
+    #[arg(help_heading = "Quotas", long, env = "PALISADE_MAX_WAITERS_PER_LOCK", default_value_t = palisade_server::Limits::default().max_waiters_per_lock)]
     max_waiters_per_lock: u32,
     /// Locks the server keeps in memory at once; idle locks whose state is on disk make
     /// room, and a new lock that finds no room is refused with 429 quota_exceeded.
-    #[arg(long, env = "PALISADE_MAX_LOCKS", default_value_t = palisade_server::Limits::default().max_locks as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Quotas", long, env = "PALISADE_MAX_LOCKS", default_value_t = palisade_server::Limits::default().max_locks as u64, value_parser = clap::value_parser!(u64).range(1..))]
     max_locks: u64,
     /// Keys one namespace of the store may hold.
-    #[arg(long, env = "PALISADE_MAX_KEYS_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_KEYS_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Fenced store", long, env = "PALISADE_MAX_KEYS_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_KEYS_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
     max_keys_per_namespace: u64,
     /// Bytes of keys plus values one namespace of the store may hold.
-    #[arg(long, env = "PALISADE_MAX_BYTES_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_BYTES_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Fenced store", long, env = "PALISADE_MAX_BYTES_PER_NAMESPACE", default_value_t = palisade_storage::DEFAULT_MAX_BYTES_PER_NAMESPACE, value_parser = clap::value_parser!(u64).range(1..))]
     max_bytes_per_namespace: u64,
     /// How long an idempotency key is remembered (seconds); after it a request with the
     /// same key is applied afresh, and the record is purged.
-    #[arg(long, env = "PALISADE_IDEMPOTENCY_RETENTION_S", default_value_t = palisade_storage::DEFAULT_IDEMPOTENCY_RETENTION.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Fenced store", long, env = "PALISADE_IDEMPOTENCY_RETENTION_S", default_value_t = palisade_storage::DEFAULT_IDEMPOTENCY_RETENTION.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
     idempotency_retention_s: u64,
     /// Events kept for clients that resume an events stream with Last-Event-ID (GET
     /// /v1/events); a client that asks for an older one gets a `reset` event instead.
-    #[arg(long, env = "PALISADE_EVENTS_BUFFER", default_value_t = palisade_server::observe::DEFAULT_EVENTS_BUFFER as u64, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    #[arg(help_heading = "Events", long, env = "PALISADE_EVENTS_BUFFER", default_value_t = palisade_server::observe::DEFAULT_EVENTS_BUFFER as u64, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     events_buffer: u64,
     /// Events streams open at once; more are refused with 429 quota_exceeded.
-    #[arg(long, env = "PALISADE_MAX_EVENT_SUBSCRIBERS", default_value_t = palisade_server::observe::DEFAULT_MAX_SUBSCRIBERS as u64, value_parser = clap::value_parser!(u64).range(0..=100_000))]
+    #[arg(help_heading = "Events", long, env = "PALISADE_MAX_EVENT_SUBSCRIBERS", default_value_t = palisade_server::observe::DEFAULT_MAX_SUBSCRIBERS as u64, value_parser = clap::value_parser!(u64).range(0..=100_000))]
     max_event_subscribers: u64,
     /// Events streams one principal may have open at once (with --auth-file; a
     /// principal's max_event_subscribers may change it).
-    #[arg(long, env = "PALISADE_MAX_EVENT_SUBSCRIBERS_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_event_subscribers_per_principal)]
+    #[arg(help_heading = "Quotas", long, env = "PALISADE_MAX_EVENT_SUBSCRIBERS_PER_PRINCIPAL", default_value_t = palisade_server::Limits::default().max_event_subscribers_per_principal)]
     max_event_subscribers_per_principal: u32,
     #[command(flatten)]
     transport: TransportArgs,
@@ -202,33 +283,48 @@ pub struct TransportArgs {
     /// Most connections open at once. At the cap, a new connection closes the one idle (or
     /// slow to send its request head) for longest; connections with a request in progress
     /// are never closed for it.
-    #[arg(long, env = "PALISADE_MAX_CONNECTIONS", default_value_t = palisade_server::transport::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    #[arg(help_heading = "Connections", long, env = "PALISADE_MAX_CONNECTIONS", default_value_t = palisade_server::transport::DEFAULT_MAX_CONNECTIONS as u64, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     max_connections: u64,
     /// A request head (request line and headers; for a new connection also the TLS
     /// handshake) must arrive in full within this many ms, or the connection is closed.
-    #[arg(long, env = "PALISADE_HEADER_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_HEADER_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Connections", long, env = "PALISADE_HEADER_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_HEADER_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     header_timeout_ms: u64,
     /// Close a keep-alive connection with no request in progress after this many ms.
-    #[arg(long, env = "PALISADE_IDLE_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_IDLE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(help_heading = "Connections", long, env = "PALISADE_IDLE_TIMEOUT_MS", default_value_t = palisade_server::transport::DEFAULT_IDLE_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(1..))]
     idle_timeout_ms: u64,
     /// Largest request head (request line and headers) in bytes; larger ones get 431
     /// headers_too_large. At least 8192.
-    #[arg(long, env = "PALISADE_MAX_HEADER_BYTES", default_value_t = palisade_server::transport::DEFAULT_MAX_HEADER_BYTES as u64, value_parser = clap::value_parser!(u64).range(8192..=1_048_576))]
+    #[arg(help_heading = "Connections", long, env = "PALISADE_MAX_HEADER_BYTES", default_value_t = palisade_server::transport::DEFAULT_MAX_HEADER_BYTES as u64, value_parser = clap::value_parser!(u64).range(8192..=1_048_576))]
     max_header_bytes: u64,
     /// On SIGTERM, requests in progress get this many ms to finish; then every connection
     /// is closed. Queued acquisitions are answered 503 at once.
-    #[arg(long, env = "PALISADE_SHUTDOWN_GRACE_MS", default_value_t = palisade_server::transport::DEFAULT_SHUTDOWN_GRACE_MS)]
+    #[arg(help_heading = "Connections", long, env = "PALISADE_SHUTDOWN_GRACE_MS", default_value_t = palisade_server::transport::DEFAULT_SHUTDOWN_GRACE_MS)]
     shutdown_grace_ms: u64,
     /// Serve HTTPS with this certificate chain (PEM, leaf first); needs --tls-key.
     /// Reloaded, with the key, on SIGHUP.
-    #[arg(long, env = "PALISADE_TLS_CERT", requires = "tls_key")]
+    #[arg(
+        help_heading = "TLS",
+        long,
+        env = "PALISADE_TLS_CERT",
+        requires = "tls_key"
+    )]
     tls_cert: Option<PathBuf>,
     /// Private key (PEM) of --tls-cert.
-    #[arg(long, env = "PALISADE_TLS_KEY", requires = "tls_cert")]
+    #[arg(
+        help_heading = "TLS",
+        long,
+        env = "PALISADE_TLS_KEY",
+        requires = "tls_cert"
+    )]
     tls_key: Option<PathBuf>,
     /// Mutual TLS: require every client to present a certificate signed by a CA in this
     /// PEM file. Needs --tls-cert.
-    #[arg(long, env = "PALISADE_TLS_CLIENT_CA", requires = "tls_cert")]
+    #[arg(
+        help_heading = "TLS",
+        long,
+        env = "PALISADE_TLS_CLIENT_CA",
+        requires = "tls_cert"
+    )]
     tls_client_ca: Option<PathBuf>,
 }
 

@@ -190,3 +190,38 @@ fn the_server_runs_without_transparent_huge_pages() {
     };
     assert_eq!(line.split_whitespace().nth(1), Some("0"), "{line}");
 }
+
+/// `serve --help` groups its flags by topic, each flag under one heading.
+#[test]
+fn serve_help_is_grouped_by_topic() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_palisade"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let headings: Vec<&str> = help
+        .lines()
+        .filter(|l| !l.starts_with(' ') && l.ends_with(':'))
+        .collect();
+    for wanted in [
+        "Listening and storage:",
+        "Leases:",
+        "Fenced store:",
+        "etcd backend:",
+        "Signing keys:",
+        "Authentication and audit:",
+        "Quotas:",
+        "Events:",
+        "Connections:",
+        "TLS:",
+        "Runtime:",
+    ] {
+        assert!(headings.contains(&wanted), "{wanted} in {headings:?}");
+    }
+    // Under the catch-all heading only the flags about the command itself.
+    let options = help.split("Options:").nth(1).unwrap();
+    let options = &options[..options.find("\n\n").unwrap_or(options.len())];
+    let flags = options.matches("\n      --").count() + options.matches("\n  -").count();
+    assert!(flags <= 4, "{options}");
+}
