@@ -24,6 +24,9 @@ pub(crate) struct Bounds {
 /// Longest `*<n>` or `$<len>` line, CRLF included: a sign, 19 digits and the CRLF fit.
 const MAX_LINE: usize = 24;
 
+/// Most arguments any command may have, whatever [`Bounds::max_args`] says.
+const MAX_ARGS: usize = super::MAX_ARGS;
+
 /// Why the bytes a client sent are not a command. The connection answers with it and
 /// closes: after a framing error nothing that follows can be trusted to start a command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -58,12 +61,14 @@ pub(crate) fn next_command(
     let Some((count, mut at)) = length_line(buf, 0, "array")? else {
         return Ok(None);
     };
-    if count == 0 || count > bounds.max_args {
-        return Err(ProtocolError::TooManyArgs(bounds.max_args));
+    let max_args = bounds.max_args.min(MAX_ARGS);
+    if count == 0 || count > max_args {
+        return Err(ProtocolError::TooManyArgs(max_args));
     }
-    let mut spans = Vec::with_capacity(count);
+    // Where each argument lies, kept on the stack until the whole command is there.
+    let mut spans = [(0usize, 0usize); MAX_ARGS];
     let mut total = 0usize;
-    for _ in 0..count {
+    for span in &mut spans[..count] {
         let Some(&kind) = buf.get(at) else {
             return Ok(None);
         };
@@ -84,12 +89,15 @@ pub(crate) fn next_command(
         if &buf[end..end + 2] != b"\r\n" {
             return Err(ProtocolError::MissingCrlf);
         }
-        spans.push((start, end));
+        *span = (start, end);
         at = end + 2;
     }
     let frame = buf.split_to(at).freeze();
     Ok(Some(
-        spans.into_iter().map(|(s, e)| frame.slice(s..e)).collect(),
+        spans[..count]
+            .iter()
+            .map(|&(s, e)| frame.slice(s..e))
+            .collect(),
     ))
 }
 
@@ -118,9 +126,12 @@ fn length_line(
         Some(b'\n') => {}
         Some(_) => return Err(ProtocolError::BadLength(what)),
     }
-    let n = std::str::from_utf8(&window[..cr])
-        .ok()
-        .and_then(|d| d.parse::<usize>().ok())
+    // At most 22 digits fit the window; a value beyond `usize` is refused, not wrapped.
+    let n = window[..cr]
+        .iter()
+        .try_fold(0usize, |n, d| {
+            n.checked_mul(10)?.checked_add(usize::from(d - b'0'))
+        })
         .ok_or(ProtocolError::BadLength(what))?;
     Ok(Some((n, at + 1 + cr + 2)))
 }
@@ -157,7 +168,7 @@ impl Reply {
                 out.extend_from_slice(b);
                 out.extend_from_slice(b"\r\n");
             }
-            Reply::Int(i) => line(out, b':', i.to_string().as_bytes()),
+            Reply::Int(i) => number(out, b':', *i),
             Reply::Bool(b) if resp3 => line(out, b'#', if *b { b"t" } else { b"f" }),
             Reply::Bool(b) => line(out, b':', if *b { b"1" } else { b"0" }),
             Reply::Null if resp3 => out.extend_from_slice(b"_\r\n"),
@@ -196,7 +207,16 @@ impl Reply {
 }
 
 fn header(out: &mut BytesMut, kind: u8, n: usize) {
-    line(out, kind, n.to_string().as_bytes());
+    number(out, kind, n);
+}
+
+/// `<kind><decimal>\r\n`, written in place.
+fn number(out: &mut BytesMut, kind: u8, n: impl std::fmt::Display) {
+    use std::fmt::Write;
+    out.extend_from_slice(&[kind]);
+    // Writing into a BytesMut cannot fail.
+    let _ = write!(out, "{n}");
+    out.extend_from_slice(b"\r\n");
 }
 
 fn line(out: &mut BytesMut, kind: u8, text: &[u8]) {

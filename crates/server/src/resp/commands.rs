@@ -216,9 +216,13 @@ impl Session {
             }
             Command::Get => {
                 let caller = self.caller(state)?;
-                let lock = args.text(usage)?;
-                let key = args.last_text(usage)?;
-                let entry = api::kv::read(state, &caller, &lock, &key).await?;
+                // Read in place: a read allocates no copy of its names.
+                let lock = args.bytes(usage)?;
+                let key = args.bytes(usage)?;
+                if args.left() > 0 {
+                    return Err(usage());
+                }
+                let entry = api::kv::read(state, &caller, utf8(&lock)?, utf8(&key)?).await?;
                 Ok(entry.map_or(Reply::Null, |e| Reply::Bulk(e.value)))
             }
             Command::Put | Command::Del => {
@@ -386,8 +390,7 @@ impl Args {
     /// The next argument as text (names, keys, tokens and numbers are UTF-8).
     fn text(&mut self, usage: impl Fn() -> ApiError) -> Result<String, ApiError> {
         let bytes = self.bytes(usage)?;
-        String::from_utf8(bytes.to_vec())
-            .map_err(|_| ApiError::bad_request("arguments other than values must be UTF-8"))
+        utf8(&bytes).map(str::to_owned)
     }
 
     /// The next argument as text, which must be the last one.
@@ -405,6 +408,12 @@ impl Args {
             .parse()
             .map_err(|_| ApiError::bad_request(format!("{what} must be an unsigned integer")))
     }
+}
+
+/// An argument other than a value as text.
+fn utf8(bytes: &Bytes) -> Result<&str, ApiError> {
+    std::str::from_utf8(bytes)
+        .map_err(|_| ApiError::bad_request("arguments other than values must be UTF-8"))
 }
 
 /// `<ttl_ms> [HOLDER <holder>] [WAIT <ms>] [DELAY <ms>]` as the HTTP route's body.
