@@ -26,7 +26,8 @@ fn capture_one_request() -> (String, mpsc::Receiver<String>) {
         while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
             head.push(byte[0]);
         }
-        let body = r#"{"lock":"x","epoch":0,"holder":null,"lease_id":null,"remaining_ms":null,"waiters":0}"#;
+        // A lock acquired once and free now (`lock status` of one never acquired exits 5).
+        let body = r#"{"lock":"x","epoch":1,"holder":null,"lease_id":null,"remaining_ms":null,"waiters":0}"#;
         let _ = write!(
             stream,
             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
