@@ -108,6 +108,8 @@ pub struct RestoreArgs {
     /// Data directory of the stopped server (created if missing).
     #[arg(long, env = "PALISADE_DATA_DIR", default_value = "./palisade-data")]
     data_dir: PathBuf,
+    #[command(flatten)]
+    witness: WitnessArgs,
     /// Backup file made by `palisade admin backup`.
     #[arg(long)]
     from: PathBuf,
@@ -119,6 +121,43 @@ pub struct RestoreArgs {
     /// Margin added above the highest known epoch.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_EPOCH_GAP)]
     epoch_gap: u64,
+}
+
+/// Where the data directory's witness is: the same flags for `serve` and `admin restore`.
+#[derive(Debug, clap::Args)]
+pub struct WitnessArgs {
+    /// The witness file: the newest commit and an upper bound of every epoch the store
+    /// wrote, kept outside the data directory, so that a directory put back from an older
+    /// copy is refused instead of issuing epochs again. Default: DATA_DIR.witness, beside
+    /// the data directory (on another volume when the data directory is a volume of its
+    /// own). It must be outside the data directory; one server per witness.
+    #[arg(
+        help_heading = "Listening and storage",
+        long,
+        env = "PALISADE_WITNESS",
+        value_name = "PATH",
+        conflicts_with = "no_witness"
+    )]
+    witness: Option<PathBuf>,
+    /// Keep no witness: a data directory put back from an older copy then serves, issues
+    /// epochs a second time and admits tokens it had fenced out.
+    #[arg(
+        help_heading = "Listening and storage",
+        long,
+        env = "PALISADE_NO_WITNESS"
+    )]
+    no_witness: bool,
+}
+
+impl WitnessArgs {
+    pub fn choice(&self) -> palisade_server::data_dir::Witness {
+        use palisade_server::data_dir::Witness;
+        match (&self.witness, self.no_witness) {
+            (_, true) => Witness::Off,
+            (Some(path), false) => Witness::At(path.clone()),
+            (None, false) => Witness::Beside,
+        }
+    }
 }
 
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
@@ -171,6 +210,7 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
                 from: args.from,
                 epoch_floor: args.epoch_floor,
                 epoch_gap: args.epoch_gap,
+                witness: args.witness.choice().path(&args.data_dir)?,
             };
             let report = recovery::restore(&args.data_dir, &options)?;
             for warning in &report.warnings {

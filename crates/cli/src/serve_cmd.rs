@@ -52,6 +52,8 @@ pub struct ServeArgs {
         default_value = "./palisade-data"
     )]
     data_dir: PathBuf,
+    #[command(flatten)]
+    witness: crate::admin_cmd::WitnessArgs,
     /// After a lease expires without release, keep its lock ungrantable this long (ms).
     #[arg(
         help_heading = "Leases",
@@ -379,6 +381,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)
             .context("bad --policy")?;
     let mut config = palisade_server::ServerConfig::new(listen.bind, args.data_dir);
+    config.witness = args.witness.choice();
     config.listen_resolved = listen.all;
     if let Some(resp) = resp_listen {
         config.resp_listen = Some(resp.bind);

@@ -67,11 +67,14 @@ async fn a_missing_directory_is_created_private_and_marked() {
 
 #[tokio::test]
 async fn an_empty_directory_is_adopted() {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let server = Server::start_in(dir.path(), 0, &[]).unwrap();
-    assert_eq!(mode(dir.path()), 0o700);
-    assert!(dir.path().join(MARKER).exists());
+    let root = tempfile::tempdir().unwrap();
+    // Inside a temp dir of its own: the witness goes beside it.
+    let dir = root.path().join("empty");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = Server::start_in(&dir, 0, &[]).unwrap();
+    assert_eq!(mode(&dir), 0o700);
+    assert!(dir.join(MARKER).exists());
     assert_eq!(acquire_epoch(&server.url, "a").await, 1);
 }
 
@@ -130,9 +133,10 @@ fn a_newer_format_is_refused() {
 
 #[test]
 fn a_second_server_on_the_same_directory_names_the_first() {
-    let dir = tempfile::tempdir().unwrap();
-    let first = Server::start_in(dir.path(), 0, &[]).unwrap();
-    let out = serve(dir.path(), "127.0.0.1:0");
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data");
+    let first = Server::start_in(&dir, 0, &[]).unwrap();
+    let out = serve(&dir, "127.0.0.1:0");
     assert_eq!(out.status.code(), Some(1));
     let text = stderr(&out);
     assert!(

@@ -98,7 +98,8 @@ async fn restoring_a_backup_never_reissues_an_epoch() {
     cycle(&http, "c", 2, &mut issued).await;
     server.kill();
 
-    // 3. Over a database that cannot be read: the ledger and the gap carry it, loudly.
+    // 3. Over a database that cannot be read: the witness beside the data directory
+    // bounds every epoch ever written, so nothing is left to assume.
     std::fs::write(
         data.join("palisade.redb"),
         b"garbage, not a database".repeat(100),
@@ -106,22 +107,30 @@ async fn restoring_a_backup_never_reissues_an_epoch() {
     .unwrap();
     let third = restore(&data, &file, &[]);
     assert!(third.success, "{}", third.stderr);
-    assert!(third.stderr.contains("WARNING"), "{}", third.stderr);
+    assert!(!third.stderr.contains("WARNING"), "{}", third.stderr);
     let report = third.json();
     assert_eq!(report["current"]["state"], "unreadable", "{report}");
+    let horizon = report["witness_horizon"].as_u64().expect("witness read");
+    assert!(report["floor"].as_u64().unwrap() >= horizon, "{report}");
     let (server, http) = start(&data);
     acquire_above_all(&http, &["a", "b", "c"], &mut issued).await;
     drop(server);
 
-    // A gap of zero over an unknown state, without a floor, is refused.
+    // Without the witness, over a lost database, the ledger and the gap carry it, loudly;
+    // a gap of zero without a floor is refused.
     std::fs::remove_file(data.join("palisade.redb")).unwrap();
-    let unsafe_restore = restore(&data, &file, &["--epoch-gap", "0"]);
+    let unsafe_restore = restore(&data, &file, &["--no-witness", "--epoch-gap", "0"]);
     assert!(!unsafe_restore.success);
     assert!(
         unsafe_restore.stderr.contains("--epoch-floor"),
         "{}",
         unsafe_restore.stderr
     );
+    let assumed = restore(&data, &file, &["--no-witness"]);
+    assert!(assumed.success, "{}", assumed.stderr);
+    assert!(assumed.stderr.contains("WARNING"), "{}", assumed.stderr);
+    assert_eq!(assumed.json()["current"]["state"], "missing");
+    assert!(assumed.json()["witness_horizon"].is_null());
     // With an operator's floor it goes ahead, above that floor.
     let floored = restore(&data, &file, &["--epoch-floor", "9000000000"]);
     assert!(floored.success, "{}", floored.stderr);
@@ -357,4 +366,87 @@ async fn keys_without_their_database_never_start_over_at_epoch_one() {
     assert!(restored.success, "{}", restored.stderr);
     let (_server, http) = start(&data);
     acquire_above_all(&http, &["a"], &mut issued).await;
+}
+
+/// Stops `server` gracefully (SIGTERM) and waits for it to exit.
+fn stop(mut server: Server) {
+    server.signal(common::Signal::SIGTERM);
+    let status = server
+        .wait_exit(std::time::Duration::from_secs(30))
+        .expect("the server stops on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
+
+/// The operator's rollback, with the default `serve` (S11): a whole data directory copied
+/// aside after epoch 1 and put back after epoch 2 fenced it out is consistent in itself
+/// (its log, horizon and ledger all agree), and the witness kept beside it is what refuses
+/// it. The recovery it names (a backup of the copy, restored) brings it back above every
+/// epoch ever issued: neither token of the past passes, and no epoch is issued twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_directory_put_back_from_a_copy_is_refused_and_never_reissues_an_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let aside = dir.path().join("snapshot");
+    let mut issued = Vec::new();
+
+    // 1. Epoch 1 writes and releases; a clean stop.
+    let (server, http) = start(&data);
+    let first = acquire(&http, "L", 60_000, &mut issued).await;
+    assert_eq!(put(&http, "L", "k", &first["token"], "v1").await.0, 200);
+    offline::release(&http, &first).await;
+    stop(server);
+    assert!(
+        dir.path().join("data.witness").exists(),
+        "the default witness"
+    );
+    // 2. The whole directory copied aside (what a volume snapshot is).
+    copy_data(&data, &aside);
+    // 3. Another holder takes epoch 2 and writes; epoch 1 is fenced out.
+    let (server, http) = start(&data);
+    let second = acquire(&http, "L", 60_000, &mut issued).await;
+    assert!(second["epoch"].as_u64() > first["epoch"].as_u64());
+    assert_eq!(put(&http, "L", "k", &second["token"], "v2").await.0, 200);
+    let (status, body) = put(&http, "L", "k", &first["token"], "late").await;
+    assert_eq!((status, code(&body)), (409, "stale_token"), "{body}");
+    stop(server);
+
+    // 4. The copy put back: refused, naming what it found and what to do.
+    std::fs::remove_dir_all(&data).unwrap();
+    copy_data(&aside, &data);
+    let stderr = offline::serve_refused(&data);
+    assert!(stderr.contains("older than its witness"), "{stderr}");
+    assert!(
+        stderr.contains("admin backup") && stderr.contains("admin restore"),
+        "{stderr}"
+    );
+
+    // So is a directory wiped and started afresh: it would begin again at epoch 1.
+    let wiped = dir.path().join("wiped");
+    std::fs::rename(&data, &wiped).unwrap();
+    let stderr = offline::serve_refused(&data);
+    assert!(stderr.contains("holds no commits"), "{stderr}");
+    std::fs::remove_dir_all(&data).unwrap();
+    std::fs::rename(&wiped, &data).unwrap();
+
+    // 5. The recovery it names: the copy backed up and restored above the witness.
+    let file = dir.path().join("copy.backup");
+    assert!(backup(&data, &file).success);
+    let restored = restore(&data, &file, &[]);
+    assert!(restored.success, "{}", restored.stderr);
+    let report = restored.json();
+    let horizon = report["witness_horizon"]
+        .as_u64()
+        .expect("the witness was read");
+    assert!(report["floor"].as_u64().unwrap() >= horizon, "{report}");
+    let (_server, http) = start(&data);
+    for (token, what) in [(&first["token"], "epoch 1"), (&second["token"], "epoch 2")] {
+        let (status, body) = put(&http, "L", "k", token, "after the rollback").await;
+        assert_eq!(
+            (status, code(&body)),
+            (409, "stale_token"),
+            "{what}: {body}"
+        );
+    }
+    acquire_above_all(&http, &["L"], &mut issued).await;
+    assert!(max_issued(&issued, "L") > horizon);
 }

@@ -120,7 +120,13 @@ async fn a_database_older_than_the_ledger_or_missing_is_refused() {
             std::fs::remove_file(path).unwrap();
         }
     }
+    // The witness beside the directory sees it first; without one, the ledger does.
     let stderr = serve_refused(&data);
+    assert!(
+        stderr.contains("older than its witness") && stderr.contains("admin restore"),
+        "{stderr}"
+    );
+    let stderr = offline::serve_refused_with(&data, &["--no-witness"]);
     assert!(
         stderr.contains("behind the epoch ledger") && stderr.contains("admin restore"),
         "{stderr}"

@@ -43,6 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use etcd_client::{Compare, CompareOp, TxnOp};
+use palisade_storage::atomic_file::{HeldLock, LockError};
 use palisade_storage::StorageError;
 use palisade_token::Epoch;
 use serde::{Deserialize, Serialize};
@@ -104,27 +105,16 @@ impl LedgerFile {
 }
 
 /// Takes `path.lock` for this process, or says which ledger another node holds.
-fn lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, StorageError> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".lock");
-    let lock_path = PathBuf::from(name);
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true).write(true).create(true).truncate(false);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let file = options
-        .open(&lock_path)
-        .map_err(|e| failed(path, "cannot open the lock file of the", e))?;
-    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(
-        |(_, errno)| {
-            StorageError::Failed(format!(
-                "epoch ledger {} is in use by another node ({} is held: {errno}): give \
-                 every node its own ledger (--etcd-epoch-ledger, or its own --data-dir)",
-                path.display(),
-                lock_path.display()
-            ))
-        },
-    )
+fn lock(path: &Path) -> Result<HeldLock, StorageError> {
+    palisade_storage::atomic_file::lock_beside(path).map_err(|e| match e {
+        LockError::Held { path: lock_path } => StorageError::Failed(format!(
+            "epoch ledger {} is in use by another node ({} is held): give every node its \
+             own ledger (--etcd-epoch-ledger, or its own --data-dir)",
+            path.display(),
+            lock_path.display()
+        )),
+        LockError::Io { source, .. } => failed(path, "cannot open the lock file of the", source),
+    })
 }
 
 fn failed(path: &Path, what: &str, e: std::io::Error) -> StorageError {
@@ -143,7 +133,7 @@ pub struct EpochLedger {
     path: Arc<PathBuf>,
     state: Arc<Mutex<LedgerFile>>,
     /// `FILE.lock`, held while the node serves (see the module docs).
-    _lock: Arc<nix::fcntl::Flock<std::fs::File>>,
+    _lock: Arc<HeldLock>,
 }
 
 impl std::fmt::Debug for EpochLedger {

@@ -107,6 +107,9 @@ pub struct ServerConfig {
     /// Directory for the database file and the key set (see [`crate::data_dir`] for what
     /// is accepted).
     pub data_dir: PathBuf,
+    /// Where the embedded store keeps its witness, outside the data directory (see
+    /// [`crate::data_dir::Witness`]).
+    pub witness: crate::data_dir::Witness,
     /// Lock-delay after a lease expires without release.
     pub lock_delay_ms: u64,
     /// How long a released lock stays covered by its durable reservation, so that taking
@@ -195,6 +198,7 @@ impl ServerConfig {
             listen_resolved: Vec::new(),
             resp_listen: None,
             data_dir,
+            witness: crate::data_dir::Witness::Beside,
             lock_delay_ms: 0,
             idle_grace_ms: DEFAULT_IDLE_GRACE_MS,
             max_value_bytes: 1024 * 1024,

@@ -90,6 +90,17 @@ pub enum DataDirError {
     BadMarker { path: PathBuf, reason: String },
     #[error("data directory {path} is already in use by {holder}: stop that server first, or give another --data-dir")]
     InUse { path: PathBuf, holder: String },
+    #[error(
+        "{path}: the witness goes beside the data directory, and this one has no parent; \
+         give --witness PATH"
+    )]
+    NoWitnessPlace { path: PathBuf },
+    #[error(
+        "--witness {witness} is inside the data directory {path}: a copy of the directory put \
+         back would bring its witness back too. Give a path outside it, on another volume if \
+         you can"
+    )]
+    WitnessInside { path: PathBuf, witness: PathBuf },
     #[error("cannot use data directory {path}: {source}")]
     Io {
         path: PathBuf,
@@ -265,15 +276,18 @@ impl Drop for DataDir {
 pub struct FirstStart {
     path: PathBuf,
     before: Vec<OsString>,
+    /// The witness this start would make (none was there when it began).
+    witness: Option<PathBuf>,
     complete: bool,
 }
 
 impl FirstStart {
-    /// Notes the state files `path` holds now.
-    pub fn begin(path: &Path) -> Result<FirstStart, DataDirError> {
+    /// Notes the state files `path` holds now, and whether `witness` is there.
+    pub fn begin(path: &Path, witness: Option<&Path>) -> Result<FirstStart, DataDirError> {
         Ok(FirstStart {
             path: path.to_owned(),
             before: state_files(path)?,
+            witness: witness.filter(|w| !w.exists()).map(Path::to_path_buf),
             complete: false,
         })
     }
@@ -289,6 +303,10 @@ impl Drop for FirstStart {
         if self.complete {
             return;
         }
+        if let Some(witness) = &self.witness {
+            // Nothing was issued: a witness left behind would refuse the next first start.
+            let _ = fs::remove_file(witness);
+        }
         let Ok(now) = state_files(&self.path) else {
             return;
         };
@@ -301,6 +319,56 @@ impl Drop for FirstStart {
         if !made.is_empty() {
             let _ = fs::File::open(&self.path).and_then(|d| d.sync_all());
             tracing::info!(dir = %self.path.display(), files = made.len(), "the first start failed: removed the files it had made");
+        }
+    }
+}
+
+/// Where the embedded store keeps its witness (`palisade_storage::redb_backend::witness`):
+/// a small file outside the data directory that a copy of the directory put back cannot
+/// take back with it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Witness {
+    /// `DATA_DIR.witness`, beside the directory in its parent: on another volume when the
+    /// data directory is a volume of its own.
+    #[default]
+    Beside,
+    At(PathBuf),
+    /// None: a directory put back from an older copy is not recognised.
+    Off,
+}
+
+impl Witness {
+    /// The witness file for `data_dir`, or None when it is off.
+    pub fn path(&self, data_dir: &Path) -> Result<Option<PathBuf>, DataDirError> {
+        match self {
+            Witness::Off => Ok(None),
+            Witness::At(path) => {
+                let inside = std::path::absolute(path)
+                    .ok()
+                    .zip(std::path::absolute(data_dir).ok())
+                    .is_some_and(|(w, d)| w.starts_with(d));
+                if inside {
+                    return Err(DataDirError::WitnessInside {
+                        path: data_dir.to_owned(),
+                        witness: path.clone(),
+                    });
+                }
+                Ok(Some(path.clone()))
+            }
+            Witness::Beside => {
+                let absolute = std::path::absolute(data_dir).map_err(io_err(data_dir))?;
+                let name = absolute.file_name().map(|n| n.to_os_string());
+                let parent = absolute.parent().map(Path::to_path_buf);
+                match (parent, name) {
+                    (Some(parent), Some(mut name)) => {
+                        name.push(".witness");
+                        Ok(Some(parent.join(name)))
+                    }
+                    _ => Err(DataDirError::NoWitnessPlace {
+                        path: data_dir.to_owned(),
+                    }),
+                }
+            }
         }
     }
 }
@@ -479,5 +547,35 @@ mod tests {
             text.contains(&format!("in use by pid {}", std::process::id())),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_witness_goes_beside_the_directory_and_never_inside_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let data = tmp.path().join("data");
+        assert_eq!(
+            Witness::Beside.path(&data).unwrap(),
+            Some(tmp.path().join("data.witness"))
+        );
+        // A trailing `.` names the same directory.
+        assert_eq!(
+            Witness::Beside.path(&data.join(".")).unwrap(),
+            Some(tmp.path().join("data.witness"))
+        );
+        assert_eq!(Witness::Off.path(&data).unwrap(), None);
+        let elsewhere = tmp.path().join("other-volume/w");
+        assert_eq!(
+            Witness::At(elsewhere.clone()).path(&data).unwrap(),
+            Some(elsewhere)
+        );
+        let inside = Witness::At(data.join("w")).path(&data).unwrap_err();
+        assert!(
+            matches!(inside, DataDirError::WitnessInside { .. }),
+            "{inside}"
+        );
+        assert!(matches!(
+            Witness::Beside.path(Path::new("/")),
+            Err(DataDirError::NoWitnessPlace { .. })
+        ));
     }
 }

@@ -248,9 +248,10 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
     // may get a new key.
     let fresh = !keys::has_database(dir);
     keys::refuse_keys_without_epochs(dir).map_err(ServerError::Key)?;
+    let witness = config.witness.path(dir)?;
     // A first start that fails before its state is whole leaves the directory as it was.
     let first_start = fresh
-        .then(|| crate::data_dir::FirstStart::begin(dir))
+        .then(|| crate::data_dir::FirstStart::begin(dir, witness.as_deref()))
         .transpose()?;
     recovery::check_before_open(dir).map_err(ServerError::Recovery)?;
     let db_path = dir.join(DB_FILE);
@@ -258,8 +259,18 @@ pub async fn serve(config: ServerConfig) -> Result<RunningServer, ServerError> {
         cache_bytes: config.db_cache_bytes,
         limits: config.store_limits,
         commit_hook: palisade_storage::observe::CommitHook::new(front.observe.clone()),
+        witness: witness.clone(),
         ..RedbOptions::default()
     };
+    match &witness {
+        Some(path) => {
+            tracing::info!(witness = %path.display(), "witness outside the data directory")
+        }
+        None => tracing::warn!(
+            "no witness (--no-witness): a data directory put back from an older copy will \
+             serve, issue epochs a second time and admit tokens it had fenced out"
+        ),
+    }
     let redb = tokio::task::spawn_blocking(move || RedbBackend::open(&db_path, options))
         .await
         .map_err(|e| ServerError::Serve(std::io::Error::other(e)))?

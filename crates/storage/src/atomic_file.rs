@@ -1,7 +1,8 @@
 //! Replacing a small file so that a crash leaves the old one or the new one, never a torn
 //! one: the one implementation of "temporary file, fsync, rename, fsync the directory"
 //! for the files kept beside the database (the key set, the data directory's marker, the
-//! epoch ledgers of the embedded and etcd backends).
+//! epoch ledgers of the embedded and etcd backends, the witness); and the lock file that
+//! keeps one process at a time on such a file ([`lock_beside`]).
 //!
 //! The write-ahead log and the epoch horizon replace their files through the log's own
 //! directory interface (`redb_backend::wal`), which the failure tests swap for one that
@@ -10,7 +11,7 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes `bytes` as `dir/name`: into `dir/name.tmp` (a leftover from a crash is removed
 /// first, so that the file is created afresh, mode 0600 on Unix, never with a leftover's
@@ -47,6 +48,48 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// `FILE.lock`, held by this process until dropped: `flock(2)`, exclusive, advisory (a
+/// process that does not ask is not stopped, and on some network file systems the lock
+/// is local to one machine). The lock file itself is left in place.
+#[derive(Debug)]
+pub struct HeldLock {
+    _file: nix::fcntl::Flock<fs::File>,
+}
+
+/// Why [`lock_beside`] did not take the lock.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another process holds it.
+    #[error("{} is held by another process", path.display())]
+    Held { path: PathBuf },
+    #[error("cannot open {}: {source}", path.display())]
+    Io { path: PathBuf, source: io::Error },
+}
+
+/// Takes `path.lock` (created at mode 0600 if missing) without waiting.
+pub fn lock_beside(path: &Path) -> Result<HeldLock, LockError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let lock_path = PathBuf::from(name);
+    let mut options = fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(&lock_path).map_err(|source| LockError::Io {
+        path: lock_path.clone(),
+        source,
+    })?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map(|file| HeldLock { _file: file })
+        .map_err(|(_, errno)| match errno {
+            nix::errno::Errno::EWOULDBLOCK => LockError::Held { path: lock_path },
+            other => LockError::Io {
+                path: lock_path,
+                source: io::Error::from(other),
+            },
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -75,5 +118,16 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(fs::read(dir.path().join("secret")).unwrap(), b"key");
+    }
+
+    #[test]
+    fn a_held_lock_refuses_a_second_holder_until_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("ledger.json");
+        let held = lock_beside(&file).unwrap();
+        assert!(matches!(lock_beside(&file), Err(LockError::Held { .. })));
+        drop(held);
+        lock_beside(&file).unwrap();
+        assert!(dir.path().join("ledger.json.lock").exists());
     }
 }

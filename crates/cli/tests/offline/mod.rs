@@ -91,11 +91,15 @@ pub fn restore(data: &Path, from: &Path, extra: &[&str]) -> Finished {
 
 /// `palisade serve` that must refuse to start: returns its stderr.
 pub fn serve_refused(data: &Path) -> String {
+    serve_refused_with(data, &[])
+}
+
+/// [`serve_refused`] with more flags.
+pub fn serve_refused_with(data: &Path, extra: &[&str]) -> String {
     let data = data.display().to_string();
-    let run = palisade(
-        &["serve", "--listen", "127.0.0.1:0", "--data-dir", &data],
-        Duration::from_secs(30),
-    );
+    let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--data-dir", &data];
+    args.extend_from_slice(extra);
+    let run = palisade(&args, Duration::from_secs(30));
     assert!(!run.success, "server started: {}", run.stdout);
     assert!(
         !run.stdout.contains("listening"),

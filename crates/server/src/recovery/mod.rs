@@ -165,18 +165,37 @@ fn store_if_changed(
 
 /// How often a running server raises the ledger to its database.
 pub const LEDGER_REFRESH: Duration = Duration::from_secs(10);
+/// How often a running server records its newest durable commit in the witness (see
+/// `palisade_storage::redb_backend::witness`): a copy of the data directory older than
+/// this before a crash is recognised.
+pub const WITNESS_REFRESH: Duration = Duration::from_secs(1);
 
-/// While serving: raises the ledger's floor and commit sequence number every
+/// While serving: records the newest durable commit in the witness every
+/// [`WITNESS_REFRESH`], and raises the ledger's floor and commit sequence number every
 /// [`LEDGER_REFRESH`] to what the database has durably reached, so that a restore over a
 /// database lost later knows the epochs issued up to a few seconds before the loss, and a
-/// database that comes back older is recognised. Costs two atomic loads per period, and a
-/// small file write when something moved: no scan of the database (see [`ledger`]). Stops
-/// when the returned handle is aborted.
+/// database that comes back older is recognised. Costs a few atomic loads per period, and
+/// a small file write when something moved: no scan of the database (see [`ledger`]).
+/// Stops when the returned handle is aborted.
 pub fn spawn_ledger_refresh(data_dir: PathBuf, backend: RedbBackend) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut written = (0, 0);
-        loop {
-            tokio::time::sleep(LEDGER_REFRESH).await;
+        let mut witnessed = backend.commit_seq();
+        let ledger_every = (LEDGER_REFRESH.as_millis() / WITNESS_REFRESH.as_millis()).max(1);
+        for tick in 1u128.. {
+            tokio::time::sleep(WITNESS_REFRESH).await;
+            let seq = backend.commit_seq();
+            if seq != witnessed {
+                let store = backend.clone();
+                match tokio::task::spawn_blocking(move || store.refresh_witness()).await {
+                    Ok(Ok(())) => witnessed = seq,
+                    Ok(Err(e)) => tracing::warn!(error = %e, "could not update the witness"),
+                    Err(e) => tracing::warn!(error = %e, "could not update the witness"),
+                }
+            }
+            if tick % ledger_every != 0 {
+                continue;
+            }
             let now = (backend.committed_epoch_max(), backend.commit_seq());
             if now == written {
                 continue;

@@ -6,14 +6,19 @@
 //! floor = max(backup's highest epoch,
 //!             highest epoch in the database being replaced, if it can be read,
 //!             the ledger's floor,
+//!             the witness's horizon, when the directory keeps a witness,
 //!             --epoch-floor) + --epoch-gap
 //! ```
 //!
-//! so the next acquisition of any known lock gets `floor + 1`. When the database being
-//! replaced can be read, the first three terms already cover every epoch ever issued by
-//! this directory and the gap is a margin. When it cannot, epochs issued after the
-//! ledger's last update are unknown and the gap is the assumption that there were fewer
-//! than that; the report carries a loud warning saying so.
+//! so the next acquisition of any known lock gets `floor + 1`. The witness's horizon
+//! bounds every epoch the store ever wrote, wherever the directory was put back from
+//! (`palisade_storage::redb_backend::witness`), and the restored database starts past
+//! every commit the witness saw, so that it opens against it. Without a witness: when the
+//! database being replaced can be read and was not itself put back from an older copy, the
+//! first three terms cover every epoch issued by this directory and the gap is a margin;
+//! when it cannot be read, epochs issued after the ledger's last update are unknown and
+//! the gap is the assumption that there were fewer than that; the report carries a loud
+//! warning saying so.
 //!
 //! Raising the marks fences out every token issued before the restore, also the ones the
 //! store had fenced out after the backup was taken, and also the current holders' (the
@@ -29,6 +34,7 @@ use serde::Serialize;
 use palisade_storage::redb_backend::offline::{
     BackupInfo, OfflineDb, OfflineError, RestorePlan, Restored, StagedRestore,
 };
+use palisade_storage::redb_backend::witness;
 use palisade_token::Epoch;
 
 use super::ledger::{self, EpochLedger, LedgerRestore};
@@ -50,6 +56,9 @@ pub struct RestoreOptions {
     pub epoch_floor: Option<Epoch>,
     /// Margin added above the highest known epoch.
     pub epoch_gap: Epoch,
+    /// The data directory's witness, if it keeps one: its horizon bounds every epoch the
+    /// store ever wrote, and the restored database starts past every commit it saw.
+    pub witness: Option<PathBuf>,
 }
 
 /// What was known about the database being replaced.
@@ -67,6 +76,8 @@ pub struct RestoreReport {
     pub backup: BackupInfo,
     pub current: CurrentState,
     pub ledger_floor: Option<Epoch>,
+    /// The witness's horizon, when the data directory keeps a witness.
+    pub witness_horizon: Option<Epoch>,
     pub operator_floor: Option<Epoch>,
     pub epoch_gap: Epoch,
     /// Every known lock's counter and namespace's mark are at least this.
@@ -108,7 +119,19 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
         Err(OfflineError::Missing { .. }) => (None, CurrentState::Missing, BTreeSet::new(), 0),
         Err(e) => (None, unreadable(e), BTreeSet::new(), 0),
     };
-    let state_known = matches!(current, CurrentState::Readable { .. });
+    let witnessed = match opts.witness.as_deref().map(witness::load) {
+        None | Some(witness::Found::Missing) => None,
+        Some(witness::Found::Witness(w)) => Some(w),
+        Some(witness::Found::Damaged(why)) => {
+            return Err(RecoveryError::Refused(format!(
+                "the witness {} cannot be used ({why}): put the right file back, or remove it \
+                 (the restore then knows only the database and the ledger)",
+                opts.witness.as_deref().unwrap_or(Path::new("")).display()
+            )))
+        }
+    };
+    // The witness bounds every epoch ever written: with it, nothing is unknown.
+    let state_known = matches!(current, CurrentState::Readable { .. }) || witnessed.is_some();
 
     let (ledger, ledger_known) = match EpochLedger::load(data_dir) {
         Ok(found) => (found.clone().unwrap_or_default(), found.is_some()),
@@ -136,6 +159,7 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
             _ => 0,
         },
         ledger.floor,
+        witnessed.as_ref().map_or(0, |w| w.horizon),
         opts.epoch_floor.unwrap_or(0),
     ]
     .into_iter()
@@ -173,7 +197,15 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
     locks.extend(current_locks);
     locks.extend(ledger.locks.keys().cloned());
     let restored_at_unix = now_unix();
-    let commit_seq = ledger.commit_seq.max(current_seq).max(backup.commit_seq);
+    let commit_seq = [
+        ledger.commit_seq,
+        current_seq,
+        backup.commit_seq,
+        witnessed.as_ref().map_or(0, |w| w.commit_seq),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
     let plan = RestorePlan {
         floor,
         locks: locks.clone(),
@@ -236,6 +268,7 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
         backup,
         current,
         ledger_floor: ledger_known.then_some(ledger.floor),
+        witness_horizon: witnessed.as_ref().map(|w| w.horizon),
         operator_floor: opts.epoch_floor,
         epoch_gap: opts.epoch_gap,
         floor,

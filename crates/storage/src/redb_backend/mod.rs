@@ -105,13 +105,14 @@ mod state;
 mod sync;
 mod tx;
 mod wal;
+pub mod witness;
 mod writer;
 
 #[cfg(test)]
 mod tests;
 
-use std::path::Path;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -182,6 +183,9 @@ pub struct RedbOptions {
     /// commit to ride with before it gets one of its own (see `intake.rs`). Zero commits
     /// each at once, waking the writer for it.
     pub lazy_linger: Duration,
+    /// Where the store's witness lives, outside the data directory (`witness.rs`): a
+    /// database that opens older than its witness is refused. None keeps no witness.
+    pub witness: Option<PathBuf>,
 }
 
 /// What opening a database found in its log (see [`RedbBackend::recovery`]).
@@ -234,6 +238,7 @@ impl Default for RedbOptions {
             segment_bytes: DEFAULT_SEGMENT_BYTES,
             commit_hook: crate::observe::CommitHook::default(),
             lazy_linger: DEFAULT_LAZY_LINGER,
+            witness: None,
         }
     }
 }
@@ -261,6 +266,9 @@ struct Inner {
     /// The writer's queue; closed by `close`, or when the last handle is dropped.
     intake: Arc<Intake>,
     writer_exited: watch::Receiver<bool>,
+    /// The store's witness, if it keeps one (`witness.rs`); let go by `close`, so the
+    /// file can be opened again in this process.
+    witness: Mutex<Option<Arc<witness::Witness>>>,
 }
 
 impl Drop for Inner {
@@ -319,6 +327,18 @@ impl RedbBackend {
                 return Err(fail(fault));
             }
         };
+        let witness = match &opts.witness {
+            Some(path) => {
+                match witness::Witness::open(path, &label, recovered.seq, recovered.horizon) {
+                    Ok(witness) => Some(Arc::new(witness)),
+                    Err(fault) => {
+                        open::discard(db);
+                        return Err(fail(fault));
+                    }
+                }
+            }
+            None => None,
+        };
         let db = Arc::new(db);
         let state = Arc::new(State::new(label.clone()));
         state.set_durable_seq(recovered.seq);
@@ -341,6 +361,7 @@ impl RedbBackend {
             resident: Arc::clone(&resident),
             state: Arc::clone(&state),
             log,
+            witness: witness.clone(),
             store_id: recovered.store_id,
             config,
             segments: Default::default(),
@@ -379,6 +400,7 @@ impl RedbBackend {
                 db: RwLock::new(Some(db)),
                 intake,
                 writer_exited,
+                witness: Mutex::new(witness),
             }),
         })
     }
@@ -398,6 +420,25 @@ impl RedbBackend {
     /// its epoch ledger to recognise a store that came back older.
     pub fn commit_seq(&self) -> u64 {
         self.inner.state.durable_seq()
+    }
+
+    /// Records in the witness (`witness.rs`) the newest durable commit, when it moved;
+    /// blocking (a small file written and fsync'd), so call it off the async threads. The
+    /// server calls it about every second: a copy of the directory older than the last
+    /// call is recognised at the next open. Without a witness, does nothing.
+    pub fn refresh_witness(&self) -> Result<(), StorageError> {
+        let witness = self
+            .inner
+            .witness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let Some(witness) = witness else {
+            return Ok(());
+        };
+        witness
+            .record(0, self.inner.state.durable_seq())
+            .map_err(|fault| fault.into_storage(&self.inner.state.path))
     }
 
     /// Whether the backend has latched a failure (both roles share the latch).
@@ -690,6 +731,20 @@ impl FencedStore for RedbBackend {
         let mut exited = self.inner.writer_exited.clone();
         // An error means the writer's side is gone, which also means it has exited.
         let _ = exited.wait_for(|done| *done).await;
+        let witness = self
+            .inner
+            .witness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(witness) = witness {
+            // Every commit is durable now: after a graceful stop, any older copy is seen.
+            let seq = self.inner.state.durable_seq();
+            let recorded = tokio::task::spawn_blocking(move || witness.record(0, seq)).await;
+            if let Ok(Err(fault)) = recorded {
+                tracing::warn!(error = %fault.0, "could not record the last commit in the witness");
+            }
+        }
         drop(
             self.inner
                 .db

@@ -143,6 +143,8 @@ pub(super) struct Engine {
     pub resident: Arc<RowCache>,
     pub state: Arc<State>,
     pub log: Arc<dyn LogDir>,
+    /// Raised before the horizon, when the store keeps one (`witness.rs`).
+    pub witness: Option<Arc<super::witness::Witness>>,
     pub store_id: u128,
     pub config: WriterConfig,
     /// Log segments in order: (base sequence number, file name).
@@ -406,6 +408,14 @@ impl Writer<'_> {
         if max_epoch >= self.horizon {
             // Every record's epochs are below the horizon durable before it (horizon.rs).
             let next = max_epoch.saturating_add(HORIZON_STEP);
+            // The witness first: it bounds every epoch ever written, the horizon only
+            // those of this directory's log.
+            if let Some(witness) = &engine.witness {
+                let seq = engine.state.durable_seq();
+                if let Err(fault) = witness.record(next, seq) {
+                    return Err((fault, answers, Vec::new()));
+                }
+            }
             if let Err(fault) = horizon::store(engine.log.as_ref(), next) {
                 return Err((fault, answers, Vec::new()));
             }

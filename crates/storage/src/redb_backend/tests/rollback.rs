@@ -15,7 +15,7 @@ use palisade_core::gate::GateError;
 use super::{op, put, test_options, value};
 use crate::redb_backend::horizon::{self, HORIZON_STEP};
 use crate::redb_backend::wal::FsLogDir;
-use crate::redb_backend::{newest_commit, RedbBackend, RedbOptions};
+use crate::redb_backend::{newest_commit, witness, RedbBackend, RedbOptions};
 use crate::{ApplyError, FencedStore, IssuerLog, StorageError};
 
 /// No background checkpoint: what is written stays in the log.
@@ -65,7 +65,11 @@ async fn crashed_after_two_epochs(options: RedbOptions) -> tempfile::TempDir {
 }
 
 fn refusal(dir: &Path) -> String {
-    match RedbBackend::open(&dir.join("palisade.redb"), log_only()) {
+    refused(&dir.join("palisade.redb"), log_only())
+}
+
+fn refused(db: &Path, options: RedbOptions) -> String {
+    match RedbBackend::open(db, options) {
         Ok(store) => panic!("opened: {:?}", store.recovery()),
         Err(StorageError::Failed(message)) => message,
         Err(other) => panic!("unexpected {other:?}"),
@@ -365,4 +369,85 @@ async fn flipped_bytes_in_the_database_header_never_serve_an_older_state() {
         refused > 0 && served > 0,
         "refused {refused}, served {served}"
     );
+}
+
+/// The whole directory put back from an older copy (a snapshot, `cp -a` and back) is
+/// consistent in itself: only the witness, kept outside it, can tell. It refuses the
+/// copy, whether the newer store stopped gracefully or the copy is older than the last
+/// refresh before a crash; and it bounds every epoch the store ever wrote, raised before a
+/// commit that would pass it.
+#[tokio::test]
+async fn a_directory_put_back_from_an_older_copy_is_refused_by_its_witness() {
+    let outside = tempfile::tempdir().unwrap();
+    let witness_path = outside.path().join("data.witness");
+    let options = RedbOptions {
+        witness: Some(witness_path.clone()),
+        ..log_only()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("palisade.redb");
+    let store = RedbBackend::open(&db, options.clone()).unwrap();
+    // A second store on the same witness is refused while the first holds it.
+    let other = tempfile::tempdir().unwrap();
+    let err = refused(&other.path().join("palisade.redb"), options.clone());
+    assert!(err.contains("in use by another store"), "{err}");
+    store.apply(op("a", 1, put("k", "one"))).await.unwrap();
+    store.close().await;
+    let old = copy_dir(dir.path());
+
+    // The newer store: epoch 2 fences epoch 1 out, then a graceful stop.
+    let high = 3 * HORIZON_STEP;
+    let store = RedbBackend::open(&db, options.clone()).unwrap();
+    store.apply(op("a", 2, put("k", "two"))).await.unwrap();
+    store.apply(op("b", high, put("k", "high"))).await.unwrap();
+    store.close().await;
+    let witness::Found::Witness(seen) = witness::load(&witness_path) else {
+        panic!("no witness written");
+    };
+    assert_eq!(seen.horizon, high + HORIZON_STEP, "raised with the horizon");
+
+    // The older copy put back in place.
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    for entry in std::fs::read_dir(old.path()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let err = refused(&db, options.clone());
+    assert!(err.contains("older than its witness"), "{err}");
+    assert!(err.contains("admin restore"), "{err}");
+    // Without its witness the copy would serve, and admit the fenced-out epoch 1 again:
+    // the hole the witness closes.
+    let unwitnessed = RedbBackend::open(&db, log_only()).unwrap();
+    assert_eq!(unwitnessed.high_water("a").await.unwrap().epoch, 1);
+    unwitnessed.close().await;
+
+    // A crash: the witness is refreshed while serving; a copy older than the refresh is
+    // refused too.
+    let crash_dir = tempfile::tempdir().unwrap();
+    let crash_witness = outside.path().join("crash.witness");
+    let options = RedbOptions {
+        witness: Some(crash_witness.clone()),
+        ..log_only()
+    };
+    let store =
+        RedbBackend::open(&crash_dir.path().join("palisade.redb"), options.clone()).unwrap();
+    store.apply(op("a", 1, put("k", "one"))).await.unwrap();
+    settle(&store, crash_dir.path(), false).await;
+    let old = copy_dir(crash_dir.path());
+    store.apply(op("a", 2, put("k", "two"))).await.unwrap();
+    store.refresh_witness().unwrap();
+    std::mem::forget(store); // the crash: nothing more is written, the lock stays held
+    let err = refused(&old.path().join("palisade.redb"), options);
+    assert!(err.contains("in use"), "{err}");
+    // The crashed process is gone (its lock with it): a copy of the witness stands in.
+    let moved = outside.path().join("after-crash.witness");
+    std::fs::copy(&crash_witness, &moved).unwrap();
+    let options = RedbOptions {
+        witness: Some(moved),
+        ..log_only()
+    };
+    let err = refused(&old.path().join("palisade.redb"), options);
+    assert!(err.contains("older than its witness"), "{err}");
 }
