@@ -18,6 +18,6 @@ pub const FENCING_EPOCH: &str = "fencing-epoch";
 pub const LAST_EVENT_ID: &str = "last-event-id";
 /// The id of a backup taken while serving (response of `POST /v1/admin/backup`).
 pub const BACKUP_ID: &str = "palisade-backup-id";
-/// The highest epoch a backup taken while serving knows (response of
-/// `POST /v1/admin/backup`).
-pub const BACKUP_MAX_EPOCH: &str = "palisade-backup-max-epoch";
+/// No lock had an epoch above this in a backup taken while serving (an upper bound that
+/// counts reservation ceilings; response of `POST /v1/admin/backup`).
+pub const BACKUP_EPOCH_BOUND: &str = "palisade-backup-epoch-bound";

@@ -186,23 +186,23 @@ pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
             );
             println!("{}", serde_json::to_string_pretty(&info)?);
             eprintln!(
-                "backup {} of {server} written to {} ({} bytes, highest epoch {}); the key set \
+                "backup {} of {server} written to {} ({} bytes, epochs up to {}); the key set \
                  is not in it (docs/operations.md)",
                 info.backup_id,
                 out.display(),
                 file.bytes,
-                info.max_epoch
+                info.epoch_bound
             );
         }
         AdminCommand::Backup(args) => {
             let info = recovery::backup(&args.data_dir, &args.out)?;
             println!("{}", serde_json::to_string_pretty(&info)?);
             eprintln!(
-                "backup {} of {} written to {} (highest epoch {})",
+                "backup {} of {} written to {} (epochs up to {})",
                 info.backup_id,
                 args.data_dir.display(),
                 args.out.display(),
-                info.max_epoch
+                info.epoch_bound
             );
         }
         AdminCommand::Restore(args) => {

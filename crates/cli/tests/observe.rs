@@ -284,7 +284,7 @@ async fn a_backup_taken_while_serving_restores_safely() {
         "the writer kept going during the backup"
     );
     assert!(info["keys"].as_u64().unwrap() >= acked_before);
-    assert!(info["max_epoch"].as_u64().unwrap() >= 1);
+    assert!(info["epoch_bound"].as_u64().unwrap() >= 1);
 
     // After the backup: a newer holder fences the old one out.
     let newer = {

@@ -150,7 +150,6 @@ async fn lock_values(mut topology: Topology) {
     topology.crash_and_restart(0);
     let nodes = Nodes::of(&topology);
     let seen = nodes.status(0, "svc").await;
-    // (The lock's epoch is now its reservation's ceiling; the lease's own is unchanged.)
     assert_eq!(
         (seen["holder"].as_str(), seen["lease_epoch"].as_u64()),
         (Some("a"), Some(1)),

@@ -17,8 +17,9 @@ pub const BACKUP_TIMEOUT: Duration = Duration::from_secs(3600);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BackupFile {
     pub backup_id: String,
-    /// The highest epoch the backup knows.
-    pub max_epoch: u64,
+    /// No lock had an epoch above this in the backup (an upper bound: it counts the
+    /// issuer's reservation ceilings).
+    pub epoch_bound: u64,
     pub bytes: u64,
 }
 
@@ -57,7 +58,7 @@ impl Client {
                 .map(str::to_owned)
         };
         let backup_id = header(palisade_api::headers::BACKUP_ID).unwrap_or_default();
-        let max_epoch = header(palisade_api::headers::BACKUP_MAX_EPOCH)
+        let epoch_bound = header(palisade_api::headers::BACKUP_EPOCH_BOUND)
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         let tmp = partial(out);
@@ -82,7 +83,7 @@ impl Client {
         }
         Ok(BackupFile {
             backup_id,
-            max_epoch,
+            epoch_bound,
             bytes,
         })
     }

@@ -263,8 +263,13 @@ pub struct LeaseView {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockView {
     pub lock: String,
-    /// Last epoch issued (0 if never acquired).
+    /// The live lease's epoch, or the last epoch known to have been granted (0 if none).
+    /// Never a reservation's ceiling: epochs reserved but not granted are not shown.
     pub epoch: Epoch,
+    /// No epoch above this was granted for the lock: `epoch`, or more where grants may
+    /// have gone unrecorded (after a restart, the reservation's ceiling; after a restore,
+    /// its floor). A token below it is never the lock's newest.
+    pub granted_up_to: Epoch,
     /// The live lease, if any.
     pub lease: Option<LeaseView>,
     pub waiters: usize,
@@ -306,7 +311,12 @@ struct Held {
 
 #[derive(Debug)]
 struct Lock {
+    /// What the next grant counts from: the last epoch granted, or above it after a
+    /// restart (the reservation's ceiling) or a restore (the floor).
     last_epoch: Epoch,
+    /// The last epoch known to have been granted: what the lock reports as its epoch
+    /// (0 if none is known).
+    granted: Epoch,
     /// Boxed: most of a million locks have no lease, and an inline one would make every
     /// entry of the table several times larger.
     lease: Option<Box<Lease>>,
@@ -330,6 +340,7 @@ impl Default for Lock {
     fn default() -> Self {
         Lock {
             last_epoch: 0,
+            granted: 0,
             lease: None,
             delay_until: 0,
             queue: Queue::default(),
@@ -449,10 +460,12 @@ impl LockTable {
         for (name, epoch) in epochs {
             let lock = lock_entry(&mut self.locks, self.epoch_floor, name);
             lock.last_epoch = lock.last_epoch.max(epoch);
+            lock.granted = lock.granted.max(epoch);
         }
         for grant in leases {
             let lock = lock_entry(&mut self.locks, self.epoch_floor, grant.lock.clone());
             lock.last_epoch = lock.last_epoch.max(grant.epoch);
+            lock.granted = lock.granted.max(grant.epoch);
             if lock.lease.as_ref().is_some_and(|l| l.epoch >= grant.epoch) {
                 continue;
             }
@@ -784,6 +797,7 @@ impl LockTable {
             None => LockView {
                 lock: name.to_owned(),
                 epoch: 0,
+                granted_up_to: 0,
                 lease: None,
                 waiters: 0,
             },
@@ -959,6 +973,7 @@ impl LockTable {
             session,
         } = who;
         lock.last_epoch += 1;
+        lock.granted = lock.last_epoch;
         lock.idle_since = NOT_IDLE;
         lock.lease = Some(Box::new(Lease {
             id: lease_id.clone(),
@@ -1080,7 +1095,8 @@ impl LockTable {
     fn lock_view(name: &str, lock: &Lock, now: Millis) -> LockView {
         LockView {
             lock: name.to_owned(),
-            epoch: lock.last_epoch,
+            epoch: lock.granted,
+            granted_up_to: lock.last_epoch.max(lock.granted),
             lease: lock
                 .lease
                 .as_ref()

@@ -455,6 +455,8 @@ impl EtcdIssuer {
         LockView {
             lock: lock.to_owned(),
             epoch: snap.epoch,
+            // Every grant is its own etcd transaction: nothing is granted unrecorded.
+            granted_up_to: snap.epoch,
             lease,
             waiters: snap.waiters,
         }

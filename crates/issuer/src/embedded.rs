@@ -507,21 +507,21 @@ impl Issuer {
     }
 
     /// A lock's state. A lock the table does not hold (forgotten to make room, see
-    /// `--max-locks`) is read back from disk: its epoch is then the highest its record
-    /// covers (the last epoch issued, or the reservation's ceiling above it), never lower
-    /// than the last epoch issued.
+    /// `--max-locks`) is read back from disk: its epoch is then the last one granted (its
+    /// records were on disk before it was forgotten), never a reservation's ceiling.
     pub async fn status(self: &Arc<Self>, lock: &str) -> Result<LockView, StorageError> {
         let (mut view, known) =
             self.call(|core, now| (core.status(now, lock), core.knows(lock)))?;
         if !known {
-            if let Some((epoch, _)) = self.backend.lock_record(lock).await? {
+            if let Some((epoch, reservation)) = self.backend.lock_record(lock).await? {
                 view.epoch = view.epoch.max(epoch);
+                view.granted_up_to = view.granted_up_to.max(epoch).max(reservation.ceiling);
             }
         }
         Ok(view)
     }
 
-    /// One page of known locks by name: the names (and durable epochs) come from the
+    /// One page of known locks by name: the names (and last granted epochs) come from the
     /// store's ordered index, read without the table's lock; each lock's live state is then
     /// looked up in the table, a few at a time, so that renewals and acquisitions never
     /// wait behind a listing for long.
@@ -541,6 +541,7 @@ impl Issuer {
                     let mut view = core.status(now, name);
                     // A lock the table forgot is known by its durable record only.
                     view.epoch = view.epoch.max(*durable_epoch);
+                    view.granted_up_to = view.granted_up_to.max(view.epoch);
                     views.push(view);
                 }
             })?;
@@ -900,11 +901,11 @@ mod tests {
         }
         assert!(!issuer.lock().unwrap().core.knows("L"));
         let status = issuer.status("L").await.unwrap();
-        // What the record covers: the last reservation's ceiling, never below the 3
-        // issued, and the same epoch the listing reads from disk.
+        // The last epoch granted (3; its reservation reaches 4), and the same epoch the
+        // listing reads from disk.
         let listed = issuer.list("L", None, 1).await.unwrap();
-        assert!(status.epoch >= 3 && status.lease.is_none(), "{status:?}");
-        assert_eq!(listed[0].epoch, status.epoch);
+        assert!(status.epoch == 3 && status.lease.is_none(), "{status:?}");
+        assert_eq!(listed[0].epoch, 3);
         // And a lock never met is still at 0.
         assert_eq!(issuer.status("never").await.unwrap().epoch, 0);
     }

@@ -391,8 +391,8 @@ pub trait IssuerLog: Send + Sync + 'static {
 
     /// Known locks (every lock that ever had a durable epoch or reservation record), in
     /// name order: names greater than `after` (if given) that start with `prefix`, at
-    /// most `limit`, each with its last epoch (or reservation ceiling, whichever is
-    /// higher). Read from the ordered on-disk index in one read transaction: it sees
+    /// most `limit`, each with the last epoch granted that a record reached the disk for
+    /// (0 if none; never a reservation's ceiling). Read from the ordered on-disk index in one read transaction: it sees
     /// committed state only and never holds up the writer, so listing a million locks
     /// page by page costs the issuer nothing.
     async fn list_locks(
@@ -402,10 +402,10 @@ pub trait IssuerLog: Send + Sync + 'static {
         limit: usize,
     ) -> Result<Vec<(String, Epoch)>, StorageError>;
 
-    /// One lock's durable record: its last epoch (or reservation ceiling, whichever is
-    /// higher) and its reservation (`None`: no record at all; the issuer's epoch floor
-    /// applies). For an issuer that dropped an idle lock from memory and must read it
-    /// back before granting it again. Sees committed state only: a record queued with
+    /// One lock's durable record: the last epoch granted that a record reached the disk
+    /// for, and its reservation, whose ceiling bounds every epoch granted (`None`: no
+    /// record at all; the issuer's epoch floor applies). For an issuer that dropped an
+    /// idle lock from memory. Sees committed state only: a record queued with
     /// [`IssuerLog::record_lazily`] shows once its batch has committed.
     async fn lock_record(&self, lock: &str) -> Result<Option<(Epoch, Reservation)>, StorageError>;
 

@@ -1329,3 +1329,50 @@ proptest! {
         }
     }
 }
+
+/// A lock reports one epoch: its holder's, or the last one granted; never a reservation's
+/// ceiling, also after a restart, while the next grant still goes above the ceiling.
+#[test]
+fn a_lock_reports_the_epoch_granted_never_the_ceiling() {
+    let config = TableConfig {
+        epoch_block: 1024,
+        idle_grace_ms: 0,
+        ..Default::default()
+    };
+    let mut t = LockTable::new(config);
+    let first = granted(t.acquire(0, req("L", "a", 100, 0, "l1")));
+    assert_eq!(first.reserve.map(|r| r.ceiling), Some(1024));
+    assert_eq!(t.status(1, "L").epoch, 1);
+    t.release(2, "l1").unwrap();
+    assert_eq!(
+        t.status(3, "L").epoch,
+        1,
+        "a free lock: the last one granted"
+    );
+
+    // A restart: the records say epoch 1 was granted, and the reservation reaches 1024.
+    let mut t = LockTable::new(config);
+    t.restore(10, [("L".to_string(), 1)], []);
+    t.restore_reservations(
+        10,
+        [(
+            "L".to_string(),
+            Reservation {
+                ceiling: 1024,
+                max_ttl_ms: 100,
+                active: false,
+            },
+        )],
+    );
+    assert_eq!(t.status(10, "L").epoch, 1);
+    assert_eq!(
+        t.status(10, "L").granted_up_to,
+        1024,
+        "what may have been granted"
+    );
+    let next = granted(t.acquire(20, req("L", "b", 100, 0, "l2")));
+    assert_eq!(next.epoch, 1025, "the next grant goes above the ceiling");
+    assert_eq!(t.status(21, "L").epoch, 1025);
+    assert_eq!(t.status(21, "L").granted_up_to, 1025);
+    assert_eq!(t.status(21, "never").epoch, 0);
+}

@@ -182,8 +182,8 @@ pub async fn backup(
             .principal(caller.name())
             .route("/v1/admin/backup")
             .detail(format!(
-                "backup {} (highest epoch {})",
-                info.backup_id, info.max_epoch
+                "backup {} (epochs up to {})",
+                info.backup_id, info.epoch_bound
             )),
     );
     let length = file.metadata().map(|m| m.len()).ok();
@@ -212,8 +212,8 @@ pub async fn backup(
         h.insert(palisade_api::headers::BACKUP_ID, id);
     }
     h.insert(
-        palisade_api::headers::BACKUP_MAX_EPOCH,
-        info.max_epoch.into(),
+        palisade_api::headers::BACKUP_EPOCH_BOUND,
+        info.epoch_bound.into(),
     );
     Ok(response)
 }

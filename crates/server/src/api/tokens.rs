@@ -58,12 +58,14 @@ pub async fn check(
     let view = state.issuer.status(&claims.lock).await?;
     let lease_alive = view.lease.as_ref().is_some_and(|l| l.epoch == claims.epoch);
     // While a lease is live its epoch is the newest issued for the lock (nothing is granted
-    // above it until it ends). Without one, the lock's counter: after a restart that is
-    // the reservation ceiling, an upper bound, so an older token is never called current.
+    // above it until it ends). Without one, the last epoch granted; but where grants may
+    // have gone unrecorded (after a restart, up to the reservation's ceiling) no token is
+    // known to be the newest, so none is called current.
     let current_epoch = view.lease.as_ref().map_or(view.epoch, |l| l.epoch);
+    let newest = view.lease.is_some() || view.granted_up_to == view.epoch;
     Ok(Json(TokenCheck {
         genuine: true,
-        current: Some(current_epoch == claims.epoch),
+        current: Some(current_epoch == claims.epoch && newest),
         lock: Some(claims.lock.clone()),
         epoch: Some(claims.epoch),
         holder: Some(claims.holder.clone()),

@@ -79,7 +79,7 @@ impl OnlineBackup {
         }
         tracing::info!(
             backup_id = %info.backup_id,
-            max_epoch = info.max_epoch,
+            epoch_bound = info.epoch_bound,
             keys = info.keys,
             "online backup taken"
         );

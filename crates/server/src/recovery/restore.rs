@@ -65,9 +65,16 @@ pub struct RestoreOptions {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum CurrentState {
-    Readable { max_epoch: Epoch, locks: usize },
+    /// `epoch_bound`: no lock of it had an epoch above this (counting reservation
+    /// ceilings).
+    Readable {
+        epoch_bound: Epoch,
+        locks: usize,
+    },
     Missing,
-    Unreadable { reason: String },
+    Unreadable {
+        reason: String,
+    },
 }
 
 /// What a restore did, printed by the CLI as JSON.
@@ -107,7 +114,7 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
         Ok(db) => match db.summary() {
             Ok(summary) => {
                 let state = CurrentState::Readable {
-                    max_epoch: summary.max(),
+                    epoch_bound: summary.max(),
                     locks: summary.locks.len(),
                 };
                 let seq = summary.commit_seq;
@@ -153,9 +160,9 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
     let backup = staged.info().clone();
 
     let known_max = [
-        backup.max_epoch,
+        backup.epoch_bound,
         match current {
-            CurrentState::Readable { max_epoch, .. } => max_epoch,
+            CurrentState::Readable { epoch_bound, .. } => epoch_bound,
             _ => 0,
         },
         ledger.floor,
@@ -193,7 +200,7 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
             ))
         })?;
 
-    let mut locks: BTreeSet<String> = backup.epochs.keys().cloned().collect();
+    let mut locks: BTreeSet<String> = backup.epoch_bounds.keys().cloned().collect();
     locks.extend(current_locks);
     locks.extend(ledger.locks.keys().cloned());
     let restored_at_unix = now_unix();

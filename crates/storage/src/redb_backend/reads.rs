@@ -138,7 +138,7 @@ pub(super) fn list_locks(
         .collect())
 }
 
-/// One lock's epoch (raised to its reservation's ceiling) and reservation.
+/// One lock's last granted epoch and its reservation (see [`crate::IssuerLog::lock_record`]).
 pub(super) fn lock_record(
     view: &(impl Point + ?Sized),
     lock: &str,
@@ -166,8 +166,9 @@ pub(super) fn lock_record(
                 max_ttl_ms: 0,
                 active: false,
             });
-            let epoch = epoch.unwrap_or(0).max(reservation.ceiling);
-            Some((epoch, reservation))
+            // The row of a version that raised it to the ceiling may say more than was
+            // granted; it never says less.
+            Some((epoch.unwrap_or(0), reservation))
         }
     })
 }

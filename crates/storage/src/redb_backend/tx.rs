@@ -128,17 +128,29 @@ impl<'v, 'a> Tx<'v, 'a> {
             (c.max(r.ceiling), ttl)
         });
         self.put(key, Val::Triple(ceiling, max_ttl, u64::from(r.active)));
-        let last = self.get_u64(&Key::Epoch(lock.to_owned()))?.unwrap_or(0);
-        self.set_epoch(lock, last.max(ceiling));
+        // The lock's epoch row says the last epoch granted (written with the lease
+        // records), not the ceiling; it is made here so that the lock is listed.
+        let epoch_key = Key::Epoch(lock.to_owned());
+        if self.get_u64(&epoch_key)?.is_none() {
+            self.put(epoch_key, Val::U64(0));
+        }
+        self.max_epoch = self.max_epoch.max(ceiling);
         if let Some(lease) = lease {
             self.put_lease(lease)?;
         }
         Ok(())
     }
 
+    /// Records a lease, and its epoch as its lock's last granted one.
     fn put_lease(&mut self, lease: &LeaseRecord) -> Result<(), Fault> {
         let text = serde_json::to_string(lease)?;
         self.put(Key::Lease(lease.lease_id.clone()), Val::Text(text));
+        if !lease.is_session() {
+            let key = Key::Epoch(lease.lock.clone());
+            if self.get_u64(&key)?.is_none_or(|last| last < lease.epoch) {
+                self.set_epoch(&lease.lock, lease.epoch);
+            }
+        }
         Ok(())
     }
 

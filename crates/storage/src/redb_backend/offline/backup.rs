@@ -38,12 +38,15 @@ pub struct BackupInfo {
     pub source: String,
     /// Layout version of the copied tables.
     pub format_version: u64,
-    /// The highest epoch any lock may have reached in the snapshot: an upper bound, since
-    /// the issuer's counters include reservation ceilings (epochs reserved, maybe not
-    /// issued yet).
-    pub max_epoch: Epoch,
-    /// The same bound per lock (counter, reservation ceiling, leases and mark).
-    pub epochs: BTreeMap<String, Epoch>,
+    /// No lock had an epoch above this in the snapshot: an upper bound, not an epoch
+    /// anyone was granted, since it counts the issuer's reservation ceilings (epochs
+    /// reserved, maybe never granted). Written as `max_epoch` by earlier versions.
+    #[serde(alias = "max_epoch")]
+    pub epoch_bound: Epoch,
+    /// The same bound per lock (last grant, reservation ceiling, leases and mark).
+    /// Written as `epochs` by earlier versions.
+    #[serde(alias = "epochs")]
+    pub epoch_bounds: BTreeMap<String, Epoch>,
     /// Number of keys in the fenced store.
     pub keys: u64,
     /// Number of namespaces with a high-water mark.
@@ -281,8 +284,8 @@ fn write_copy_with(
             created_at_unix,
             source: source.display().to_string(),
             format_version: FORMAT_VERSION,
-            max_epoch: summary.max(),
-            epochs: summary.locks.clone(),
+            epoch_bound: summary.max(),
+            epoch_bounds: summary.locks.clone(),
             keys: txn.open_table(KV)?.len()?,
             namespaces: txn.open_table(FENCES)?.len()?,
             commit_seq,

@@ -66,7 +66,7 @@ async fn backup_then_restore_raises_counters_and_marks_and_drops_leases() {
         [("a".to_string(), 10), ("b".to_string(), 5)]
     );
     let info = offline.backup_to(&out, "id-1", 42).unwrap();
-    assert_eq!((info.max_epoch, info.keys, info.namespaces), (10, 1, 2));
+    assert_eq!((info.epoch_bound, info.keys, info.namespaces), (10, 1, 2));
     assert_eq!(info.backup_id, "id-1");
     assert!(matches!(
         offline.backup_to(&out, "id-2", 43),

@@ -245,15 +245,39 @@ async fn the_lock_index_pages_by_name_and_reads_one_record() {
             .await
             .unwrap();
     }
+    // A grant's lease record says which epoch was granted: the lock's epoch, never the
+    // ceiling reserved above it.
+    let lease = crate::LeaseRecord {
+        lease_id: "l1".into(),
+        lock: "b".into(),
+        holder: "h".into(),
+        epoch: 2,
+        ttl_ms: 5_000,
+        value: None,
+        lock_delay_ms: None,
+        session: None,
+    };
+    store
+        .reserve("b", reserved(1024, true), Some(lease.clone()))
+        .await
+        .unwrap();
+    store
+        .reserve(
+            "b",
+            reserved(1024, true),
+            Some(crate::LeaseRecord { epoch: 1, ..lease }),
+        )
+        .await
+        .unwrap();
     let names = |page: Vec<(String, u64)>| page.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
     assert_eq!(
         store.list_locks("", None, 10).await.unwrap(),
         [
-            ("a/1".to_string(), 3),
-            ("a/10".to_string(), 9),
-            ("a/2".to_string(), 7),
-            ("b".to_string(), 1024),
-            ("c".to_string(), 2),
+            ("a/1".to_string(), 0),
+            ("a/10".to_string(), 0),
+            ("a/2".to_string(), 0),
+            ("b".to_string(), 2),
+            ("c".to_string(), 0),
             ("legacy".to_string(), 4),
         ]
     );
@@ -295,7 +319,7 @@ async fn the_lock_index_pages_by_name_and_reads_one_record() {
     store.reserve("b", reserved(10, false), None).await.unwrap();
     assert_eq!(
         store.lock_record("b").await.unwrap(),
-        Some((1024, reserved(1024, false)))
+        Some((2, reserved(1024, false)))
     );
     assert_eq!(
         store.lock_record("legacy").await.unwrap(),
