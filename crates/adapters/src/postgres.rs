@@ -50,6 +50,10 @@ const CREATE_MARK: &str = "INSERT INTO palisade_fence (lock_name, epoch, seq) VA
      ON CONFLICT (lock_name) DO NOTHING";
 const STORE_MARK: &str =
     "UPDATE palisade_fence SET epoch = $2, seq = $3, updated_at = now() WHERE lock_name = $1";
+/// Raises a mark to at least `$2` (creating the row if the database lost it); never lowers.
+const RAISE_MARK: &str = "INSERT INTO palisade_fence (lock_name, epoch, seq) VALUES ($1, $2, 0) \
+     ON CONFLICT (lock_name) DO UPDATE SET epoch = EXCLUDED.epoch, seq = 0, updated_at = now() \
+     WHERE palisade_fence.epoch < EXCLUDED.epoch";
 /// Raising an error is how a refusal is made final: PostgreSQL will not commit a
 /// transaction that saw one.
 const POISON: &str =
@@ -86,6 +90,30 @@ pub async fn admit_sequenced<'t>(
     seq: u64,
 ) -> Result<Admitted, AdmitError> {
     admit_with(tx, trust.into(), token, lock, Policy::Sequence, Some(seq)).await
+}
+
+/// After the database was restored from a backup (its marks are older than what it had
+/// admitted): raises each `(lock, epoch)` mark to at least `epoch`, creating the rows the
+/// backup did not have, in one transaction (all or none). Never lowers a mark. Returns how
+/// many marks went up. `palisade admin raise-marks` calls it with the issuer's bound of
+/// every lock (see `docs/protecting-your-database.md`).
+pub async fn raise_marks(
+    client: &mut tokio_postgres::Client,
+    marks: &[(String, u64)],
+) -> Result<usize, AdmitError> {
+    migrate(&*client).await?;
+    let tx = client.transaction().await.map_err(pg_error)?;
+    let statement = tx.prepare(RAISE_MARK).await.map_err(pg_error)?;
+    let mut raised = 0;
+    for (lock, epoch) in marks {
+        let epoch = to_sql_int(*epoch, "epoch")?;
+        raised += tx
+            .execute(&statement, &[lock, &epoch])
+            .await
+            .map_err(pg_error)?;
+    }
+    tx.commit().await.map_err(pg_error)?;
+    Ok(usize::try_from(raised).unwrap_or(usize::MAX))
 }
 
 /// The lock's committed mark as this client sees it, or `HighWater::default()` if the

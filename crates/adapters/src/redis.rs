@@ -121,6 +121,48 @@ impl RedisFence {
         self.run(con, trust.into(), token, lock, Op::Fence).await
     }
 
+    /// After Redis was restored from an older RDB or AOF file, or a replica that missed
+    /// the last scripts was promoted: raises each `(lock, epoch)` mark to at least `epoch`
+    /// with the same script a barrier runs (so by the same rule), all in one `MULTI`/`EXEC`
+    /// (all or none; on Redis Cluster the marks of one call must share a slot: call it per
+    /// lock). Never lowers a mark. Returns how many marks went up. `palisade admin
+    /// raise-marks` calls it with the issuer's bound of every lock.
+    pub async fn raise_marks(
+        &self,
+        con: &mut impl ConnectionLike,
+        marks: &[(String, u64)],
+    ) -> Result<usize, AdmitError> {
+        if marks.is_empty() {
+            return Ok(0);
+        }
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for (lock, epoch) in marks {
+            pipe.cmd("EVAL")
+                .arg(SCRIPT)
+                .arg(1)
+                .arg(Self::fence_key(lock))
+                .arg(epoch.to_string())
+                .arg("fence");
+        }
+        let answers: Vec<(i64, String)> =
+            pipe.query_async(con).await.map_err(AdmitError::backend)?;
+        let mut raised = 0;
+        for ((lock, epoch), (admitted, mark)) in marks.iter().zip(&answers) {
+            let before = parse_mark(mark)?;
+            match (*admitted, before < *epoch) {
+                (1, raised_it) => raised += usize::from(raised_it),
+                (0, false) => {} // already at or above it
+                _ => {
+                    return Err(AdmitError::backend(CorruptFence(format!(
+                        "fence script refused to raise {lock} from {mark} to {epoch}"
+                    ))))
+                }
+            }
+        }
+        Ok(raised)
+    }
+
     /// The lock's current mark (`0` if never fenced). For inspection only.
     pub async fn high_water(
         &self,

@@ -52,6 +52,11 @@ const STORE_MARK: &str = "INSERT INTO palisade_fence (lock_name, epoch, seq) VAL
      ON CONFLICT (lock_name) DO UPDATE SET epoch = excluded.epoch, seq = excluded.seq, \
      updated_at = CAST(strftime('%s', 'now') AS INTEGER)";
 
+/// Raises a mark to at least `?2` (creating the row if the database lost it); never lowers.
+const RAISE_MARK: &str = "INSERT INTO palisade_fence (lock_name, epoch, seq) VALUES (?1, ?2, 0) \
+     ON CONFLICT (lock_name) DO UPDATE SET epoch = excluded.epoch, seq = 0, \
+     updated_at = CAST(strftime('%s', 'now') AS INTEGER) WHERE palisade_fence.epoch < excluded.epoch";
+
 /// Creates the fence table if it does not exist.
 pub fn migrate(conn: &Connection) -> Result<(), AdmitError> {
     conn.execute_batch(MIGRATION).map_err(sqlite_error)
@@ -88,6 +93,28 @@ pub fn admit_sequenced<'t>(
     seq: u64,
 ) -> Result<Admitted, AdmitError> {
     admit_with(tx, trust.into(), token, lock, Policy::Sequence, Some(seq))
+}
+
+/// After the database file was restored from a copy (its marks are older than what it had
+/// admitted): raises each `(lock, epoch)` mark to at least `epoch`, creating the rows the
+/// copy did not have, in one `BEGIN IMMEDIATE` transaction (all or none). Never lowers a
+/// mark. Returns how many marks went up. `palisade admin raise-marks` calls it with the
+/// issuer's bound of every lock.
+pub fn raise_marks(conn: &mut Connection, marks: &[(String, u64)]) -> Result<usize, AdmitError> {
+    migrate(conn)?;
+    let tx = begin(conn)?;
+    let mut raised = 0;
+    {
+        let mut statement = tx.prepare_cached(RAISE_MARK).map_err(sqlite_error)?;
+        for (lock, epoch) in marks {
+            let epoch = to_sql_int(*epoch, "epoch")?;
+            raised += statement
+                .execute(rusqlite::params![lock, epoch])
+                .map_err(sqlite_error)?;
+        }
+    }
+    tx.commit().map_err(sqlite_error)?;
+    Ok(raised)
 }
 
 /// The lock's committed mark, or `HighWater::default()` if never admitted. For inspection

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use palisade_adapters::{postgres, AdmitError};
 use palisade_token::Verifier;
 use support::servers::{self, Server};
-use support::{GateUnderTest, Issuer, TransactionalGate, LOCK};
+use support::{GateUnderTest, Issuer, RaisableGate, TransactionalGate, LOCK};
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
@@ -170,6 +170,19 @@ impl TransactionalGate for PgGate {
 
 support::suite_tests!(|issuer| PgGate::start(issuer).await, racers: 40, transactional);
 
+impl RaisableGate for PgGate {
+    async fn raise(&self, marks: &[(String, u64)]) -> usize {
+        let mut client = self.client().await;
+        postgres::raise_marks(&mut client, marks).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn raise_marks() {
+    let issuer = &Issuer::new();
+    support::suite::raise_marks(&PgGate::start(issuer).await, issuer).await;
+}
+
 /// Even a caller that ignores the refusal and commits gets nothing committed: the refusal
 /// aborted the transaction inside PostgreSQL.
 #[tokio::test]
@@ -221,4 +234,55 @@ async fn repeatable_read_surfaces_conflict() {
         .unwrap();
     let result = postgres::admit(&tx, &gate.verifier, &issuer.token(LOCK, 3), LOCK).await;
     assert!(matches!(result, Err(AdmitError::Conflict)), "{result:?}");
+}
+
+/// The restore drill (S11) with PostgreSQL's own backup tools: a `pg_dump` taken while
+/// epoch 1 held the mark, restored with `pg_restore` after epoch 2 had fenced it out,
+/// admits epoch 1 again; `raise_marks` with the issuer's bound shuts it out, and epoch 2
+/// still writes.
+#[tokio::test]
+async fn a_restored_dump_admits_a_fenced_out_token_until_its_marks_are_raised() {
+    let issuer = &Issuer::new();
+    let gate = PgGate::start(issuer).await;
+    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "one")
+        .await
+        .unwrap();
+    let dump = tempfile::NamedTempFile::new().unwrap();
+    let bin = servers::pg_bin_dir();
+    let port = gate._server.port.to_string();
+    let pg = |tool: &str, args: &[&str]| {
+        let out = std::process::Command::new(bin.join(tool))
+            .args(["-h", "127.0.0.1", "-p", &port, "-U", "postgres"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{tool}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let path = dump.path().to_str().unwrap();
+    pg("pg_dump", &["-Fc", "-f", path, "postgres"]);
+    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "two")
+        .await
+        .unwrap();
+    let stale = gate.write(&issuer.token(LOCK, 1), LOCK, "k", "late").await;
+    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
+
+    pg(
+        "pg_restore",
+        &["--clean", "--if-exists", "-d", "postgres", path],
+    );
+    assert_eq!(gate.read("k").await.as_deref(), Some("one"));
+    // The hole: the restored mark is 1, and the fenced-out holder writes again.
+    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "late")
+        .await
+        .expect("the restored mark admits epoch 1");
+    assert_eq!(gate.raise(&[(LOCK.to_owned(), 2)]).await, 1);
+    let stale = gate.write(&issuer.token(LOCK, 1), LOCK, "k", "later").await;
+    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
+    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "two again")
+        .await
+        .expect("the newest epoch still writes");
 }

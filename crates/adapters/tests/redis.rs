@@ -12,7 +12,7 @@ use palisade_token::Verifier;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use support::servers::{self, Server};
-use support::{GateUnderTest, Issuer, LOCK};
+use support::{GateUnderTest, Issuer, RaisableGate, LOCK};
 
 struct RedisGate {
     con: MultiplexedConnection,
@@ -71,6 +71,19 @@ impl GateUnderTest for RedisGate {
 }
 
 support::suite_tests!(|issuer| RedisGate::start(issuer).await, racers: 40);
+
+impl RaisableGate for RedisGate {
+    async fn raise(&self, marks: &[(String, u64)]) -> usize {
+        let mut con = self.con.clone();
+        self.fence.raise_marks(&mut con, marks).await.unwrap()
+    }
+}
+
+#[tokio::test]
+async fn raise_marks() {
+    let issuer = &Issuer::new();
+    support::suite::raise_marks(&RedisGate::start(issuer).await, issuer).await;
+}
 
 /// The script is the transaction: a refused call writes none of its keys, an admitted
 /// one writes all of them.
@@ -153,4 +166,65 @@ async fn huge_epochs_compare_exactly() {
         .await
         .unwrap();
     assert_eq!(gate.high_water(LOCK, "k").await, u64::MAX);
+}
+
+/// The failover drill (S7, S11): a replica promoted (`REPLICAOF NO ONE`) before it saw
+/// the newest mark admits the fenced-out epoch 1 again; `raise_marks` on it with the
+/// issuer's bound shuts it out, and epoch 2 still writes.
+#[tokio::test]
+async fn a_promoted_replica_admits_a_fenced_out_token_until_its_marks_are_raised() {
+    let issuer = &Issuer::new();
+    let primary = RedisGate::start(issuer).await;
+    let replica = RedisGate::start(issuer).await;
+    let mut con = replica.con.clone();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(primary._server.port)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    primary
+        .write(&issuer.token(LOCK, 1), LOCK, "k", "one")
+        .await
+        .unwrap();
+    // Until the replica has the mark of epoch 1.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while replica.high_water(LOCK, "k").await != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Promoted before it saw epoch 2.
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    primary
+        .write(&issuer.token(LOCK, 2), LOCK, "k", "two")
+        .await
+        .unwrap();
+    assert!(matches!(
+        primary
+            .write(&issuer.token(LOCK, 1), LOCK, "k", "late")
+            .await,
+        Err(AdmitError::Stale { .. })
+    ));
+    // The hole, on the promoted replica.
+    replica
+        .write(&issuer.token(LOCK, 1), LOCK, "k", "late")
+        .await
+        .expect("the promoted replica admits epoch 1");
+    assert_eq!(replica.raise(&[(LOCK.to_owned(), 2)]).await, 1);
+    let stale = replica
+        .write(&issuer.token(LOCK, 1), LOCK, "k", "later")
+        .await;
+    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
+    replica
+        .write(&issuer.token(LOCK, 2), LOCK, "k", "two")
+        .await
+        .expect("the newest epoch still writes");
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use palisade_adapters::{sqlite, AdmitError};
 use palisade_token::Verifier;
 use rusqlite::{Connection, OptionalExtension};
-use support::{GateUnderTest, Issuer, TransactionalGate};
+use support::{GateUnderTest, Issuer, RaisableGate, TransactionalGate};
 use tempfile::TempDir;
 
 const UPSERT: &str = "INSERT INTO kv (key, value) VALUES (?1, ?2) \
@@ -154,6 +154,19 @@ impl TransactionalGate for SqliteGate {
 
 support::suite_tests!(|issuer| SqliteGate::new(issuer), racers: 40, transactional);
 
+impl RaisableGate for SqliteGate {
+    async fn raise(&self, marks: &[(String, u64)]) -> usize {
+        let mut conn = self.connect();
+        sqlite::raise_marks(&mut conn, marks).unwrap()
+    }
+}
+
+#[tokio::test]
+async fn raise_marks() {
+    let issuer = &Issuer::new();
+    support::suite::raise_marks(&SqliteGate::new(issuer), issuer).await;
+}
+
 /// A deferred transaction that read the mark before another writer committed cannot
 /// commit a decision made on the stale read: SQLite refuses the upgrade.
 #[tokio::test]
@@ -213,4 +226,39 @@ fn a_token_of_another_principal_is_refused_when_the_holder_is_required() {
     tx.execute("INSERT INTO kv VALUES ('k', 'v')", []).unwrap();
     tx.commit().unwrap();
     assert_eq!(sqlite::high_water(&conn, "orders").unwrap().epoch, 1);
+}
+
+/// The restore drill (S11) with a file copy: the database copied while epoch 1 held the
+/// mark and put back after epoch 2 had fenced it out admits epoch 1 again; `raise_marks`
+/// with the issuer's bound shuts it out, and epoch 2 still writes.
+#[tokio::test]
+async fn a_restored_file_admits_a_fenced_out_token_until_its_marks_are_raised() {
+    let issuer = &Issuer::new();
+    let gate = SqliteGate::new(issuer);
+    gate.write(&issuer.token(support::LOCK, 1), support::LOCK, "k", "one")
+        .await
+        .unwrap();
+    let copy = gate._dir.path().join("app.db.backup");
+    std::fs::copy(&gate.path, &copy).unwrap();
+    gate.write(&issuer.token(support::LOCK, 2), support::LOCK, "k", "two")
+        .await
+        .unwrap();
+    std::fs::copy(&copy, &gate.path).unwrap();
+    assert_eq!(gate.read("k").await.as_deref(), Some("one"));
+    gate.write(&issuer.token(support::LOCK, 1), support::LOCK, "k", "late")
+        .await
+        .expect("the restored mark admits epoch 1");
+    assert_eq!(gate.raise(&[(support::LOCK.to_owned(), 2)]).await, 1);
+    let stale = gate
+        .write(&issuer.token(support::LOCK, 1), support::LOCK, "k", "later")
+        .await;
+    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
+    gate.write(
+        &issuer.token(support::LOCK, 2),
+        support::LOCK,
+        "k",
+        "two again",
+    )
+    .await
+    .expect("the newest epoch still writes");
 }

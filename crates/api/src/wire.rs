@@ -137,15 +137,15 @@ pub struct KeepaliveInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockStatus {
     pub lock: String,
-    /// The last epoch issued (0 if never acquired).
+    /// The lock's epoch: the live lease's, or the last one granted (0 if never acquired);
+    /// never a reservation's ceiling.
     pub epoch: u64,
     pub holder: Option<String>,
     pub lease_id: Option<String>,
     pub remaining_ms: Option<u64>,
     /// How many acquirers are queued.
     pub waiters: u64,
-    /// The live lease's epoch (its token's); `epoch` is the last one issued, which a
-    /// restart of the embedded issuer raises to the lock's reservation ceiling.
+    /// The live lease's epoch (its token's), equal to `epoch`; null while free.
     #[serde(default)]
     pub lease_epoch: Option<u64>,
     /// What the holder advertises.
@@ -157,6 +157,12 @@ pub struct LockStatus {
     /// The live lease's session (shown to its owner only).
     #[serde(default)]
     pub session: Option<String>,
+    /// No epoch above this was granted for the lock: `epoch`, or more where grants may
+    /// have gone unrecorded (after a restart of the embedded issuer, the reservation's
+    /// ceiling). What `palisade admin raise-marks` raises a restored resource's marks to.
+    /// Absent from servers before it.
+    #[serde(default)]
+    pub epoch_bound: Option<u64>,
 }
 
 /// `POST /v1/leases/{lease_id}/release` → 200.
@@ -502,13 +508,14 @@ mod tests {
             value: None,
             lock_delay_ms: None,
             session: None,
+            epoch_bound: None,
         };
         let sent = serde_json::to_value(&free).unwrap();
         assert_eq!(
             sent,
             json!({"lock":"a","epoch":0,"holder":null,"lease_id":null,"remaining_ms":null,
                    "waiters":0,"lease_epoch":null,"value":null,"lock_delay_ms":null,
-                   "session":null})
+                   "session":null,"epoch_bound":null})
         );
         let old: LockStatus = serde_json::from_value(json!({"lock":"a","epoch":0,"holder":null,
             "lease_id":null,"remaining_ms":null,"waiters":0}))

@@ -1,5 +1,7 @@
-//! `palisade admin`: offline maintenance of a data directory. The server must be stopped;
-//! every command refuses to touch a database a running server has open.
+//! `palisade admin`: offline maintenance of a data directory (the server must be stopped;
+//! every such command refuses to touch a database a running server has open), and
+//! `raise-marks`, which brings restored databases of the gates back above the issuer
+//! (`raise_marks.rs`).
 
 use std::path::PathBuf;
 
@@ -20,6 +22,11 @@ pub enum AdminCommand {
     /// that no epoch is issued twice and no old token is admitted again. Prints a JSON
     /// report; warnings go to stderr. See docs/operations.md.
     Restore(RestoreArgs),
+    /// After a PostgreSQL, Redis or SQLite database a gate protects was restored (or a
+    /// replica promoted): raise its fence marks to the issuer's bound of every lock, in one
+    /// transaction per database, so that no token it had fenced out passes again. Prints a
+    /// JSON report. See docs/protecting-your-database.md.
+    RaiseMarks(crate::raise_marks::RaiseMarksArgs),
     /// The issuer's signing keys (server stopped; a running server's change through
     /// /v1/admin/keys). See docs/security.md.
     Keys {
@@ -162,6 +169,7 @@ impl WitnessArgs {
 
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
     match command {
+        AdminCommand::RaiseMarks(args) => crate::raise_marks::run(args).await?,
         AdminCommand::Backup(BackupArgs {
             server: Some(server),
             connection,

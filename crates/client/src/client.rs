@@ -185,6 +185,26 @@ impl Client {
         Ok(body.locks)
     }
 
+    /// One page of the known locks whose names start with `prefix` and sort after
+    /// `after`, at most `limit` (the server caps it), in name order, and the name to pass
+    /// as `after` for the next page (`None` on the last).
+    pub async fn locks_page(
+        &self,
+        prefix: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<LockStatus>, Option<String>), Error> {
+        let mut query = vec![("prefix", prefix.to_owned()), ("limit", limit.to_string())];
+        if let Some(after) = after {
+            query.push(("after", after.to_owned()));
+        }
+        let answer = self
+            .call(Retry::Safe, Method::GET, "/v1/locks", |r| r.query(&query))
+            .await?;
+        let body: LockList = Self::json(answer).await?;
+        Ok((body.locks, body.next))
+    }
+
     /// The issuer's public keys, for verifying tokens offline.
     pub async fn keys(&self) -> Result<Vec<PublicKey>, Error> {
         let body: KeysAnswer = self.get_json("/v1/keys").await?;

@@ -200,8 +200,8 @@ class LockStatus(_Wire):
     remaining_ms: Optional[int]
     #: How many acquirers are queued.
     waiters: int
-    #: The live lease's own epoch (its token's); ``epoch`` is the last one issued, which
-    #: a restart of the embedded issuer raises to the lock's reservation ceiling.
+    #: The live lease's own epoch (its token's), equal to ``epoch``; None while the lock
+    #: is free, when ``epoch`` is the last one granted (never a reservation's ceiling).
     lease_epoch: Optional[int] = None
     #: What the holder advertises, if anything.
     value: Optional[bytes] = None
@@ -209,6 +209,10 @@ class LockStatus(_Wire):
     lock_delay_ms: Optional[int] = None
     #: The live lease's session (shown to its owner only).
     session: Optional[str] = None
+    #: No epoch above this was granted for the lock: ``epoch``, or more where grants may
+    #: have gone unrecorded (after a restart of the embedded issuer, the reservation's
+    #: ceiling). None from servers before it.
+    epoch_bound: Optional[int] = None
 
     @staticmethod
     def parse_list(body: Mapping[str, Any]) -> List["LockStatus"]:

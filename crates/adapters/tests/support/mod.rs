@@ -67,6 +67,13 @@ pub trait GateUnderTest: Send + Sync + 'static {
     fn high_water(&self, lock: &str, key: &str) -> impl Future<Output = u64> + Send;
 }
 
+/// Adapters whose marks are per lock and can be raised after a restore (PostgreSQL,
+/// SQLite, Redis).
+pub trait RaisableGate: GateUnderTest {
+    /// Raises each `(lock, epoch)` mark to at least `epoch`; how many went up.
+    fn raise(&self, marks: &[(String, u64)]) -> impl Future<Output = usize> + Send;
+}
+
 /// Adapters that run inside a caller's transaction (PostgreSQL, SQLite).
 pub trait TransactionalGate: GateUnderTest {
     /// In one transaction: the caller writes `own_key` first, then admits `token`, then

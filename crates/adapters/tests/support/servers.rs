@@ -145,7 +145,7 @@ fn redis_ready(port: u16) -> bool {
 
 /// Where PostgreSQL's server binaries are: `PALISADE_PG_BIN`, the newest
 /// `/usr/lib/postgresql/<version>/bin`, or `PATH`.
-fn pg_bin_dir() -> PathBuf {
+pub fn pg_bin_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("PALISADE_PG_BIN") {
         return PathBuf::from(dir);
     }

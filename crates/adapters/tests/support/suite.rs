@@ -7,7 +7,9 @@ use palisade_adapters::{AdmitError, ErrorCode};
 use palisade_token::{Signer, TokenError};
 use tokio::sync::Barrier;
 
-use super::{retry_conflicts, GateUnderTest, Issuer, TransactionalGate, LOCK, OTHER_LOCK};
+use super::{
+    retry_conflicts, GateUnderTest, Issuer, RaisableGate, TransactionalGate, LOCK, OTHER_LOCK,
+};
 
 async fn assert_state<G: GateUnderTest>(gate: &G, key: &str, value: &str, mark: u64) {
     assert_eq!(
@@ -266,4 +268,47 @@ pub async fn sequence_policy<G: TransactionalGate>(gate: &G, issuer: &Issuer) {
     assert_stale(old, 2, 1);
     assert_eq!(gate.read(key).await.as_deref(), Some("c"));
     assert_eq!(gate.high_water(lock, key).await, 2);
+}
+
+/// After a restore, `raise_marks` brings the marks back above what the resource forgot:
+/// a mark is raised (or made, for a lock the copy never saw), never lowered, and tokens
+/// below the raised mark are refused while the one at it still writes.
+pub async fn raise_marks<G: RaisableGate>(gate: &G, issuer: &Issuer) {
+    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "one")
+        .await
+        .expect("epoch 1 admitted");
+    let raised = gate
+        .raise(&[(LOCK.to_owned(), 3), (OTHER_LOCK.to_owned(), 2)])
+        .await;
+    assert_eq!(raised, 2, "both marks went up (one made anew)");
+    assert_eq!(gate.high_water(LOCK, "k").await, 3);
+    assert_eq!(gate.high_water(OTHER_LOCK, "k").await, 2);
+    // Never lowered; raising to where it is changes nothing.
+    assert_eq!(
+        gate.raise(&[(LOCK.to_owned(), 2), (OTHER_LOCK.to_owned(), 2)])
+            .await,
+        0
+    );
+    assert_eq!(gate.high_water(LOCK, "k").await, 3);
+    for epoch in [1, 2] {
+        let refused = gate
+            .write(&issuer.token(LOCK, epoch), LOCK, "k", "late")
+            .await;
+        assert!(
+            matches!(refused, Err(AdmitError::Stale { .. })),
+            "{epoch}: {refused:?}"
+        );
+    }
+    assert_eq!(gate.read("k").await.as_deref(), Some("one"));
+    gate.write(&issuer.token(LOCK, 3), LOCK, "k", "three")
+        .await
+        .expect("the epoch at the mark still writes");
+    assert_eq!(gate.read("k").await.as_deref(), Some("three"));
+    let refused = gate
+        .write(&issuer.token(OTHER_LOCK, 1), OTHER_LOCK, "o", "late")
+        .await;
+    assert!(
+        matches!(refused, Err(AdmitError::Stale { .. })),
+        "{refused:?}"
+    );
 }

@@ -216,6 +216,7 @@ fn seen_by(v: LockView, caller: &Caller) -> LockStatus {
         value: lease.and_then(|l| l.value.clone()),
         lock_delay_ms: lease.map(|l| l.lock_delay_ms),
         session: own.and_then(|l| l.session.clone()),
+        epoch_bound: Some(v.granted_up_to),
     }
 }
 
