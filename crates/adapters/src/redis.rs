@@ -35,7 +35,9 @@
 //! `appendfsync always`, a Redis restart can lose the last marks together with the data,
 //! and a rolled-back mark admits old holders again (S11). With replicas, a failover to a
 //! replica that missed the last script can do the same (S7): fence against the primary
-//! and treat a failover as a restore.
+//! and treat a failover as a restore: raise the promoted node's marks
+//! ([`RedisFence::raise_marks`], `palisade admin raise-marks`), or have every call wait for
+//! its replicas first ([`RedisFence::wait_for_replicas`]).
 //!
 //! ## Redis Cluster
 //! All keys of one call must hash to one slot. The fence hash's key carries the hash tag
@@ -56,6 +58,22 @@ pub const SCRIPT: &str = include_str!("fenced_write.lua");
 #[derive(Debug, Clone)]
 pub struct RedisFence {
     script: Script,
+    /// With [`RedisFence::wait_for_replicas`]: (replicas, timeout in ms) of a `WAIT`
+    /// after every call that changed something.
+    replicas: Option<(u32, u64)>,
+}
+
+/// An admitted call that fewer replicas acknowledged than
+/// [`RedisFence::wait_for_replicas`] asked for. Reported as [`AdmitError::Backend`].
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the call was admitted and applied on the primary, but only {acked} of {wanted} \
+     replicas acknowledged it in time: a failover now could lose its mark. Retry it (the \
+     same epoch is admitted again) or treat it as not done"
+)]
+pub struct NotReplicated {
+    pub acked: u32,
+    pub wanted: u32,
 }
 
 impl Default for RedisFence {
@@ -74,7 +92,41 @@ impl RedisFence {
     pub fn new() -> Self {
         RedisFence {
             script: Script::new(SCRIPT),
+            replicas: None,
         }
+    }
+
+    /// After every admitted call, waits until `replicas` replicas have acknowledged the
+    /// connection's writes (Redis `WAIT`), at most `timeout`; fewer in time is an error
+    /// ([`NotReplicated`]), although the primary applied the call. So that a replica
+    /// promoted after a failover already holds every mark a caller was told about, and a
+    /// fenced-out holder stays out without `raise-marks`. The cost: one more round trip
+    /// per call, and the time the replicas take to acknowledge. `WAIT` counts the
+    /// replicas that received the writes, not ones that made them durable.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: std::time::Duration) -> Self {
+        let ms = u64::try_from(timeout.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.replicas = (replicas > 0).then_some((replicas, ms));
+        self
+    }
+
+    /// The `WAIT` of [`RedisFence::wait_for_replicas`], if asked for.
+    async fn replicated(&self, con: &mut impl ConnectionLike) -> Result<(), AdmitError> {
+        let Some((wanted, timeout_ms)) = self.replicas else {
+            return Ok(());
+        };
+        let acked: i64 = redis::cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout_ms)
+            .query_async(con)
+            .await
+            .map_err(AdmitError::backend)?;
+        let acked = u32::try_from(acked).unwrap_or(0);
+        if acked < wanted {
+            return Err(AdmitError::backend(NotReplicated { acked, wanted }));
+        }
+        Ok(())
     }
 
     /// The key of the hash that holds `lock`'s high-water mark.
@@ -160,6 +212,7 @@ impl RedisFence {
                 }
             }
         }
+        self.replicated(con).await?;
         Ok(raised)
     }
 
@@ -220,7 +273,10 @@ impl RedisFence {
         // typed error and catches a script that disagrees with the core rule.
         let decision = decide(current, Policy::Epoch, &claims, None);
         match (admitted, decision) {
-            (1, Ok(admitted)) => Ok(admitted),
+            (1, Ok(admitted)) => {
+                self.replicated(con).await?;
+                Ok(admitted)
+            }
             (0, Err(refused)) => Err(refused),
             _ => Err(AdmitError::backend(CorruptFence(format!(
                 "fence script and gate rule disagree on epoch {} against mark {mark}",

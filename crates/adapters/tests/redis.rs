@@ -171,11 +171,8 @@ async fn huge_epochs_compare_exactly() {
 /// The failover drill (S7, S11): a replica promoted (`REPLICAOF NO ONE`) before it saw
 /// the newest mark admits the fenced-out epoch 1 again; `raise_marks` on it with the
 /// issuer's bound shuts it out, and epoch 2 still writes.
-#[tokio::test]
-async fn a_promoted_replica_admits_a_fenced_out_token_until_its_marks_are_raised() {
-    let issuer = &Issuer::new();
-    let primary = RedisGate::start(issuer).await;
-    let replica = RedisGate::start(issuer).await;
+/// Makes `replica` follow `primary`, and waits until the link is up.
+async fn follow(replica: &RedisGate, primary: &RedisGate) {
     let mut con = replica.con.clone();
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
@@ -183,6 +180,41 @@ async fn a_promoted_replica_admits_a_fenced_out_token_until_its_marks_are_raised
         .query_async(&mut con)
         .await
         .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replica never synced: {info}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Promotes `replica` (`REPLICAOF NO ONE`).
+async fn promote(replica: &RedisGate) {
+    let mut con = replica.con.clone();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_promoted_replica_admits_a_fenced_out_token_until_its_marks_are_raised() {
+    let issuer = &Issuer::new();
+    let primary = RedisGate::start(issuer).await;
+    let replica = RedisGate::start(issuer).await;
+    follow(&replica, &primary).await;
     primary
         .write(&issuer.token(LOCK, 1), LOCK, "k", "one")
         .await
@@ -197,12 +229,7 @@ async fn a_promoted_replica_admits_a_fenced_out_token_until_its_marks_are_raised
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     // Promoted before it saw epoch 2.
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("NO")
-        .arg("ONE")
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    promote(&replica).await;
     primary
         .write(&issuer.token(LOCK, 2), LOCK, "k", "two")
         .await
@@ -227,4 +254,49 @@ async fn a_promoted_replica_admits_a_fenced_out_token_until_its_marks_are_raised
         .write(&issuer.token(LOCK, 2), LOCK, "k", "two")
         .await
         .expect("the newest epoch still writes");
+}
+
+/// With `wait_for_replicas`, every admitted call is on the replica before it returns: the
+/// replica promoted right after epoch 2 fenced epoch 1 out already refuses epoch 1, with
+/// no raise. A primary left without its replica reports the shortfall.
+#[tokio::test]
+async fn waiting_for_replicas_keeps_the_newest_mark_on_a_promoted_replica() {
+    let issuer = &Issuer::new();
+    let primary = RedisGate::start(issuer).await;
+    let replica = RedisGate::start(issuer).await;
+    follow(&replica, &primary).await;
+    let fence = RedisFence::new().wait_for_replicas(1, std::time::Duration::from_secs(10));
+    let verifier = issuer.verifier();
+    let mut con = primary.con.clone();
+    for epoch in [1, 2] {
+        let token = issuer.token(LOCK, epoch);
+        fence
+            .fenced_set(&mut con, &verifier, &token, LOCK, &[("k", b"v".as_slice())])
+            .await
+            .expect("admitted and acknowledged by the replica");
+    }
+    promote(&replica).await;
+    let stale = replica
+        .write(&issuer.token(LOCK, 1), LOCK, "k", "late")
+        .await;
+    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
+
+    // The primary has no replica now: the call is applied, and the shortfall reported.
+    let fence = RedisFence::new().wait_for_replicas(1, std::time::Duration::from_millis(200));
+    let token = issuer.token(LOCK, 3);
+    let err = fence
+        .fenced_set(
+            &mut con,
+            &verifier,
+            &token,
+            LOCK,
+            &[("k", b"three".as_slice())],
+        )
+        .await
+        .expect_err("no replica acknowledged it");
+    assert!(
+        err.to_string().contains("0 of 1 replicas acknowledged"),
+        "{err}"
+    );
+    assert_eq!(primary.read("k").await.as_deref(), Some("three"));
 }
