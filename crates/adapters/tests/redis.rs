@@ -24,6 +24,10 @@ struct RedisGate {
 impl RedisGate {
     async fn start(issuer: &Issuer) -> Self {
         let server = tokio::task::spawn_blocking(servers::redis).await.unwrap();
+        Self::on(server, issuer).await
+    }
+
+    async fn on(server: Server, issuer: &Issuer) -> Self {
         let client = redis::Client::open(server.redis_url()).unwrap();
         RedisGate {
             con: client.get_multiplexed_async_connection().await.unwrap(),
@@ -299,4 +303,53 @@ async fn waiting_for_replicas_keeps_the_newest_mark_on_a_promoted_replica() {
         "{err}"
     );
     assert_eq!(primary.read("k").await.as_deref(), Some("three"));
+}
+
+/// The restore drill (S11) with Redis's own snapshot: an RDB file saved while epoch 1 held
+/// the mark, loaded back after epoch 2 had fenced it out (`DEBUG RELOAD NOSAVE`, what a
+/// restart on the old file does), admits epoch 1 again; `raise_marks` with the issuer's
+/// bound shuts it out, and epoch 2 still writes.
+#[tokio::test]
+async fn a_restored_rdb_admits_a_fenced_out_token_until_its_marks_are_raised() {
+    let issuer = &Issuer::new();
+    let server =
+        tokio::task::spawn_blocking(|| servers::redis_with(&["--enable-debug-command", "local"]))
+            .await
+            .unwrap();
+    let gate = RedisGate::on(server, issuer).await;
+    let mut con = gate.con.clone();
+    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "one")
+        .await
+        .unwrap();
+    let _: () = redis::cmd("SAVE").query_async(&mut con).await.unwrap();
+    let (_, dir): (String, String) = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("dir")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let rdb = std::path::Path::new(&dir).join("dump.rdb");
+    let backup = std::path::Path::new(&dir).join("dump.rdb.backup");
+    std::fs::copy(&rdb, &backup).unwrap();
+    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "two")
+        .await
+        .unwrap();
+
+    std::fs::copy(&backup, &rdb).unwrap();
+    let _: () = redis::cmd("DEBUG")
+        .arg("RELOAD")
+        .arg("NOSAVE")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(gate.read("k").await.as_deref(), Some("one"));
+    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "late")
+        .await
+        .expect("the restored mark admits epoch 1");
+    assert_eq!(gate.raise(&[(LOCK.to_owned(), 2)]).await, 1);
+    let stale = gate.write(&issuer.token(LOCK, 1), LOCK, "k", "later").await;
+    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
+    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "two again")
+        .await
+        .expect("the newest epoch still writes");
 }

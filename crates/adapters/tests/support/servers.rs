@@ -105,6 +105,11 @@ fn start_with_retries(mut attempt: impl FnMut(u16) -> Result<Server, String>) ->
 
 /// Starts `redis-server` with the durability settings the docs require.
 pub fn redis() -> Server {
+    redis_with(&[])
+}
+
+/// [`redis`] with more arguments (`--enable-debug-command local`, say).
+pub fn redis_with(extra: &[&str]) -> Server {
     let binary = std::env::var_os("PALISADE_REDIS_SERVER")
         .map(PathBuf::from)
         .or_else(|| on_path("redis-server"))
@@ -122,6 +127,7 @@ pub fn redis() -> Server {
                 "--save",
                 "",
             ])
+            .args(extra)
             .arg("--dir")
             .arg(dir.path())
             .current_dir(dir.path());
