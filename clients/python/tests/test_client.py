@@ -370,3 +370,35 @@ def test_auth_arguments_are_checked_when_the_client_is_made(tmp_path: Path) -> N
 
 def test_health(client: Client) -> None:
     client.health()
+
+
+def test_a_lock_shows_one_epoch_before_and_after_a_crash(lock_name: str) -> None:
+    """The Python client reads the lock's one epoch (docs/guarantees.md): the holder's, or
+    the last one granted; never the reservation's ceiling, also after a crash, where the
+    ceiling is ``epoch_bound``."""
+    first = PalisadeServer(extra=["--idle-grace-ms", "0"])
+    try:
+        with Client(first.url) as client:
+            lease = client.acquire(lock_name, holder="a", ttl_ms=60_000)
+            status = client.lock_status(lock_name)
+            assert (status.epoch, status.lease_epoch, status.epoch_bound) == (lease.epoch,) * 3
+            lease.kv.put("k", b"v")  # durable, and the grant's record rides with it
+            lease.release()
+            listed = [(s.epoch, s.lease_epoch) for s in client.locks() if s.lock == lock_name]
+            assert listed == [(lease.epoch, None)]
+        first.kill()
+        second = PalisadeServer(extra=["--idle-grace-ms", "0"], data_dir=first.data_dir)
+        try:
+            with Client(second.url) as client:
+                status = client.lock_status(lock_name)
+                assert (status.epoch, status.lease_epoch) == (lease.epoch, None)
+                assert status.epoch_bound is not None and status.epoch_bound > status.epoch
+                again = client.acquire(lock_name, holder="b", ttl_ms=60_000)
+                assert again.epoch > status.epoch_bound
+                status = client.lock_status(lock_name)
+                assert (status.epoch, status.lease_epoch, status.epoch_bound) == (again.epoch,) * 3
+                again.release()
+        finally:
+            second.stop()
+    finally:
+        first.stop()
