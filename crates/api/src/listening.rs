@@ -2,7 +2,8 @@
 //! its sockets accept connections, and nothing else on stdout before it. With a RESP
 //! listener the line names its URL too, after a comma: `palisade listening on
 //! http://127.0.0.1:7700, redis://127.0.0.1:7701`. Scripts and tests read it to learn the
-//! addresses (useful with port 0).
+//! addresses (useful with port 0). A second line names the dashboard for people:
+//! `palisade dashboard on http://127.0.0.1:7700/ui`.
 
 /// What the line starts with.
 pub const PREFIX: &str = "palisade listening on ";
@@ -14,6 +15,11 @@ pub fn line(url: &str, resp: Option<&str>) -> String {
         Some(resp) => format!("{PREFIX}{url}, {resp}"),
         None => format!("{PREFIX}{url}"),
     }
+}
+
+/// The line after it, for people: where the dashboard is.
+pub fn dashboard_line(url: &str) -> String {
+    format!("palisade dashboard on {}/ui", url.trim_end_matches('/'))
 }
 
 /// The HTTP URL in a start-up line, if `line` is one (surrounding whitespace ignored).
@@ -48,5 +54,8 @@ mod tests {
         assert_eq!(parse_resp(&l), Some("redis://127.0.0.1:7701"));
         assert_eq!(parse("palisade listening on "), None);
         assert_eq!(parse("error: cannot listen"), None);
+        let d = dashboard_line("http://127.0.0.1:7700");
+        assert_eq!(d, "palisade dashboard on http://127.0.0.1:7700/ui");
+        assert_eq!(parse(&d), None, "not taken for the start-up line");
     }
 }

@@ -440,10 +440,14 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         .map_err(start_failure)?;
     crate::return_freed_memory();
     // Scripts and tests read this line to learn the URL (https:// with TLS) and port.
-    println!(
-        "{}",
-        palisade_api::listening::line(&server.url(), server.resp_url().as_deref())
+    // A reader that closed stdout after the first line (most do) is no error: the server
+    // serves on.
+    let started = format!(
+        "{}\n{}\n",
+        palisade_api::listening::line(&server.url(), server.resp_url().as_deref()),
+        palisade_api::listening::dashboard_line(&server.url())
     );
+    crate::output::write_stdout(started.as_bytes())?;
     server.run_until_signal().await?;
     Ok(())
 }

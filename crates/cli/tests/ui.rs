@@ -211,3 +211,36 @@ async fn namespaces_are_listed_a_page_at_a_time_with_marks_and_key_counts() {
         .await;
     assert_eq!(status, 400, "{body}");
 }
+
+/// The start-up line names the server's URL for scripts; the next one names the dashboard
+/// for people, and that URL serves it.
+#[tokio::test]
+async fn the_start_up_output_names_the_dashboard() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let second = lines.next().unwrap().unwrap();
+    let url = palisade_api::listening::parse(&first)
+        .expect(&first)
+        .to_owned();
+    assert_eq!(second, format!("palisade dashboard on {url}/ui"));
+    let page = reqwest::get(second.trim_start_matches("palisade dashboard on "))
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert_eq!(page.headers()["content-type"], "text/html; charset=utf-8");
+    // Its reader gone, the server serves on.
+    drop(lines);
+    let health = reqwest::get(format!("{url}/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
