@@ -275,14 +275,5 @@ async fn a_restored_dump_admits_a_fenced_out_token_until_its_marks_are_raised() 
         &["--clean", "--if-exists", "-d", "postgres", path],
     );
     assert_eq!(gate.read("k").await.as_deref(), Some("one"));
-    // The hole: the restored mark is 1, and the fenced-out holder writes again.
-    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "late")
-        .await
-        .expect("the restored mark admits epoch 1");
-    assert_eq!(gate.raise(&[(LOCK.to_owned(), 2)]).await, 1);
-    let stale = gate.write(&issuer.token(LOCK, 1), LOCK, "k", "later").await;
-    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
-    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "two again")
-        .await
-        .expect("the newest epoch still writes");
+    support::suite::restored_until_raised(&gate, issuer).await;
 }

@@ -244,20 +244,7 @@ async fn a_promoted_replica_admits_a_fenced_out_token_until_its_marks_are_raised
             .await,
         Err(AdmitError::Stale { .. })
     ));
-    // The hole, on the promoted replica.
-    replica
-        .write(&issuer.token(LOCK, 1), LOCK, "k", "late")
-        .await
-        .expect("the promoted replica admits epoch 1");
-    assert_eq!(replica.raise(&[(LOCK.to_owned(), 2)]).await, 1);
-    let stale = replica
-        .write(&issuer.token(LOCK, 1), LOCK, "k", "later")
-        .await;
-    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
-    replica
-        .write(&issuer.token(LOCK, 2), LOCK, "k", "two")
-        .await
-        .expect("the newest epoch still writes");
+    support::suite::restored_until_raised(&replica, issuer).await;
 }
 
 /// With `wait_for_replicas`, every admitted call is on the replica before it returns: the
@@ -343,13 +330,5 @@ async fn a_restored_rdb_admits_a_fenced_out_token_until_its_marks_are_raised() {
         .await
         .unwrap();
     assert_eq!(gate.read("k").await.as_deref(), Some("one"));
-    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "late")
-        .await
-        .expect("the restored mark admits epoch 1");
-    assert_eq!(gate.raise(&[(LOCK.to_owned(), 2)]).await, 1);
-    let stale = gate.write(&issuer.token(LOCK, 1), LOCK, "k", "later").await;
-    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
-    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "two again")
-        .await
-        .expect("the newest epoch still writes");
+    support::suite::restored_until_raised(&gate, issuer).await;
 }

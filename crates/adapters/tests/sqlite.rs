@@ -245,20 +245,5 @@ async fn a_restored_file_admits_a_fenced_out_token_until_its_marks_are_raised() 
         .unwrap();
     std::fs::copy(&copy, &gate.path).unwrap();
     assert_eq!(gate.read("k").await.as_deref(), Some("one"));
-    gate.write(&issuer.token(support::LOCK, 1), support::LOCK, "k", "late")
-        .await
-        .expect("the restored mark admits epoch 1");
-    assert_eq!(gate.raise(&[(support::LOCK.to_owned(), 2)]).await, 1);
-    let stale = gate
-        .write(&issuer.token(support::LOCK, 1), support::LOCK, "k", "later")
-        .await;
-    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
-    gate.write(
-        &issuer.token(support::LOCK, 2),
-        support::LOCK,
-        "k",
-        "two again",
-    )
-    .await
-    .expect("the newest epoch still writes");
+    support::suite::restored_until_raised(&gate, issuer).await;
 }

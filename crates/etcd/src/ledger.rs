@@ -90,16 +90,9 @@ impl LedgerFile {
     /// Replaces the file at `path` so that a crash leaves the old one or the new one
     /// ([`palisade_storage::atomic_file`]).
     fn write(&self, path: &Path) -> Result<(), StorageError> {
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = path
-            .file_name()
-            .ok_or_else(|| StorageError::Failed(format!("{}: not a file name", path.display())))?;
         let bytes = serde_json::to_vec_pretty(self)
             .map_err(|e| StorageError::Failed(format!("cannot encode the epoch ledger: {e}")))?;
-        palisade_storage::atomic_file::write_atomic(&dir, name, &bytes)
+        palisade_storage::atomic_file::replace(path, &bytes)
             .map_err(|e| failed(path, "cannot write", e))
     }
 }

@@ -39,6 +39,18 @@ pub fn write_atomic(dir: &Path, name: impl AsRef<OsStr>, bytes: &[u8]) -> io::Re
     sync_dir(dir)
 }
 
+/// [`write_atomic`] of the file at `path` (a bare name is in the current directory).
+pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "not a file name"))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    write_atomic(dir, name, bytes)
+}
+
 /// Makes the directory's entries (a file created, renamed or removed in it) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(unix)]
@@ -100,6 +112,8 @@ mod tests {
         write_atomic(dir.path(), "f", b"one").unwrap();
         write_atomic(dir.path(), "f", b"two").unwrap();
         assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"two");
+        replace(&dir.path().join("f"), b"three").unwrap();
+        assert_eq!(fs::read(dir.path().join("f")).unwrap(), b"three");
         assert!(!dir.path().join("f.tmp").exists());
     }
 

@@ -312,3 +312,18 @@ pub async fn raise_marks<G: RaisableGate>(gate: &G, issuer: &Issuer) {
         "{refused:?}"
     );
 }
+
+/// The end of every restore drill: the resource came back with epoch 1's mark after epoch 2
+/// had fenced epoch 1 out. The hole (epoch 1 writes again), then `raise` to the issuer's
+/// bound (2) shuts it out while epoch 2 still writes.
+pub async fn restored_until_raised<G: RaisableGate>(gate: &G, issuer: &Issuer) {
+    gate.write(&issuer.token(LOCK, 1), LOCK, "k", "late")
+        .await
+        .expect("the restored mark admits epoch 1");
+    assert_eq!(gate.raise(&[(LOCK.to_owned(), 2)]).await, 1);
+    let stale = gate.write(&issuer.token(LOCK, 1), LOCK, "k", "later").await;
+    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
+    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "two again")
+        .await
+        .expect("the newest epoch still writes");
+}

@@ -229,22 +229,10 @@ impl Witness {
             ))
         };
         let bytes = serde_json::to_vec(&file).map_err(|e| fail(std::io::Error::other(e)))?;
-        let (dir, name) = split(&self.path).map_err(fail)?;
-        atomic_file::write_atomic(dir, name, &bytes).map_err(fail)?;
+        atomic_file::replace(&self.path, &bytes).map_err(fail)?;
         *written = next;
         Ok(())
     }
-}
-
-fn split(path: &Path) -> std::io::Result<(&Path, &std::ffi::OsStr)> {
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    Ok((dir, name))
 }
 
 #[cfg(test)]
