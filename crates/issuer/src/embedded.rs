@@ -211,7 +211,7 @@ impl Issuer {
         Presigned {
             epoch,
             key_id: signer.key_id().to_owned(),
-            token: signer.issue(lock, epoch, holder),
+            token: signer.issue_with(self.signer.nonce(), lock, epoch, holder),
         }
     }
 
@@ -465,14 +465,15 @@ impl Issuer {
         if let Some(ahead) =
             ahead.filter(|a| a.epoch == grant.epoch && a.key_id == signing.key_id())
         {
-            // Same lock, holder (same request), epoch and key: the very token `issue`
-            // would make (signatures are deterministic).
+            // Same lock, holder (same request), epoch and key: a token with the very
+            // claims signing now would give.
             return Ok(Granted {
                 grant,
                 token: ahead.token,
             });
         }
-        let token = signing.issue(&grant.lock, grant.epoch, &grant.holder);
+        let token =
+            signing.issue_with(self.signer.nonce(), &grant.lock, grant.epoch, &grant.holder);
         Ok(Granted { grant, token })
     }
 
@@ -759,6 +760,19 @@ mod tests {
     use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
     use palisade_token::Signer;
 
+    /// `token` is signed by `signer`'s key and says `(lock, epoch, holder)`.
+    fn assert_signed(token: &str, signer: &Signer, (lock, epoch, holder): (&str, u64, &str)) {
+        let mut ring = palisade_token::KeyRing::new();
+        ring.insert(signer.public_key());
+        let claims = palisade_token::Verifier::new(ring, 1)
+            .verify(token)
+            .unwrap();
+        assert_eq!(
+            (claims.lock.as_str(), claims.epoch, claims.holder.as_str()),
+            (lock, epoch, holder)
+        );
+    }
+
     fn req(holder: &str, wait_ms: Millis) -> AcquireRequest {
         AcquireRequest {
             lock: "L".into(),
@@ -803,7 +817,7 @@ mod tests {
             issuer.release(&lease, None).await.unwrap();
             let granted = handle.await.unwrap().unwrap();
             let g = &granted.grant;
-            assert_eq!(granted.token, signer.issue(&g.lock, g.epoch, &g.holder));
+            assert_signed(&granted.token, &signer, (&g.lock, g.epoch, &g.holder));
             epochs.push(g.epoch);
             lease = g.lease_id.clone();
         }
@@ -919,7 +933,7 @@ mod tests {
         let new = Signer::from_secret([8; 32]);
         let issuer = started(dir.path(), old.clone()).await;
         let first = issuer.acquire(req("h0", 0)).await.unwrap();
-        assert_eq!(first.token, old.issue("L", 1, "h0"));
+        assert_signed(&first.token, &old, ("L", 1, "h0"));
         let queued = issuer.clone();
         let waiter = tokio::spawn(async move { queued.acquire(req("h1", 10_000)).await });
         // The waiter is first in line and its token is signed ahead, with the old key.
@@ -938,7 +952,7 @@ mod tests {
         issuer.release(&first.grant.lease_id, None).await.unwrap();
         let granted = waiter.await.unwrap().unwrap();
         assert_eq!(granted.grant.epoch, 2);
-        assert_eq!(granted.token, new.issue("L", 2, "h1"));
+        assert_signed(&granted.token, &new, ("L", 2, "h1"));
     }
 
     /// The observer hears each change once, in the order the table decided: a release

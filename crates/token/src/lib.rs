@@ -9,7 +9,7 @@
 //! - the text encoding `pal1.<payload>.<signature>` (base64url, no padding), where the
 //!   signature is Ed25519 over the ASCII bytes `pal1.<payload>`;
 //! - [`Signer`] (the issuer's private key), [`ActiveSigner`] (the key signing now,
-//!   replaceable while the issuer runs) and [`KeyRing`] (the public keys a resource
+//!   replaceable while the issuer runs, signing with nonces made ahead: [`nonce`]) and [`KeyRing`] (the public keys a resource
 //!   trusts, by key id, built from `GET /v1/keys` with [`KeyRing::from_listing`]);
 //! - [`KeySet`]: every key an issuer has had, each `active`, `verifying` or `retired`
 //!   (key rotation), with its stored form;
@@ -29,13 +29,16 @@
 //! - It does not know whether an epoch is still current: a genuine token stays genuine
 //!   forever. Staleness is decided by a resource's high-water mark, and liveness of the
 //!   lease by the issuer (`POST /v1/tokens/check`).
-//! - It does no I/O: key files are read and written by the server.
+//! - It does no I/O: key files are read and written by the server. (Its one thread,
+//!   `palisade-nonces`, makes signing nonces ahead from the OS random number generator:
+//!   [`nonce`].)
 //! - It is not access control. A token proves ownership generation, not identity or
 //!   permission (S14).
 
 mod claims;
 mod key_set;
 mod keys;
+pub mod nonce;
 mod verify;
 
 pub use claims::{validate_lock_name, Claims, Epoch, InvalidLockName, MAX_HOLDER_LEN};
