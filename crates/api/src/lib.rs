@@ -5,6 +5,8 @@
 //! contract live here, once, so they cannot drift apart between crates:
 //!
 //! - [`ErrorCode`]: every machine code an error body can carry, with its HTTP status;
+//! - [`ErrorDetail`]: an error's code with its typed fields (and [`QuotaResource`]), what
+//!   the server sends and every client decodes;
 //! - [`headers`]: the request and response header names of the fenced store;
 //! - [`listening`]: the line `palisade serve` prints on stdout once it accepts
 //!   connections, which scripts and tests read to learn the address;
@@ -19,9 +21,11 @@
 //! - It does not decide anything; it only names things.
 
 mod code;
+pub mod detail;
 pub mod headers;
 pub mod listening;
 pub mod recipes;
 pub mod wire;
 
 pub use code::{ErrorCode, UnknownCode};
+pub use detail::{ErrorDetail, QuotaResource};

@@ -6,11 +6,9 @@
 //! to grep. Codes this version does not know become [`Error::Api`], so a newer server
 //! never makes an older client fail to decode.
 
-use reqwest::StatusCode;
-use serde_json::Value;
-
 use palisade_api::wire::{ErrorBody, ErrorEnvelope};
-use palisade_api::ErrorCode;
+use palisade_api::ErrorDetail;
+use reqwest::StatusCode;
 
 use crate::Error;
 
@@ -37,83 +35,67 @@ pub(crate) fn decode_error(status: StatusCode, body: &[u8]) -> Error {
 }
 
 fn from_body(status: StatusCode, body: ErrorBody) -> Error {
-    let u64_field = |name: &str| body.extra.get(name).and_then(Value::as_u64);
-    let decoded = ErrorCode::parse(&body.code).and_then(|code| match code {
-        ErrorCode::StaleToken => match (u64_field("high_water"), u64_field("epoch")) {
-            (Some(high_water), Some(epoch)) => Some(Error::Stale { high_water, epoch }),
-            _ => None,
-        },
-        ErrorCode::StaleSequence => match (
-            u64_field("high_water"),
-            u64_field("high_water_seq"),
-            u64_field("epoch"),
-            u64_field("seq"),
-        ) {
-            (Some(high_water), Some(high_water_seq), Some(epoch), Some(seq)) => {
-                Some(Error::StaleSequence {
-                    high_water,
-                    high_water_seq,
-                    epoch,
-                    seq,
-                })
-            }
-            _ => None,
-        },
-        ErrorCode::LockHeld => match (body.extra.get("holder"), u64_field("retry_after_ms")) {
-            (Some(Value::String(h)), Some(retry_after_ms)) => Some(Error::LockHeld {
-                holder: Some(h.clone()),
-                retry_after_ms,
-            }),
-            (Some(Value::Null) | None, Some(retry_after_ms)) => Some(Error::LockHeld {
-                holder: None,
-                retry_after_ms,
-            }),
-            _ => None,
-        },
-        ErrorCode::RevisionMismatch => match body.extra.get("current_revision") {
-            Some(Value::Null) | None => Some(Error::RevisionMismatch {
-                current_revision: None,
-            }),
-            Some(v) => v.as_u64().map(|r| Error::RevisionMismatch {
-                current_revision: Some(r),
-            }),
-        },
-        ErrorCode::WrongLock => match body.extra.get("token_lock") {
-            Some(Value::String(lock)) => Some(Error::WrongLock(lock.clone())),
-            _ => None,
-        },
-        ErrorCode::LeaseExpired => Some(Error::LeaseExpired),
-        ErrorCode::SessionExpired => Some(Error::SessionExpired),
-        ErrorCode::NotFound => Some(Error::NotFound),
-        ErrorCode::MissingToken => Some(Error::MissingToken),
-        ErrorCode::InvalidToken => Some(Error::InvalidToken(body.message.clone())),
-        ErrorCode::PayloadTooLarge => Some(Error::PayloadTooLarge),
-        ErrorCode::IdempotencyConflict => Some(Error::IdempotencyConflict),
-        ErrorCode::StorageFailed => Some(Error::StorageFailed),
-        ErrorCode::BadRequest => Some(Error::BadRequest(body.message.clone())),
-        ErrorCode::Unauthenticated => Some(Error::Unauthenticated(body.message.clone())),
-        ErrorCode::PermissionDenied => Some(Error::PermissionDenied(body.message.clone())),
-        ErrorCode::QuotaExceeded => match (body.extra.get("resource"), u64_field("limit")) {
-            (Some(Value::String(resource)), Some(limit)) => Some(Error::QuotaExceeded {
-                resource: resource.clone(),
-                limit,
-            }),
-            _ => None,
-        },
-        _ => None,
-    });
-    // A known code whose extra fields are missing or mistyped falls back to the generic
-    // variant rather than inventing values (a zero high-water mark would be a lie).
-    decoded.unwrap_or(Error::Api {
+    // The detail is read with the server's own definition (`palisade_api::ErrorDetail`);
+    // a code this version does not know, or a known code whose fields are missing or
+    // mistyped, is the generic variant rather than invented values (a zero high-water
+    // mark would be a lie).
+    let generic = |body: ErrorBody| Error::Api {
         status: status.as_u16(),
         code: body.code,
         message: body.message,
-    })
+    };
+    let Some(detail) = ErrorDetail::from_body(&body) else {
+        return generic(body);
+    };
+    match detail {
+        ErrorDetail::StaleToken { high_water, epoch } => Error::Stale { high_water, epoch },
+        ErrorDetail::StaleSequence {
+            high_water,
+            high_water_seq,
+            epoch,
+            seq,
+        } => Error::StaleSequence {
+            high_water,
+            high_water_seq,
+            epoch,
+            seq,
+        },
+        ErrorDetail::LockHeld {
+            holder,
+            retry_after_ms,
+        } => Error::LockHeld {
+            holder,
+            retry_after_ms,
+        },
+        ErrorDetail::RevisionMismatch { current_revision } => {
+            Error::RevisionMismatch { current_revision }
+        }
+        ErrorDetail::WrongLock { token_lock } => Error::WrongLock(token_lock),
+        ErrorDetail::LeaseExpired => Error::LeaseExpired,
+        ErrorDetail::SessionExpired => Error::SessionExpired,
+        ErrorDetail::NotFound { .. } => Error::NotFound,
+        ErrorDetail::MissingToken => Error::MissingToken,
+        ErrorDetail::InvalidToken => Error::InvalidToken(body.message),
+        ErrorDetail::PayloadTooLarge { .. } => Error::PayloadTooLarge,
+        ErrorDetail::IdempotencyConflict => Error::IdempotencyConflict,
+        ErrorDetail::StorageFailed => Error::StorageFailed,
+        ErrorDetail::BadRequest => Error::BadRequest(body.message),
+        ErrorDetail::Unauthenticated => Error::Unauthenticated(body.message),
+        ErrorDetail::PermissionDenied { .. } => Error::PermissionDenied(body.message),
+        ErrorDetail::QuotaExceeded { resource, limit } => Error::QuotaExceeded { resource, limit },
+        ErrorDetail::MethodNotAllowed
+        | ErrorDetail::UriTooLong
+        | ErrorDetail::HeadersTooLarge
+        | ErrorDetail::KeyActive { .. }
+        | ErrorDetail::WriteConflict
+        | ErrorDetail::Unavailable => generic(body),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use palisade_api::ErrorCode;
 
     fn decode(status: u16, body: &str) -> Error {
         decode_error(StatusCode::from_u16(status).unwrap(), body.as_bytes())
@@ -279,6 +261,71 @@ mod tests {
             let e = decode(404, body);
             assert!(matches!(e, Error::Decode(_)), "{body:?} gave {e:?}");
             assert_eq!(e.code(), "decode");
+        }
+    }
+    /// Every answer of `vectors/errors.json` (the server's own definitions, one per code
+    /// and shape) decodes into its typed variant with the answer's fields, except the
+    /// codes this client reads as the generic variant on purpose.
+    #[test]
+    fn every_error_the_server_can_send_decodes_with_its_fields() {
+        const FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../vectors/errors.json");
+        const GENERIC: &[&str] = &[
+            "method_not_allowed",
+            "uri_too_long",
+            "headers_too_large",
+            "key_active",
+            "unavailable",
+        ];
+        let file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(FILE).unwrap()).unwrap();
+        let answers = file["answers"].as_array().unwrap();
+        assert!(answers.len() >= ErrorCode::ALL.len() - 1);
+        for answer in answers {
+            let status = answer["status"].as_u64().unwrap() as u16;
+            let error = &answer["body"]["error"];
+            let code = error["code"].as_str().unwrap();
+            let decoded = decode(status, &answer["body"].to_string());
+            assert_eq!(decoded.code(), code, "{answer}");
+            if let Error::Api { .. } = decoded {
+                assert!(
+                    GENERIC.contains(&code),
+                    "{code} decoded as generic: {answer}"
+                );
+                continue;
+            }
+            assert!(
+                !GENERIC.contains(&code),
+                "{code} has a variant now: update GENERIC"
+            );
+            let carried = match &decoded {
+                Error::Stale { high_water, epoch } => {
+                    serde_json::json!({"high_water": high_water, "epoch": epoch})
+                }
+                Error::StaleSequence {
+                    high_water,
+                    high_water_seq,
+                    epoch,
+                    seq,
+                } => serde_json::json!({
+                    "high_water": high_water, "high_water_seq": high_water_seq,
+                    "epoch": epoch, "seq": seq,
+                }),
+                Error::LockHeld {
+                    holder,
+                    retry_after_ms,
+                } => serde_json::json!({"holder": holder, "retry_after_ms": retry_after_ms}),
+                Error::RevisionMismatch { current_revision } => {
+                    serde_json::json!({"current_revision": current_revision})
+                }
+                Error::WrongLock(lock) => serde_json::json!({"token_lock": lock}),
+                Error::QuotaExceeded { resource, limit } => {
+                    serde_json::json!({"resource": resource, "limit": limit})
+                }
+                _ => serde_json::json!({}),
+            };
+            for (name, value) in carried.as_object().unwrap() {
+                assert_eq!(&error[name], value, "{name} of {answer}");
+            }
         }
     }
 }

@@ -77,7 +77,10 @@ pub enum Error {
     /// `quota_exceeded`: a server limit (`resource`, at most `limit`) would be exceeded;
     /// nothing was changed (HTTP 429).
     #[error("quota exceeded: {resource} is limited to {limit}")]
-    QuotaExceeded { resource: String, limit: u64 },
+    QuotaExceeded {
+        resource: palisade_api::QuotaResource,
+        limit: u64,
+    },
     /// Any other well-formed JSON error, e.g. `method_not_allowed` or a code newer than
     /// this client.
     #[error("{code} (HTTP {status}): {message}")]

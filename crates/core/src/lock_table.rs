@@ -56,6 +56,7 @@
 //! - Expiry is decided by the caller's clock. A holder whose process pauses may believe it
 //!   still holds a lease this table has already expired; that is what fencing is for.
 
+use palisade_api::QuotaResource;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
@@ -187,7 +188,7 @@ pub enum AcquireOutcome {
     /// Refused, nothing changed: `resource` is limited to `limit` (`"locks"`,
     /// `"waiters_per_lock"`, `"leases_per_principal"`, `"waiters_per_principal"`).
     QuotaExceeded {
-        resource: &'static str,
+        resource: QuotaResource,
         limit: u64,
     },
     /// Refused, nothing changed: the request names a session that has ended or never
@@ -570,7 +571,7 @@ impl LockTable {
             self.forget_idle(now);
             if self.locks.len() >= max_locks {
                 return AcquireOutcome::QuotaExceeded {
-                    resource: "locks",
+                    resource: QuotaResource::Locks,
                     limit: max_locks as u64,
                 };
             }
@@ -583,7 +584,7 @@ impl LockTable {
         if let Some(((max_leases, _), h)) = held {
             if h.leases >= max_leases {
                 return AcquireOutcome::QuotaExceeded {
-                    resource: "leases_per_principal",
+                    resource: QuotaResource::LeasesPerPrincipal,
                     limit: max_leases.into(),
                 };
             }
@@ -627,14 +628,14 @@ impl LockTable {
         let per_lock = self.config.max_waiters_per_lock;
         if per_lock > 0 && lock.queue.len() >= per_lock as usize {
             return AcquireOutcome::QuotaExceeded {
-                resource: "waiters_per_lock",
+                resource: QuotaResource::WaitersPerLock,
                 limit: per_lock.into(),
             };
         }
         if let Some(((_, max_waiters), h)) = held {
             if h.waiters >= max_waiters {
                 return AcquireOutcome::QuotaExceeded {
-                    resource: "waiters_per_principal",
+                    resource: QuotaResource::WaitersPerPrincipal,
                     limit: max_waiters.into(),
                 };
             }

@@ -4,6 +4,7 @@
 
 mod support;
 
+use palisade_api::QuotaResource;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,7 +72,7 @@ async fn quotas_are_exact_across_nodes_and_count_old_namespaces() {
     assert_eq!(
         nodes[1].apply(op("old", 1, put("d", ""))).await,
         Err(ApplyError::QuotaExceeded {
-            resource: "keys",
+            resource: QuotaResource::KeysPerNamespace,
             limit: 3
         })
     );
@@ -79,7 +80,7 @@ async fn quotas_are_exact_across_nodes_and_count_old_namespaces() {
     assert_eq!(
         nodes[1].apply(op("old", 2, put("a", "12345678"))).await,
         Err(ApplyError::QuotaExceeded {
-            resource: "bytes",
+            resource: QuotaResource::BytesPerNamespace,
             limit: 12
         })
     );
@@ -105,7 +106,8 @@ async fn quotas_are_exact_across_nodes_and_count_old_namespaces() {
         match task.await.unwrap() {
             Ok(_) => landed += 1,
             Err(ApplyError::QuotaExceeded {
-                resource: "keys", ..
+                resource: QuotaResource::KeysPerNamespace,
+                ..
             }) => {}
             Err(other) => panic!("unexpected {other:?}"),
         }

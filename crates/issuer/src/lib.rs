@@ -29,6 +29,7 @@
 //! [`IssuerLog`]: palisade_storage::IssuerLog
 
 use async_trait::async_trait;
+use palisade_api::QuotaResource;
 
 use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView, SessionView};
 use palisade_core::Millis;
@@ -59,7 +60,7 @@ pub enum AcquireError {
     },
     /// A quota would be exceeded (`resource` is limited to `limit`); nothing changed.
     #[error("quota exceeded: {resource} is limited to {limit}")]
-    QuotaExceeded { resource: &'static str, limit: u64 },
+    QuotaExceeded { resource: QuotaResource, limit: u64 },
     /// The acquisition names a session that has ended or never existed; nothing changed.
     #[error("session expired or unknown")]
     NoSession,
@@ -88,7 +89,7 @@ pub enum SessionError {
     Expired,
     /// A quota would be exceeded (`resource` is limited to `limit`); nothing changed.
     #[error("quota exceeded: {resource} is limited to {limit}")]
-    QuotaExceeded { resource: &'static str, limit: u64 },
+    QuotaExceeded { resource: QuotaResource, limit: u64 },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }

@@ -48,4 +48,27 @@ mod tests {
             .collect();
         assert_eq!(enumerated, documented);
     }
+
+    /// Every error answer the server can send (`palisade_api::ErrorDetail::samples`, the
+    /// answers of vectors/errors.json) fits the document's error schema: its code is
+    /// listed and each of its fields is a property of the schema's type.
+    #[test]
+    fn every_error_answer_fits_the_documented_schema() {
+        let doc: Value = serde_json::from_str(DOCUMENT).expect("valid JSON");
+        let schema = &doc["components"]["schemas"]["Error"]["properties"]["error"];
+        let codes = schema["properties"]["code"]["enum"].as_array().unwrap();
+        for detail in palisade_api::ErrorDetail::samples() {
+            let body = serde_json::to_value(detail.into_body("m")).unwrap();
+            assert!(codes.contains(&body["code"]), "{body}");
+            for (name, value) in body.as_object().unwrap() {
+                let property = &schema["properties"][name.as_str()];
+                let fits = match property["type"].as_str() {
+                    Some("integer") => value.is_u64(),
+                    Some("string") => value.is_string(),
+                    _ => false,
+                } || (value.is_null() && property["nullable"] == true);
+                assert!(fits, "{name} = {value} does not fit {property}");
+            }
+        }
+    }
 }

@@ -24,6 +24,7 @@
 //! A refusal at any step writes nothing: not the mark, not the key, not an idempotency
 //! record.
 
+use palisade_api::QuotaResource;
 use serde::{Deserialize, Serialize};
 
 use palisade_core::gate::{admit, HighWater};
@@ -209,13 +210,13 @@ pub fn decide(op: &FencedOp, seen: &Seen<'_>, limits: &StoreLimits, now_ms: u64)
     };
     if usage.keys > seen.usage.keys && usage.keys > limits.max_keys_per_namespace {
         return Decision::Refuse(ApplyError::QuotaExceeded {
-            resource: "keys",
+            resource: QuotaResource::KeysPerNamespace,
             limit: limits.max_keys_per_namespace,
         });
     }
     if usage.bytes > seen.usage.bytes && usage.bytes > limits.max_bytes_per_namespace {
         return Decision::Refuse(ApplyError::QuotaExceeded {
-            resource: "bytes",
+            resource: QuotaResource::BytesPerNamespace,
             limit: limits.max_bytes_per_namespace,
         });
     }
@@ -290,7 +291,7 @@ mod tests {
         assert_eq!(
             decide(&op(1, put("x", "yz")), &one, &l, 0),
             Decision::Refuse(ApplyError::QuotaExceeded {
-                resource: "bytes",
+                resource: QuotaResource::BytesPerNamespace,
                 limit: 10
             })
         );
@@ -312,7 +313,7 @@ mod tests {
         assert_eq!(
             decide(&op(1, put("k", "")), &two, &l, 0),
             Decision::Refuse(ApplyError::QuotaExceeded {
-                resource: "keys",
+                resource: QuotaResource::KeysPerNamespace,
                 limit: 2
             })
         );

@@ -39,6 +39,7 @@
 //! - It does not look at the lock table to decide anything: a namespace learns a newer
 //!   epoch only by seeing it in an operation (S10).
 
+use palisade_api::QuotaResource;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -350,10 +351,10 @@ pub enum ApplyError {
     IdempotencyConflict,
     /// The put would take its namespace over a quota of [`StoreLimits`]; nothing was
     /// written.
-    #[error("namespace quota exceeded: at most {limit} {resource}")]
+    #[error("namespace quota exceeded: {resource} is limited to {limit}")]
     QuotaExceeded {
         /// `"keys"` or `"bytes"` (keys plus values).
-        resource: &'static str,
+        resource: QuotaResource,
         limit: u64,
     },
     #[error(transparent)]

@@ -29,6 +29,7 @@
 //! A session counts as one lease against its owner's quota; each lease in it counts as
 //! one more, as any lease does.
 
+use palisade_api::QuotaResource;
 use std::cmp::Reverse;
 use std::collections::HashMap;
 
@@ -84,7 +85,7 @@ pub enum SessionError {
     /// Refused, nothing changed: `resource` (`"sessions"` or `"leases_per_principal"`)
     /// is limited to `limit`.
     #[error("quota exceeded: {resource} is limited to {limit}")]
-    QuotaExceeded { resource: &'static str, limit: u64 },
+    QuotaExceeded { resource: QuotaResource, limit: u64 },
 }
 
 impl LockTable {
@@ -101,7 +102,7 @@ impl LockTable {
         let max = self.config.max_sessions;
         if max > 0 && self.sessions.len() >= max {
             return Err(SessionError::QuotaExceeded {
-                resource: "sessions",
+                resource: QuotaResource::Sessions,
                 limit: max as u64,
             });
         }
@@ -109,7 +110,7 @@ impl LockTable {
             let held = self.owners.get(&o.name).map_or(0, |h| h.leases);
             if held >= o.max_leases {
                 return Err(SessionError::QuotaExceeded {
-                    resource: "leases_per_principal",
+                    resource: QuotaResource::LeasesPerPrincipal,
                     limit: o.max_leases.into(),
                 });
             }

@@ -1,4 +1,5 @@
 use super::*;
+use palisade_api::QuotaResource;
 use proptest::prelude::*;
 
 fn req(lock: &str, holder: &str, ttl_ms: Millis, wait_ms: Millis, id: &str) -> AcquireRequest {
@@ -371,7 +372,7 @@ fn owners_quotas_count_live_leases_and_waiters() {
     granted(t.acquire(0, owned("a", "p", 0, "1")));
     granted(t.acquire(0, owned("b", "p", 0, "2")));
     let refused = AcquireOutcome::QuotaExceeded {
-        resource: "leases_per_principal",
+        resource: QuotaResource::LeasesPerPrincipal,
         limit: 2,
     };
     assert_eq!(t.acquire(0, owned("c", "p", 0, "3")), refused);
@@ -395,7 +396,7 @@ fn owners_quotas_count_live_leases_and_waiters() {
     assert_eq!(
         t.acquire(5000, owned("w", "p", 100, "11")),
         AcquireOutcome::QuotaExceeded {
-            resource: "waiters_per_principal",
+            resource: QuotaResource::WaitersPerPrincipal,
             limit: 1
         }
     );
@@ -427,7 +428,7 @@ fn a_lock_line_has_a_length_limit() {
     assert_eq!(
         t.acquire(0, req("L", "b", 1000, 100, "4")),
         AcquireOutcome::QuotaExceeded {
-            resource: "waiters_per_lock",
+            resource: QuotaResource::WaitersPerLock,
             limit: 2
         }
     );
@@ -482,7 +483,7 @@ fn a_full_table_forgets_idle_locks_and_new_epochs_continue_above_them() {
     assert_eq!(
         t.acquire(0, req("c", "h", 10_000, 0, "3")),
         AcquireOutcome::QuotaExceeded {
-            resource: "locks",
+            resource: QuotaResource::Locks,
             limit: 2
         }
     );
@@ -897,14 +898,14 @@ fn a_session_is_one_lease_of_its_owners_quota_and_sessions_are_bounded() {
     assert_eq!(
         t.acquire(0, owned("B", "p", 0, "b")),
         AcquireOutcome::QuotaExceeded {
-            resource: "leases_per_principal",
+            resource: QuotaResource::LeasesPerPrincipal,
             limit: 2
         }
     );
     assert_eq!(
         t.create_session(0, mine("s2")),
         Err(SessionError::QuotaExceeded {
-            resource: "leases_per_principal",
+            resource: QuotaResource::LeasesPerPrincipal,
             limit: 2
         })
     );
@@ -916,7 +917,7 @@ fn a_session_is_one_lease_of_its_owners_quota_and_sessions_are_bounded() {
     assert_eq!(
         t.create_session(1, session("s4", 1000)),
         Err(SessionError::QuotaExceeded {
-            resource: "sessions",
+            resource: QuotaResource::Sessions,
             limit: 2
         })
     );
@@ -1138,7 +1139,7 @@ proptest! {
                         AcquireOutcome::Queued(ticket) => { tickets.push(ticket); queued_order.entry(name).or_default().push(ticket); }
                         AcquireOutcome::Held { .. } => {}
                         AcquireOutcome::QuotaExceeded { resource, .. } => {
-                            prop_assert_eq!(resource, "locks");
+                            prop_assert_eq!(resource, QuotaResource::Locks);
                             prop_assert!(max_locks > 0 && t.lock_count() >= max_locks);
                         }
                         AcquireOutcome::NoSession => {

@@ -9,6 +9,7 @@
 //! else); with authentication off they are open like every other route. Each change is
 //! durable before the answer and writes an `admin_action` line to the audit log.
 
+use palisade_api::{ErrorDetail, QuotaResource};
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -18,7 +19,6 @@ use axum::http::HeaderMap;
 use axum::Json;
 
 use palisade_api::wire::{AdminKeys, KeyRetired, KeysRotated};
-use palisade_api::ErrorCode;
 use palisade_token::KeySet;
 
 use super::{path, read_body, ApiError, AppState};
@@ -36,11 +36,10 @@ fn require_admin(caller: &Caller, action: &str) -> Result<(), ApiError> {
             let event = AuditEvent::new("permission_denied")
                 .principal(caller.name())
                 .detail(format!("admin: {action}"));
-            Err(ApiError::new(
-                ErrorCode::PermissionDenied,
+            Err(ApiError::permission_denied(
+                Some(&p.name),
                 format!("only an admin principal may {action}"),
             )
-            .with("principal", p.name.clone())
             .audited(event))
         }
         _ => Ok(()),
@@ -172,10 +171,11 @@ pub async fn backup(
         ));
     };
     let (info, file) = online.take().await.map_err(|e| match e {
-        OnlineBackupError::Busy => ApiError::quota_exceeded("concurrent_backups", 1),
-        OnlineBackupError::Failed(reason) => {
-            ApiError::new(ErrorCode::StorageFailed, format!("backup failed: {reason}"))
-        }
+        OnlineBackupError::Busy => ApiError::quota_exceeded(QuotaResource::ConcurrentBackups, 1),
+        OnlineBackupError::Failed(reason) => ApiError::new(
+            ErrorDetail::StorageFailed,
+            format!("backup failed: {reason}"),
+        ),
     })?;
     state.audit.record(
         AuditEvent::new("admin_action")

@@ -1,15 +1,14 @@
 //! API errors: one type, a stable machine code per case, mapped to a JSON body.
 //!
-//! Every error leaves the server as `{"error":{"code","message",...extra}}`. Codes are
-//! part of the API contract ([`ErrorCode`], docs/api.md); messages are for humans and may
-//! change. The HTTP status is the code's own ([`ErrorCode::status`]).
+//! Every error leaves the server as `{"error":{"code","message",...fields}}`, built from
+//! its [`ErrorDetail`]: the code and its typed fields are part of the API contract
+//! (`palisade_api::detail`, docs/api.md); messages are for humans and may change. The
+//! HTTP status is the code's own ([`ErrorCode::status`]).
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value};
-
-use palisade_api::wire::{ErrorBody, ErrorEnvelope};
-use palisade_api::ErrorCode;
+use palisade_api::wire::ErrorEnvelope;
+use palisade_api::{ErrorCode, ErrorDetail, QuotaResource};
 
 use crate::audit::AuditEvent;
 use palisade_core::gate::GateError;
@@ -18,22 +17,20 @@ use palisade_token::TokenError;
 
 use palisade_issuer::{AcquireError, LeaseError, SessionError};
 
-/// An error answer.
+/// An error answer: its code and typed fields ([`ErrorDetail`]), and a message for humans.
 #[derive(Debug)]
 pub struct ApiError {
-    code: ErrorCode,
+    detail: ErrorDetail,
     message: String,
-    extra: Map<String, Value>,
     /// A line for the audit log, recorded by the auth middleware with the caller's name.
     audit: Option<Box<AuditEvent>>,
 }
 
 impl ApiError {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+    pub fn new(detail: ErrorDetail, message: impl Into<String>) -> Self {
         ApiError {
-            code,
+            detail,
             message: message.into(),
-            extra: Map::new(),
             audit: None,
         }
     }
@@ -44,9 +41,9 @@ impl ApiError {
         self
     }
 
-    /// The extra fields next to `code` and `message`, in the order they were added.
-    pub fn fields(&self) -> &Map<String, Value> {
-        &self.extra
+    /// The code and its fields.
+    pub fn detail(&self) -> &ErrorDetail {
+        &self.detail
     }
 
     /// Takes the audit line this error carries (a protocol without the HTTP middleware
@@ -55,77 +52,74 @@ impl ApiError {
         self.audit.take().map(|event| *event)
     }
 
-    /// An extra field's value, if this error carries it.
-    pub fn field(&self, name: &str) -> Option<&Value> {
-        self.extra.get(name)
-    }
-
-    /// Adds an extra field next to `code` and `message`.
-    pub fn with(mut self, field: &str, value: impl Into<Value>) -> Self {
-        self.extra.insert(field.to_owned(), value.into());
-        self
-    }
-
     pub fn bad_request(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::BadRequest, message)
+        Self::new(ErrorDetail::BadRequest, message)
     }
 
     pub fn not_found(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::NotFound, message)
+        Self::new(ErrorDetail::NotFound { key_id: None }, message)
     }
 
     pub fn missing_token() -> Self {
         Self::new(
-            ErrorCode::MissingToken,
+            ErrorDetail::MissingToken,
             "this operation needs a Fencing-Token header",
         )
     }
 
     pub fn invalid_token(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::InvalidToken, message)
+        Self::new(ErrorDetail::InvalidToken, message)
     }
 
     pub fn lease_expired() -> Self {
-        Self::new(ErrorCode::LeaseExpired, "lease expired or unknown")
+        Self::new(ErrorDetail::LeaseExpired, "lease expired or unknown")
     }
 
     pub fn session_expired() -> Self {
-        Self::new(ErrorCode::SessionExpired, "session expired or unknown")
+        Self::new(ErrorDetail::SessionExpired, "session expired or unknown")
     }
 
     pub fn payload_too_large(limit: usize) -> Self {
         Self::new(
-            ErrorCode::PayloadTooLarge,
+            ErrorDetail::PayloadTooLarge {
+                limit: Some(limit as u64),
+            },
             format!("request body exceeds the limit of {limit} bytes"),
         )
-        .with("limit", limit)
     }
 
     /// 429: `resource` is limited to `limit`.
-    pub fn quota_exceeded(resource: &str, limit: impl Into<Value>) -> Self {
-        let limit = limit.into();
+    pub fn quota_exceeded(resource: QuotaResource, limit: u64) -> Self {
         Self::new(
-            ErrorCode::QuotaExceeded,
+            ErrorDetail::QuotaExceeded { resource, limit },
             format!("quota exceeded: {resource} is limited to {limit}"),
         )
-        .with("resource", resource)
-        .with("limit", limit)
+    }
+
+    /// 403 `permission_denied`, naming the principal refused when there is one.
+    pub fn permission_denied(principal: Option<&str>, message: impl Into<String>) -> Self {
+        Self::new(
+            ErrorDetail::PermissionDenied {
+                principal: principal.map(str::to_owned),
+            },
+            message,
+        )
     }
 
     /// 503 `unavailable`: the server is shutting down.
     pub fn shutting_down() -> Self {
-        Self::new(ErrorCode::Unavailable, "the server is shutting down")
+        Self::new(ErrorDetail::Unavailable, "the server is shutting down")
     }
 
     pub fn method_not_allowed() -> Self {
         Self::new(
-            ErrorCode::MethodNotAllowed,
+            ErrorDetail::MethodNotAllowed,
             "this route does not accept that method",
         )
     }
 
     pub fn code(&self) -> ErrorCode {
-        self.code
+        self.detail.code()
     }
 
     /// The human message.
@@ -134,7 +128,7 @@ impl ApiError {
     }
 
     pub fn status(&self) -> StatusCode {
-        StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        StatusCode::from_u16(self.code().status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
     }
 }
 
@@ -142,11 +136,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let body = ErrorEnvelope {
-            error: ErrorBody {
-                code: self.code.as_str().to_owned(),
-                message: self.message,
-                extra: self.extra,
-            },
+            error: self.detail.into_body(self.message),
         };
         let audit = self.audit;
         let mut response = (status, axum::Json(body)).into_response();
@@ -167,12 +157,12 @@ impl IntoResponse for ApiError {
 
 impl From<StorageError> for ApiError {
     fn from(e: StorageError) -> Self {
-        let code = match e {
+        let detail = match e {
             // Shutting down (e.g. a queued acquisition answered at shutdown): not a fault.
-            StorageError::Closed => ErrorCode::Unavailable,
-            StorageError::Failed(_) => ErrorCode::StorageFailed,
+            StorageError::Closed => ErrorDetail::Unavailable,
+            StorageError::Failed(_) => ErrorDetail::StorageFailed,
         };
-        ApiError::new(code, e.to_string())
+        ApiError::new(detail, e.to_string())
     }
 }
 
@@ -186,19 +176,23 @@ impl From<GateError> for ApiError {
     fn from(e: GateError) -> Self {
         let message = e.to_string();
         match e {
-            GateError::Stale { high_water, epoch } => ApiError::new(ErrorCode::StaleToken, message)
-                .with("high_water", high_water)
-                .with("epoch", epoch),
+            GateError::Stale { high_water, epoch } => {
+                ApiError::new(ErrorDetail::StaleToken { high_water, epoch }, message)
+            }
             GateError::StaleSequence {
                 high_water,
                 high_water_seq,
                 epoch,
                 seq,
-            } => ApiError::new(ErrorCode::StaleSequence, message)
-                .with("high_water", high_water)
-                .with("high_water_seq", high_water_seq)
-                .with("epoch", epoch)
-                .with("seq", seq),
+            } => ApiError::new(
+                ErrorDetail::StaleSequence {
+                    high_water,
+                    high_water_seq,
+                    epoch,
+                    seq,
+                },
+                message,
+            ),
             GateError::MissingSequence => ApiError::bad_request(message),
         }
     }
@@ -209,21 +203,17 @@ impl From<ApplyError> for ApiError {
         match e {
             ApplyError::Gate(g) => g.into(),
             ApplyError::RevisionMismatch { current } => ApiError::new(
-                ErrorCode::RevisionMismatch,
+                ErrorDetail::RevisionMismatch {
+                    current_revision: current,
+                },
                 "the key's revision does not match the precondition",
-            )
-            .with("current_revision", current),
+            ),
             ApplyError::NotFound => ApiError::not_found("no such key"),
             ApplyError::IdempotencyConflict => ApiError::new(
-                ErrorCode::IdempotencyConflict,
+                ErrorDetail::IdempotencyConflict,
                 "this Idempotency-Key was already used for a different request",
             ),
             ApplyError::QuotaExceeded { resource, limit } => {
-                let resource = match resource {
-                    "keys" => "keys_per_namespace",
-                    "bytes" => "bytes_per_namespace",
-                    other => other,
-                };
                 ApiError::quota_exceeded(resource, limit)
             }
             ApplyError::Storage(s) => s.into(),
@@ -237,9 +227,13 @@ impl From<AcquireError> for ApiError {
             AcquireError::Held {
                 holder,
                 retry_after_ms,
-            } => ApiError::new(ErrorCode::LockHeld, "the lock is held")
-                .with("holder", holder)
-                .with("retry_after_ms", retry_after_ms),
+            } => ApiError::new(
+                ErrorDetail::LockHeld {
+                    holder,
+                    retry_after_ms,
+                },
+                "the lock is held",
+            ),
             AcquireError::QuotaExceeded { resource, limit } => {
                 ApiError::quota_exceeded(resource, limit)
             }
@@ -254,10 +248,9 @@ impl From<LeaseError> for ApiError {
         match e {
             LeaseError::Expired => ApiError::lease_expired(),
             // The handlers answer this one for their caller (`locks::as_caller`).
-            LeaseError::NotYours(_) => ApiError::new(
-                ErrorCode::PermissionDenied,
-                "this lease belongs to another principal",
-            ),
+            LeaseError::NotYours(_) => {
+                ApiError::permission_denied(None, "this lease belongs to another principal")
+            }
             LeaseError::Storage(s) => s.into(),
         }
     }

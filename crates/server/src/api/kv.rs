@@ -11,10 +11,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use palisade_api::ErrorDetail;
 
 use bytes::Bytes;
+use palisade_api::headers as h;
 use palisade_api::wire::{FenceAnswer, FenceStatus, KeyList, WriteAnswer};
-use palisade_api::{headers as h, ErrorCode};
 use palisade_storage::{Action, Applied, ApplyError, Entry, FencedOp, Idempotency, Precondition};
 
 use super::{lock_name, path, query_of, read_body, ApiError, AppState, ListQuery};
@@ -130,10 +131,11 @@ async fn fencing(
     let claims = state.keys.verify(token).await?;
     if claims.lock != lock {
         return Err(ApiError::new(
-            ErrorCode::WrongLock,
+            ErrorDetail::WrongLock {
+                token_lock: claims.lock.clone(),
+            },
             format!("token is for lock {:?}, not {lock:?}", claims.lock),
-        )
-        .with("token_lock", claims.lock.clone()));
+        ));
     }
     caller.require_owner(&claims.holder, "this token", lock)?;
     let seq = args
@@ -205,8 +207,9 @@ fn observed<T>(state: &AppState, seen: Seen, result: Result<T, ApiError>) -> Res
     if let Err(e) = &result {
         match &seen.lock {
             Some(lock) => {
-                let epoch = e.field("epoch").and_then(|v| v.as_u64()).or(seen.epoch);
-                let high_water = e.field("high_water").and_then(|v| v.as_u64());
+                let fenced = e.detail().fenced_epochs();
+                let epoch = fenced.map(|(epoch, _)| epoch).or(seen.epoch);
+                let high_water = fenced.map(|(_, high_water)| high_water);
                 state.observe.refused(lock, e.code(), epoch, high_water);
             }
             None => state.observe.metrics.rejected(e.code()),
@@ -219,14 +222,12 @@ fn observed<T>(state: &AppState, seen: Seen, result: Result<T, ApiError>) -> Res
 /// exists for, and a flood of them is worth knowing about.
 fn rejected(e: ApplyError, lock: &str) -> ApiError {
     let error = ApiError::from(e);
-    if !error.code().is_fenced() {
+    let Some((epoch, high_water)) = error.detail().fenced_epochs() else {
         return error;
-    }
-    let epoch = error.field("epoch").and_then(|v| v.as_u64());
-    let high_water = error.field("high_water").and_then(|v| v.as_u64());
+    };
     let event = AuditEvent::new("stale_token")
         .lock(lock)
-        .epochs(epoch, high_water);
+        .epochs(Some(epoch), Some(high_water));
     error.audited(event)
 }
 

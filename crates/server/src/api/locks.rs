@@ -6,6 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use palisade_api::QuotaResource;
 use serde::Deserialize;
 
 use palisade_api::wire::{self, KeepaliveInfo, Lease, LockList, LockStatus, Released};
@@ -72,7 +73,10 @@ pub(crate) async fn grant(
         .transpose()?;
     let max_delay = state.limits.max_lock_delay_ms;
     if body.lock_delay_ms.is_some_and(|d| d > max_delay) {
-        return Err(ApiError::quota_exceeded("lock_delay_ms", max_delay));
+        return Err(ApiError::quota_exceeded(
+            QuotaResource::LockDelayMs,
+            max_delay,
+        ));
     }
     let lease_id = hex::encode(rand::random::<[u8; 16]>());
     // An acquisition that may wait long, with authentication on: a reload that revokes
@@ -121,7 +125,7 @@ pub(super) fn check_ttl(state: &AppState, caller: &Caller, ttl_ms: u64) -> Resul
         )));
     }
     if ttl_ms > max_ttl_ms {
-        return Err(ApiError::quota_exceeded("ttl_ms", max_ttl_ms));
+        return Err(ApiError::quota_exceeded(QuotaResource::TtlMs, max_ttl_ms));
     }
     Ok(ttl_ms)
 }

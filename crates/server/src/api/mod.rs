@@ -185,14 +185,14 @@ pub fn router(state: AppState) -> Router {
 async fn health(axum::extract::State(state): axum::extract::State<AppState>) -> Response {
     if state.backend.is_failed() {
         return ApiError::new(
-            palisade_api::ErrorCode::StorageFailed,
+            palisade_api::ErrorDetail::StorageFailed,
             "storage has failed; the server refuses writes",
         )
         .into_response();
     }
     if state.issuer.is_stopped() {
         return ApiError::new(
-            palisade_api::ErrorCode::StorageFailed,
+            palisade_api::ErrorDetail::StorageFailed,
             "the issuer stopped after an internal error; restart the server",
         )
         .into_response();

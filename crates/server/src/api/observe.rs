@@ -172,7 +172,7 @@ fn open(
     let owner = state.limits.event_streams_for(&caller);
     let sub = bus
         .subscribe(last, owner)
-        .map_err(|full| ApiError::quota_exceeded(full.resource, full.limit))?;
+        .map_err(|full| ApiError::quota_exceeded(full.resource, full.limit as u64))?;
     let revocable = match (&state.auth, &caller) {
         (Some(auth), Caller::Principal(_)) => Some((auth.clone(), auth.reloads())),
         _ => None,

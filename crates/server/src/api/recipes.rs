@@ -18,10 +18,10 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
+use palisade_api::ErrorDetail;
 
 use palisade_api::recipes::MAX_LOCK_VALUE_BYTES;
 use palisade_api::wire::{self, ProclaimRequest, Proclaimed, SessionInfo, SessionLease};
-use palisade_api::ErrorCode;
 use palisade_core::lock_table::{LeaseView, SessionView};
 use palisade_issuer::SessionRequest;
 
@@ -50,10 +50,11 @@ pub(super) fn decode_value(text: &str) -> Result<Vec<u8>, ApiError> {
 
 fn value_too_large() -> ApiError {
     ApiError::new(
-        ErrorCode::PayloadTooLarge,
+        ErrorDetail::PayloadTooLarge {
+            limit: Some(MAX_LOCK_VALUE_BYTES as u64),
+        },
         format!("a lock value may be at most {MAX_LOCK_VALUE_BYTES} bytes"),
     )
-    .with("limit", MAX_LOCK_VALUE_BYTES)
 }
 
 pub async fn proclaim(
@@ -202,9 +203,6 @@ pub(super) async fn owned_session(
 
 /// 403 `permission_denied`, audited like the other refusals of [`Caller`].
 fn denied(caller: &Caller, message: &str) -> ApiError {
-    let mut error = ApiError::new(ErrorCode::PermissionDenied, message);
-    if let Some(name) = caller.name() {
-        error = error.with("principal", name);
-    }
-    error.audited(AuditEvent::new("permission_denied").principal(caller.name()))
+    ApiError::permission_denied(caller.name(), message)
+        .audited(AuditEvent::new("permission_denied").principal(caller.name()))
 }

@@ -7,7 +7,6 @@ use axum::http::HeaderMap;
 use axum::Json;
 
 use palisade_api::wire::{KeysAnswer, PublicKey, TokenCheck, TokenCheckRequest};
-use palisade_api::ErrorCode;
 
 use super::{json_body, ApiError, AppState};
 use crate::auth::{Caller, Verb};
@@ -38,8 +37,8 @@ pub async fn check(
     body: Body,
 ) -> Result<Json<TokenCheck>, ApiError> {
     if !caller.may_any(Verb::Check) {
-        return Err(ApiError::new(
-            ErrorCode::PermissionDenied,
+        return Err(ApiError::permission_denied(
+            None,
             "may not check tokens of any lock",
         ));
     }

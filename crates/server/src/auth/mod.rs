@@ -34,6 +34,7 @@
 mod file;
 mod policy;
 
+use palisade_api::ErrorDetail;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -45,7 +46,6 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use palisade_api::ErrorCode;
 use palisade_issuer::{MayAct, Ownership};
 use palisade_token::MAX_HOLDER_LEN;
 
@@ -298,10 +298,7 @@ impl Caller {
     }
 
     fn denied(&self, message: String, lock: Option<&str>, verb: Option<Verb>) -> ApiError {
-        let mut error = ApiError::new(ErrorCode::PermissionDenied, message);
-        if let Some(name) = self.name() {
-            error = error.with("principal", name);
-        }
+        let error = ApiError::permission_denied(self.name(), message);
         let mut event = AuditEvent::new("permission_denied").principal(self.name());
         if let Some(lock) = lock {
             event = event.lock(lock);
@@ -335,7 +332,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
 }
 
 fn unauthenticated(message: &str) -> ApiError {
-    ApiError::new(ErrorCode::Unauthenticated, message)
+    ApiError::new(ErrorDetail::Unauthenticated, message)
 }
 
 /// Identity: establishes the [`Caller`] of every non-public request, or answers 401.

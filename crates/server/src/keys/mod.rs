@@ -30,10 +30,10 @@
 mod file;
 pub mod offline;
 
+use palisade_api::{ErrorDetail, QuotaResource};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant, SystemTime};
 
-use palisade_api::ErrorCode;
 use palisade_token::{
     ActiveSigner, Claims, KeySetError, Signer, TokenError, Verifier, VerifyingKey,
 };
@@ -83,18 +83,20 @@ impl From<KeyChangeError> for ApiError {
         let message = e.to_string();
         match e {
             KeyChangeError::Refused(KeySetError::UnknownKey(id)) => {
-                ApiError::not_found(message).with("key_id", id)
+                ApiError::new(ErrorDetail::NotFound { key_id: Some(id) }, message)
             }
             KeyChangeError::Refused(KeySetError::ActiveKey(id)) => {
-                ApiError::new(ErrorCode::KeyActive, message).with("key_id", id)
+                ApiError::new(ErrorDetail::KeyActive { key_id: id }, message)
             }
             KeyChangeError::Refused(KeySetError::TooManyKeys(n)) => {
-                ApiError::new(ErrorCode::QuotaExceeded, message)
-                    .with("resource", "verifying_keys")
-                    .with("limit", n)
+                let detail = ErrorDetail::QuotaExceeded {
+                    resource: QuotaResource::VerifyingKeys,
+                    limit: n as u64,
+                };
+                ApiError::new(detail, message)
             }
             KeyChangeError::Refused(KeySetError::DuplicateKey(_) | KeySetError::Damaged(_))
-            | KeyChangeError::Storage(_) => ApiError::new(ErrorCode::StorageFailed, message),
+            | KeyChangeError::Storage(_) => ApiError::new(ErrorDetail::StorageFailed, message),
         }
     }
 }
@@ -477,7 +479,7 @@ mod tests {
         let (_, changed) = registry.retire(first.key_id(), 3).await.unwrap();
         assert!(changed);
         let refused = registry.verify(&old_token).await.unwrap_err();
-        assert_eq!(refused.code(), ErrorCode::InvalidToken);
+        assert_eq!(refused.code(), palisade_api::ErrorCode::InvalidToken);
         assert!(format!("{refused:?}").contains("retired"), "{refused:?}");
         registry.verify(&new_token).await.unwrap();
         let (_, changed) = registry.retire(first.key_id(), 4).await.unwrap();

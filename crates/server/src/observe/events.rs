@@ -25,6 +25,7 @@
 //! - It is not durable: a restart forgets every event; resuming across one gives `reset`.
 //! - Publishing takes a short lock (the ring); it never waits for a subscriber.
 
+use palisade_api::QuotaResource;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -158,7 +159,7 @@ type Owners = Arc<Mutex<HashMap<String, usize>>>;
 /// Why [`EventBus::subscribe`] refused a stream: the resource and its limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Full {
-    pub resource: &'static str,
+    pub resource: QuotaResource,
     pub limit: usize,
 }
 
@@ -283,7 +284,7 @@ impl EventBus {
             });
         if taken.is_err() {
             return Err(Full {
-                resource: "event_subscribers",
+                resource: QuotaResource::EventSubscribers,
                 limit: self.max_subscribers,
             });
         }
@@ -300,7 +301,7 @@ impl EventBus {
                 }
                 drop(owners);
                 return Err(Full {
-                    resource: "event_subscribers_per_principal",
+                    resource: QuotaResource::EventSubscribersPerPrincipal,
                     limit,
                 });
             }
@@ -430,14 +431,14 @@ mod tests {
         assert_eq!(
             refused,
             Full {
-                resource: "event_subscribers_per_principal",
+                resource: QuotaResource::EventSubscribersPerPrincipal,
                 limit: 2
             }
         );
         // Another principal still finds a place; then the server-wide cap holds.
         let _b = bus.subscribe(None, Some(("b", 2))).unwrap();
         let full = bus.subscribe(None, Some(("c", 2))).err().unwrap();
-        assert_eq!(full.resource, "event_subscribers");
+        assert_eq!(full.resource, QuotaResource::EventSubscribers);
         assert_eq!(bus.subscribers(), 3);
         // A place given back is the principal's again, and the count is exact.
         drop(a1);

@@ -2,11 +2,11 @@
 //! the very function its HTTP route runs (`crate::api`): one order of checks, one set of
 //! error codes, one audit and metrics record, whichever protocol carried the request.
 
+use palisade_api::ErrorDetail;
 use std::time::Instant;
 
 use bytes::Bytes;
 use palisade_api::wire::{self, KeepaliveInfo, Lease, Released};
-use palisade_api::ErrorCode;
 use palisade_storage::{Applied, Precondition};
 
 use super::codec::Reply;
@@ -262,7 +262,7 @@ impl Session {
                 "3" => true,
                 _ => {
                     return Err(ApiError::new(
-                        ErrorCode::BadRequest,
+                        ErrorDetail::BadRequest,
                         "unsupported protocol version: 2 or 3",
                     ))
                 }
@@ -319,7 +319,7 @@ impl Session {
             let mut event = AuditEvent::new("auth_failed").detail(reason);
             event.route = Some(Command::Auth.route().to_owned());
             state.audit.record(event);
-            return Err(ApiError::new(ErrorCode::Unauthenticated, reason));
+            return Err(ApiError::new(ErrorDetail::Unauthenticated, reason));
         }
         self.key = Some(key);
         Ok(())
@@ -347,7 +347,7 @@ impl Session {
         };
         found
             .map(Caller::Principal)
-            .map_err(|reason| ApiError::new(ErrorCode::Unauthenticated, reason))
+            .map_err(|reason| ApiError::new(ErrorDetail::Unauthenticated, reason))
     }
 }
 
@@ -355,7 +355,7 @@ impl Session {
 /// fields as `name=value`.
 pub(crate) fn error_reply(e: ApiError) -> Reply {
     let mut message = e.message().to_owned();
-    for (name, value) in e.fields() {
+    for (name, value) in e.detail().fields() {
         match value {
             serde_json::Value::String(s) => message.push_str(&format!(" {name}={s}")),
             other => message.push_str(&format!(" {name}={other}")),
@@ -643,14 +643,18 @@ mod tests {
 
     #[test]
     fn an_error_reply_carries_the_code_and_the_details() {
-        let e = ApiError::new(ErrorCode::StaleToken, "stale")
-            .with("epoch", 3)
-            .with("lock", "a");
+        let e = ApiError::new(
+            ErrorDetail::StaleToken {
+                high_water: 5,
+                epoch: 3,
+            },
+            "stale",
+        );
         assert_eq!(
             error_reply(e),
             Reply::Error {
                 code: "STALE_TOKEN".into(),
-                message: "stale epoch=3 lock=a".into()
+                message: "stale epoch=3 high_water=5".into()
             }
         );
     }

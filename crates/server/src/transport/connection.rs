@@ -9,6 +9,7 @@
 //! start of a shutdown: hyper is told to finish it and then close; only the end of the
 //! shutdown grace period closes it regardless.
 
+use palisade_api::ErrorDetail;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::{pin, Pin};
@@ -31,7 +32,6 @@ use super::registry::{ConnSlot, Order, Registry};
 use super::tls::{client_cert, TlsFiles};
 use super::{ClientCert, Limits};
 use crate::api::ApiError;
-use palisade_api::ErrorCode;
 
 /// What every connection task shares.
 pub(crate) struct Shared {
@@ -207,7 +207,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
             // served, or it would hold a place the cap no longer counts on. The client
             // can send it again on a new connection; nothing was done.
             let mut answer = ApiError::new(
-                ErrorCode::Unavailable,
+                ErrorDetail::Unavailable,
                 "the server closed this connection to make room for another (its connection \
                  cap is reached); nothing was done: send the request again on a new connection",
             )
@@ -220,7 +220,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnService {
         let target = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
         if target > self.max_uri_bytes {
             let answer = ApiError::new(
-                ErrorCode::UriTooLong,
+                ErrorDetail::UriTooLong,
                 format!("the request target exceeds {} bytes", self.max_uri_bytes),
             )
             .into_response();

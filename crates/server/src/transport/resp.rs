@@ -4,6 +4,7 @@
 //! written; reading while a command is incomplete; idle otherwise) so that the cap, the
 //! timeouts and shutdown treat it as they treat an HTTP connection.
 
+use palisade_api::ErrorDetail;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
@@ -17,7 +18,6 @@ use crate::api::ApiError;
 use crate::resp::codec::{next_command, ProtocolError, Reply};
 use crate::resp::commands::{error_reply, Session};
 use crate::resp::FLUSH_AT;
-use palisade_api::ErrorCode;
 
 /// Serves RESP on `stream` until the client closes it, a limit or an order closes it, or
 /// a protocol error does (after its answer).
@@ -64,7 +64,7 @@ pub(crate) async fn serve<S>(
                 // Closed to make room: what arrives now is not run (see connection.rs).
                 session.closing = true;
                 error_reply(ApiError::new(
-                    ErrorCode::Unavailable,
+                    ErrorDetail::Unavailable,
                     "the server closed this connection to make room for another (its \
                      connection cap is reached); nothing was done: send the command again \
                      on a new connection",
@@ -159,9 +159,9 @@ async fn closed(slot: &ConnSlot) {
 
 /// The answer to bytes that are not a command.
 fn protocol_error(e: ProtocolError) -> Reply {
-    let code = match e {
-        ProtocolError::TooLarge(_) => ErrorCode::PayloadTooLarge,
-        _ => ErrorCode::BadRequest,
+    let detail = match e {
+        ProtocolError::TooLarge(_) => ErrorDetail::PayloadTooLarge { limit: None },
+        _ => ErrorDetail::BadRequest,
     };
-    error_reply(ApiError::new(code, format!("Protocol error: {e}")))
+    error_reply(ApiError::new(detail, format!("Protocol error: {e}")))
 }

@@ -1,6 +1,7 @@
 //! Namespace quotas, idempotency retention and purge, the lock index (paged listing and
 //! one lock's record), and the migration of a layout-1 file, on real files.
 
+use palisade_api::QuotaResource;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -163,7 +164,7 @@ async fn quotas_refuse_without_writing_and_counters_stay_exact() {
             .apply(with_key("q", 2, put("k3", "12345"), "fp"))
             .await,
         Err(ApplyError::QuotaExceeded {
-            resource: "bytes",
+            resource: QuotaResource::BytesPerNamespace,
             limit: 20
         })
     );
@@ -178,7 +179,7 @@ async fn quotas_refuse_without_writing_and_counters_stay_exact() {
     assert_eq!(
         store.apply(op("q", 2, put("k", ""))).await,
         Err(ApplyError::QuotaExceeded {
-            resource: "keys",
+            resource: QuotaResource::KeysPerNamespace,
             limit: 3
         })
     );
@@ -386,7 +387,7 @@ async fn a_layout_1_file_is_migrated_on_open() {
     assert!(matches!(
         store.apply(op("ns", 3, put("d", "1"))).await,
         Err(ApplyError::QuotaExceeded {
-            resource: "keys",
+            resource: QuotaResource::KeysPerNamespace,
             ..
         })
     ));

@@ -7,6 +7,7 @@
 //! quota refusals are common; the model counts a namespace's keys and bytes from its data
 //! on every put, independently of the backend's counters.
 
+use palisade_api::QuotaResource;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
@@ -119,13 +120,13 @@ impl Model {
         let new_bytes = bytes - old.map_or(0, |e| size(key, &e.2)) + (key.len() + value_len) as u64;
         if new_keys > keys && new_keys > MAX_KEYS {
             return Err(ApplyError::QuotaExceeded {
-                resource: "keys",
+                resource: QuotaResource::KeysPerNamespace,
                 limit: MAX_KEYS,
             });
         }
         if new_bytes > bytes && new_bytes > MAX_BYTES {
             return Err(ApplyError::QuotaExceeded {
-                resource: "bytes",
+                resource: QuotaResource::BytesPerNamespace,
                 limit: MAX_BYTES,
             });
         }
