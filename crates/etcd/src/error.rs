@@ -1,8 +1,11 @@
 //! Mapping etcd's errors onto Palisade's.
 //!
-//! Anything etcd says that is not a decision Palisade asked for (a network error, no
-//! leader, a timeout, a value that does not decode) becomes [`StorageError::Failed`]: the
-//! server answers 503 `storage_failed` and changes nothing it has not had confirmed.
+//! Anything etcd says that is not a decision Palisade asked for becomes a
+//! [`StorageError`]: [`StorageError::Unavailable`] when etcd could not be reached or did
+//! not answer, [`StorageError::LeaseGone`] when the lease of the records is gone,
+//! [`StorageError::Contended`] after too many lost races, [`StorageError::Failed`] for the
+//! rest (a value that does not decode, an answer etcd should not give). The server
+//! answers each 503 `storage_failed` and changes nothing it has not had confirmed.
 //! Unlike the embedded backend, nothing latches: the next operation asks etcd again, since
 //! etcd, not this process, holds the state.
 
@@ -10,7 +13,22 @@ use palisade_storage::StorageError;
 
 /// An etcd call that failed.
 pub(crate) fn storage(what: &str, e: etcd_client::Error) -> StorageError {
-    StorageError::Failed(format!("etcd {what}: {e}"))
+    let message = format!("etcd {what}: {e}");
+    if is_lease_not_found(&e) {
+        StorageError::LeaseGone(message)
+    } else if unavailable(&e) || never_reached_etcd(&e) || is_transport(&e) {
+        StorageError::Unavailable(message)
+    } else {
+        StorageError::Failed(message)
+    }
+}
+
+/// Whether the call failed on its way to etcd (the connection, not etcd's answer).
+fn is_transport(e: &etcd_client::Error) -> bool {
+    matches!(
+        e,
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_)
+    )
 }
 
 /// A value under `key` that does not decode: someone else wrote Palisade's keys, or a

@@ -286,8 +286,8 @@ impl Etcd {
         .map(drop)
     }
 
-    /// Runs one etcd call within the request timeout, mapping every failure to
-    /// [`StorageError::Failed`]. See [`Self::call_raw`] for the retries.
+    /// Runs one etcd call within the request timeout, mapping every failure to a
+    /// [`StorageError`] (`error::storage`). See [`Self::call_raw`] for the retries.
     pub(crate) async fn call<T, F, Fut>(
         &self,
         what: &str,
@@ -329,7 +329,7 @@ impl Etcd {
                 }
                 Ok(answer) => return Ok(answer),
                 Err(_) => {
-                    return Err(StorageError::Failed(format!(
+                    return Err(StorageError::Unavailable(format!(
                         "etcd {what}: no answer within {:?}",
                         self.timeout
                     )))

@@ -277,7 +277,7 @@ impl EtcdStore {
             Ok(None) => Ok(Attempt::Lost),
             // The lease of the records ended early (revoked by hand, or a clock jump): take
             // a new one and try again.
-            Err(StorageError::Failed(message)) if message.contains("lease not found") => {
+            Err(StorageError::LeaseGone(_)) => {
                 self.forget_idem_lease();
                 Ok(Attempt::Lost)
             }

@@ -108,7 +108,7 @@ impl Etcd {
 
 /// The error after [`MAX_ATTEMPTS`] lost races.
 pub(crate) fn contended(what: &str) -> StorageError {
-    StorageError::Failed(format!(
+    StorageError::Contended(format!(
         "etcd {what}: still contended after {MAX_ATTEMPTS} attempts; try again"
     ))
 }

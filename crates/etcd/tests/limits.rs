@@ -186,6 +186,43 @@ async fn idempotency_records_expire_and_etcd_deletes_them() {
     }
 }
 
+/// The lease the idempotency records hang on, revoked behind the store's back (by hand,
+/// or ended early by a clock jump): the next keyed write is refused by etcd as
+/// `LeaseGone`, and the store takes a new lease and writes, rather than answering
+/// `storage_failed`.
+#[tokio::test]
+async fn a_revoked_record_lease_is_replaced_and_the_write_goes_through() {
+    let etcd = EtcdMember::start();
+    let prefix = format!("/r{}/", support::rand_suffix());
+    let store = EtcdStore::with_limits(
+        etcd.connect_prefix(&prefix).await,
+        limits(100, 1 << 20, Duration::from_secs(60)),
+        WallClock::system(),
+    );
+    store
+        .apply(keyed("a", put("k", "1"), "fp-1"))
+        .await
+        .unwrap();
+    let raw = Client::connect([etcd.endpoint.as_str()], None)
+        .await
+        .unwrap();
+    let mut leases = raw.lease_client();
+    let listed = leases.leases().await.unwrap();
+    assert!(!listed.leases().is_empty(), "the record has a lease");
+    for lease in listed.leases() {
+        leases.revoke(lease.id()).await.unwrap();
+    }
+    let written = store
+        .apply(keyed("b", put("k", "2"), "fp-2"))
+        .await
+        .unwrap();
+    let replay = store
+        .apply(keyed("b", put("k", "2"), "fp-2"))
+        .await
+        .unwrap();
+    assert_eq!((replay.replayed, replay.revision), (true, written.revision));
+}
+
 #[tokio::test]
 async fn locks_are_listed_page_by_page_in_name_order() {
     let etcd = EtcdMember::start();

@@ -327,12 +327,28 @@ impl PartialEq for WallClock {
 
 impl Eq for WallClock {}
 
-/// Storage failures. Not the caller's fault; the backend may be latched failed.
+/// Storage failures. Not the caller's fault. Every variant but [`StorageError::Closed`]
+/// answers 503 `storage_failed` on the wire; the variants tell the code that handles them
+/// what happened, so none of it has to read a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StorageError {
-    /// An I/O or database error happened; the backend refuses writes from now on.
+    /// An I/O or database error happened, or stored data cannot be read; the embedded
+    /// backend refuses writes from now on (latched).
     #[error("storage failed: {0}")]
     Failed(String),
+    /// The backend could not be asked or did not answer in time (etcd: unreachable, no
+    /// leader, no answer within the request timeout). Nothing latched: the next operation
+    /// asks again. A write may or may not have been applied.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    /// The operation lost its compare-and-swap race every time it tried (etcd); nothing
+    /// was written by it. Trying again later may succeed.
+    #[error("storage contended: {0}")]
+    Contended(String),
+    /// The backend lease that records were attached to is gone (etcd: expired or
+    /// revoked); the records went with it.
+    #[error("storage lease gone: {0}")]
+    LeaseGone(String),
     /// The backend is shutting down.
     #[error("storage is shut down")]
     Closed,

@@ -160,7 +160,10 @@ impl From<StorageError> for ApiError {
         let detail = match e {
             // Shutting down (e.g. a queued acquisition answered at shutdown): not a fault.
             StorageError::Closed => ErrorDetail::Unavailable,
-            StorageError::Failed(_) => ErrorDetail::StorageFailed,
+            StorageError::Failed(_)
+            | StorageError::Unavailable(_)
+            | StorageError::Contended(_)
+            | StorageError::LeaseGone(_) => ErrorDetail::StorageFailed,
         };
         ApiError::new(detail, e.to_string())
     }
