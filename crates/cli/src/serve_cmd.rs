@@ -9,6 +9,15 @@ use clap::Args;
 
 use crate::exit::{chain_text, Exit, Failure};
 
+/// Where `serve` keeps its state (`--backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Backend {
+    /// One redb file in --data-dir, one node.
+    Embedded,
+    /// Stateless nodes sharing an etcd cluster (a build with `--features etcd`).
+    Etcd,
+}
+
 #[derive(Args)]
 pub struct ServeArgs {
     /// Read settings from this TOML file: each key is a flag of `serve` without its
@@ -108,8 +117,8 @@ pub struct ServeArgs {
     /// Where state lives: `embedded` (one redb file in --data-dir, one node) or `etcd`
     /// (several stateless nodes sharing an etcd cluster; needs a build with `--features
     /// etcd`, --etcd-endpoints and --signing-key-file). See docs/deployment.md.
-    #[arg(help_heading = "Listening and storage", long, env = "PALISADE_BACKEND", default_value = "embedded", value_parser = ["embedded", "etcd"])]
-    backend: String,
+    #[arg(help_heading = "Listening and storage", long, env = "PALISADE_BACKEND", value_enum, default_value_t = Backend::Embedded)]
+    backend: Backend,
     /// etcd client URLs, comma-separated, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379.
     #[arg(
         help_heading = "etcd backend",
@@ -420,7 +429,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         usize::try_from(args.events_buffer).context("--events-buffer is too large")?;
     config.max_event_subscribers = usize::try_from(args.max_event_subscribers)
         .context("--max-event-subscribers is too large")?;
-    if args.backend == "etcd" {
+    if args.backend == Backend::Etcd {
         config.backend = palisade_server::BackendConfig::Etcd {
             endpoints: args.etcd_endpoints,
             prefix: args.etcd_prefix,
