@@ -45,6 +45,11 @@
 //!   unchanged, because a session lease's deadline never lies further than its TTL
 //!   (the session's) from the last renewal, exactly like a lease of its own.
 //!
+//! ## Layout
+//! This file holds leases and waiters (acquire, keepalive, release, the queue, expiry);
+//! `reservations` holds [`Reservation`] and the idle marks; `quotas` what each owner
+//! holds and the forgetting of idle locks at `max_locks`; `sessions` the sessions.
+//!
 //! ## Invariants
 //! - At most one live lease per lock; a lock is granted only when it has no live lease,
 //!   its lock-delay has passed and no earlier waiter is queued for it.
@@ -98,29 +103,6 @@ pub struct TableConfig {
     /// Most sessions kept at once (0: no limit). A session is also one lease against its
     /// owner's quota.
     pub max_sessions: usize,
-}
-
-/// The durable promise about one lock; see the module docs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Reservation {
-    /// No epoch above this has been issued.
-    pub ceiling: Epoch,
-    /// While active, a lease of up to this TTL may be live.
-    pub max_ttl_ms: Millis,
-    /// Whether a lease may be live.
-    pub active: bool,
-}
-
-impl Reservation {
-    fn covers(&self, epoch: Epoch, ttl_ms: Millis) -> bool {
-        self.active && epoch <= self.ceiling && ttl_ms <= self.max_ttl_ms
-    }
-
-    fn merge(&mut self, other: Reservation) {
-        self.ceiling = self.ceiling.max(other.ceiling);
-        self.max_ttl_ms = self.max_ttl_ms.max(other.max_ttl_ms);
-        self.active = other.active;
-    }
 }
 
 /// A request to acquire a lock.
@@ -301,13 +283,6 @@ struct Waiter {
     value: Option<Vec<u8>>,
     lock_delay_ms: Millis,
     session: Option<SessionId>,
-}
-
-/// What one owner holds now.
-#[derive(Debug, Default, Clone, Copy)]
-struct Held {
-    leases: u32,
-    waiters: u32,
 }
 
 #[derive(Debug)]
@@ -502,56 +477,6 @@ impl LockTable {
             }));
             self.leases.insert(grant.lease_id, grant.lock.clone());
             self.timers.push(Reverse((deadline, grant.lock)));
-        }
-    }
-
-    /// Rebuilds reservations after a restart: epochs continue above each ceiling, and a
-    /// lock whose reservation was active stays ungrantable for its `max_ttl_ms` (plus the
-    /// lock-delay) from `now`, since a lease granted under it may still be live (its record may not have
-    /// reached the disk).
-    pub fn restore_reservations(
-        &mut self,
-        now: Millis,
-        reservations: impl IntoIterator<Item = (String, Reservation)>,
-    ) {
-        for (name, r) in reservations {
-            let lock = lock_entry(&mut self.locks, self.epoch_floor, name.clone());
-            lock.last_epoch = lock.last_epoch.max(r.ceiling);
-            lock.durable.merge(r);
-            if r.active {
-                let block = r.max_ttl_ms.saturating_add(self.config.lock_delay_ms);
-                lock.delay_until = lock.delay_until.max(now.saturating_add(block));
-                self.timers.push(Reverse((lock.delay_until, name)));
-            }
-        }
-    }
-
-    /// Makes every lock the table does not know yet start above `floor`. A restore from
-    /// backup sets one: locks first used after the backup was taken are not in it.
-    pub fn set_epoch_floor(&mut self, floor: Epoch) {
-        self.epoch_floor = floor;
-        for lock in self.locks.values_mut() {
-            lock.last_epoch = lock.last_epoch.max(floor);
-        }
-    }
-
-    /// Records that `reservation` of `lock`, made for a grant of `generation`, is durable.
-    ///
-    /// A reservation made before the lock's latest idle marker is ignored: the marker was
-    /// queued after it, so on disk the marker wins (the lock is inactive, its TTL reset),
-    /// and the table must not believe otherwise.
-    pub fn confirm(&mut self, now: Millis, lock: &str, reservation: Reservation, generation: u32) {
-        if let Some(l) = self
-            .locks
-            .get_mut(lock)
-            .filter(|l| l.generation == generation)
-        {
-            let idle = l.lease.is_none() && l.queue.is_empty() && l.delay_until <= now;
-            l.durable.merge(reservation);
-            // The lock fell idle while the reservation was being written: say so again.
-            if idle {
-                self.fell_idle(now, lock);
-            }
         }
     }
 
@@ -923,45 +848,6 @@ impl LockTable {
         }
     }
 
-    /// The lock is free with nobody waiting: mark it idle now, or once it has stayed so
-    /// for [`TableConfig::idle_grace_ms`] (a timer brings it back here).
-    fn fell_idle(&mut self, now: Millis, name: &str) {
-        let grace = self.config.idle_grace_ms;
-        let Some(lock) = self.locks.get_mut(name) else {
-            return;
-        };
-        if !lock.durable.active {
-            lock.idle_since = NOT_IDLE;
-            return;
-        }
-        if lock.idle_since == NOT_IDLE {
-            lock.idle_since = now;
-        }
-        let since = lock.idle_since;
-        let due = since.saturating_add(grace);
-        if due <= now {
-            lock.idle_since = NOT_IDLE;
-            self.mark_idle(name);
-        } else if since == now {
-            self.timers.push(Reverse((due, name.to_owned())));
-        }
-    }
-
-    /// Emits [`Event::Idle`] once for a lock whose durable reservation is still active.
-    fn mark_idle(&mut self, name: &str) {
-        if let Some(lock) = self.locks.get_mut(name) {
-            if lock.durable.active {
-                lock.durable.active = false;
-                lock.durable.max_ttl_ms = 0;
-                lock.generation = lock.generation.wrapping_add(1);
-                self.events.push(Event::Idle {
-                    lock: name.to_owned(),
-                    reservation: lock.durable,
-                });
-            }
-        }
-    }
-
     fn grant(lock: &mut Lock, config: &TableConfig, name: &str, who: Waiting) -> Grant {
         let Waiting {
             lease_id,
@@ -1012,60 +898,6 @@ impl LockTable {
             lock_delay_ms,
             session,
         }
-    }
-
-    /// Makes room: every lock that is idle (no lease, no waiter, no lock-delay, no grace,
-    /// reservation marked inactive) leaves the table, the floor rises above all their
-    /// epochs, and [`Event::Forgotten`] tells the caller. A lock whose last lease expired
-    /// goes like one whose lease was released: the removal of the expired lease's record
-    /// is queued, and the next grant of the lock, met again, waits for a reservation
-    /// written after it, so nothing is granted before the expiry is on disk. One pass over the table; when it frees less
-    /// than a sixteenth of `max_locks`, the next pass waits a second, so that a table full
-    /// of live locks does not pay a pass for every refused newcomer.
-    fn forget_idle(&mut self, now: Millis) {
-        if now < self.next_sweep_at {
-            return;
-        }
-        let before = self.locks.len();
-        let mut floor = self.epoch_floor;
-        self.locks.retain(|_, lock| {
-            let idle = lock.lease.is_none()
-                && lock.queue.is_empty()
-                && lock.delay_until <= now
-                && !lock.durable.active
-                && lock.idle_since == NOT_IDLE;
-            if idle {
-                floor = floor.max(lock.last_epoch).max(lock.durable.ceiling);
-            }
-            !idle
-        });
-        let freed = before - self.locks.len();
-        if freed < (self.config.max_locks / 16).max(1) {
-            self.next_sweep_at = now.saturating_add(1000);
-        }
-        if self.locks.len() < self.locks.capacity() / 4 {
-            // Most of the table went: give its slots back (a million of them are ~50 MB),
-            // keeping room for as many locks again as are left.
-            self.locks.shrink_to(self.locks.len() * 2);
-        }
-        if freed > 0 {
-            self.epoch_floor = floor;
-            self.events.push(Event::Forgotten {
-                count: freed,
-                floor,
-            });
-        }
-    }
-
-    /// Whether the table holds lock `name` now (a lock it never met, or forgot to make
-    /// room, is not held; its epochs continue above the floor).
-    pub fn knows(&self, name: &str) -> bool {
-        self.locks.contains_key(name)
-    }
-
-    /// Number of locks in the table.
-    pub fn lock_count(&self) -> usize {
-        self.locks.len()
     }
 
     /// Who holds a busy lock, and a hint for when to retry.
@@ -1121,26 +953,6 @@ struct Waiting {
     session: Option<SessionId>,
 }
 
-/// The owner of a lock's (just granted) lease.
-fn grant_owner(lock: &Lock) -> Option<&str> {
-    lock.lease.as_ref().and_then(|l| l.owner.as_deref())
-}
-
-/// Adds to an owner's counts, dropping owners that hold nothing.
-fn count(owners: &mut HashMap<Box<str>, Held>, owner: &str, leases: i32, waiters: i32) {
-    if !owners.contains_key(owner) {
-        owners.insert(owner.into(), Held::default());
-    }
-    let Some(held) = owners.get_mut(owner) else {
-        return;
-    };
-    held.leases = held.leases.saturating_add_signed(leases);
-    held.waiters = held.waiters.saturating_add_signed(waiters);
-    if held.leases == 0 && held.waiters == 0 {
-        owners.remove(owner);
-    }
-}
-
 /// A lock's state, created at the epoch floor if the table has not seen it.
 fn lock_entry(locks: &mut HashMap<Box<str>, Box<Lock>>, floor: Epoch, name: String) -> &mut Lock {
     locks.entry(name.into_boxed_str()).or_insert_with(|| {
@@ -1151,7 +963,11 @@ fn lock_entry(locks: &mut HashMap<Box<str>, Box<Lock>>, floor: Epoch, name: Stri
     })
 }
 
+mod quotas;
+mod reservations;
 mod sessions;
+use quotas::{count, grant_owner, Held};
+pub use reservations::Reservation;
 pub use sessions::{SessionError, SessionRequest, SessionView};
 
 #[cfg(test)]
