@@ -22,10 +22,22 @@ impl Reservation {
         self.active && epoch <= self.ceiling && ttl_ms <= self.max_ttl_ms
     }
 
-    pub(super) fn merge(&mut self, other: Reservation) {
-        self.ceiling = self.ceiling.max(other.ceiling);
-        self.max_ttl_ms = self.max_ttl_ms.max(other.max_ttl_ms);
-        self.active = other.active;
+    /// What is durable once `next` is written over `self`: the ceiling never goes down;
+    /// the TTL never goes down while the reservation stays active, and is `next`'s
+    /// otherwise (an inactive reservation has no live lease to cover, and the next active
+    /// one starts from its own); `active` is `next`'s.
+    ///
+    /// The one rule for the table's picture of the disk, the embedded store's records
+    /// (`palisade_storage`'s `Tx::reserve`) and the simulator's disk.
+    pub fn merge(&mut self, next: Reservation) {
+        let still_active = self.active && next.active;
+        self.ceiling = self.ceiling.max(next.ceiling);
+        self.max_ttl_ms = if still_active {
+            self.max_ttl_ms.max(next.max_ttl_ms)
+        } else {
+            next.max_ttl_ms
+        };
+        self.active = next.active;
     }
 }
 

@@ -102,10 +102,8 @@ impl<'v, 'a> Tx<'v, 'a> {
         }
     }
 
-    /// Records the lock's reservation and the lease. The ceiling never goes down. The TTL
-    /// never goes down while the reservation stays active; an inactive reservation (the
-    /// lock fell idle) has no live lease to cover, so its TTL is what it says, and the next
-    /// active one starts from its own.
+    /// Records the lock's reservation, merged over the stored one by the one rule
+    /// ([`Reservation::merge`]), and the lease.
     pub fn reserve(
         &mut self,
         lock: &str,
@@ -118,16 +116,23 @@ impl<'v, 'a> Tx<'v, 'a> {
             Some(Val::Triple(c, m, active)) => Some((c, m, active)),
             Some(other) => return Err(shape(&key, &other)),
         };
-        let (ceiling, max_ttl) = stored.map_or((r.ceiling, r.max_ttl_ms), |(c, m, active)| {
-            let still_active = active != 0 && r.active;
-            let ttl = if still_active {
-                m.max(r.max_ttl_ms)
-            } else {
-                r.max_ttl_ms
-            };
-            (c.max(r.ceiling), ttl)
-        });
-        self.put(key, Val::Triple(ceiling, max_ttl, u64::from(r.active)));
+        let merged = match stored {
+            None => r,
+            Some((ceiling, max_ttl_ms, active)) => {
+                let mut merged = Reservation {
+                    ceiling,
+                    max_ttl_ms,
+                    active: active != 0,
+                };
+                merged.merge(r);
+                merged
+            }
+        };
+        let ceiling = merged.ceiling;
+        self.put(
+            key,
+            Val::Triple(ceiling, merged.max_ttl_ms, u64::from(merged.active)),
+        );
         // The lock's epoch row says the last epoch granted (written with the lease
         // records), not the ceiling; it is made here so that the lock is listed.
         let epoch_key = Key::Epoch(lock.to_owned());

@@ -203,18 +203,13 @@ impl Records {
         }
     }
 
-    /// As the embedded store does: the ceiling never goes down; the TTL never goes down
-    /// while the reservation stays active, and is the record's own otherwise; `active` is
-    /// overwritten; the last epoch follows the ceiling.
+    /// As the embedded store does ([`Reservation::merge`]); the last epoch follows the
+    /// ceiling.
     fn reserve(&mut self, lock: &str, r: Reservation) {
-        let stored = self.reservations.entry(lock.to_owned()).or_default();
-        stored.ceiling = stored.ceiling.max(r.ceiling);
-        stored.max_ttl_ms = if stored.active && r.active {
-            stored.max_ttl_ms.max(r.max_ttl_ms)
-        } else {
-            r.max_ttl_ms
-        };
-        stored.active = r.active;
+        self.reservations
+            .entry(lock.to_owned())
+            .or_default()
+            .merge(r);
         let last = self.epochs.entry(lock.to_owned()).or_default();
         *last = (*last).max(r.ceiling);
     }
