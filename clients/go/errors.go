@@ -1,0 +1,209 @@
+// Package palisade is the Go client of Palisade. This first part holds its typed errors
+// (the decoding of every error answer the server sends) and, in package token, the
+// offline token verifier; the lock client and the gates come next.
+package palisade
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// APIError is an error answer of the server: its stable Code (docs/api.md, "Error
+// codes"), its HTTP Status and a Message for humans. Every typed error below unwraps to
+// its APIError, so errors.As(err, &apiErr) reads the code of any of them; a code this
+// version does not know, or a known code whose fields are missing or of another type,
+// is a plain *APIError (no field is ever invented).
+type APIError struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *APIError) Error() string {
+	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+}
+
+// StaleTokenError is stale_token: a newer epoch (HighWater) reached the resource first;
+// this holder is fenced off.
+type StaleTokenError struct {
+	APIError
+	HighWater uint64
+	Epoch     uint64
+}
+
+// StaleSequenceError is stale_sequence: within the epoch, a sequence number at or below
+// the last one admitted.
+type StaleSequenceError struct {
+	APIError
+	HighWater    uint64
+	HighWaterSeq uint64
+	Epoch        uint64
+	Seq          uint64
+}
+
+// LockHeldError is lock_held. Holder is nil while the lock sits in its lock-delay, or
+// when the caller may not see holders.
+type LockHeldError struct {
+	APIError
+	Holder       *string
+	RetryAfterMs uint64
+}
+
+// RevisionMismatchError is revision_mismatch: an If-Match or If-None-Match precondition
+// failed. CurrentRevision is nil when the key does not exist.
+type RevisionMismatchError struct {
+	APIError
+	CurrentRevision *uint64
+}
+
+// WrongLockError is wrong_lock: the token is genuine but for TokenLock.
+type WrongLockError struct {
+	APIError
+	TokenLock string
+}
+
+// QuotaExceededError is quota_exceeded: Resource is limited to Limit; nothing changed.
+type QuotaExceededError struct {
+	APIError
+	Resource string
+	Limit    uint64
+}
+
+// PayloadTooLargeError is payload_too_large; Limit is nil when the connection's own limit
+// refused the request.
+type PayloadTooLargeError struct {
+	APIError
+	Limit *uint64
+}
+
+// PermissionDeniedError is permission_denied; Principal is the principal refused, when
+// the caller named one.
+type PermissionDeniedError struct {
+	APIError
+	Principal *string
+}
+
+// NotFoundError is not_found; KeyID is the key an admin key route did not find.
+type NotFoundError struct {
+	APIError
+	KeyID *string
+}
+
+// KeyActiveError is key_active: the key KeyID still signs and cannot be retired.
+type KeyActiveError struct {
+	APIError
+	KeyID string
+}
+
+// Unwrap gives each typed error's APIError to errors.As.
+func (e *StaleTokenError) Unwrap() error       { return &e.APIError }
+func (e *StaleSequenceError) Unwrap() error    { return &e.APIError }
+func (e *LockHeldError) Unwrap() error         { return &e.APIError }
+func (e *RevisionMismatchError) Unwrap() error { return &e.APIError }
+func (e *WrongLockError) Unwrap() error        { return &e.APIError }
+func (e *QuotaExceededError) Unwrap() error    { return &e.APIError }
+func (e *PayloadTooLargeError) Unwrap() error  { return &e.APIError }
+func (e *PermissionDeniedError) Unwrap() error { return &e.APIError }
+func (e *NotFoundError) Unwrap() error         { return &e.APIError }
+func (e *KeyActiveError) Unwrap() error        { return &e.APIError }
+
+// IsFenced reports whether err says this holder's epoch is fenced off (stale_token or
+// stale_sequence).
+func IsFenced(err error) bool {
+	switch err.(type) {
+	case *StaleTokenError, *StaleSequenceError:
+		return true
+	}
+	return false
+}
+
+// DecodeError is an answer this client cannot read as an error body (a proxy's HTML page,
+// an empty 404 from a wrong base URL): never a guessed code.
+type DecodeError struct {
+	Status  int
+	Snippet string
+}
+
+func (e *DecodeError) Error() string {
+	return fmt.Sprintf("HTTP %d with a body that is not a Palisade error: %q", e.Status, e.Snippet)
+}
+
+// ParseError turns a non-success answer into its typed error.
+func ParseError(status int, body []byte) error {
+	var envelope struct {
+		Error map[string]json.RawMessage `json:"error"`
+	}
+	var code, message string
+	if json.Unmarshal(body, &envelope) != nil || envelope.Error == nil ||
+		json.Unmarshal(envelope.Error["code"], &code) != nil {
+		snippet := string(body)
+		if len(snippet) > 200 {
+			snippet = snippet[:200]
+		}
+		return &DecodeError{Status: status, Snippet: snippet}
+	}
+	_ = json.Unmarshal(envelope.Error["message"], &message)
+	base := APIError{Status: status, Code: code, Message: message}
+	fields := envelope.Error
+	// Each field read strictly; a field of another type leaves the generic error.
+	ok := true
+	u64 := func(name string) uint64 {
+		var v uint64
+		if json.Unmarshal(fields[name], &v) != nil {
+			ok = false
+		}
+		return v
+	}
+	str := func(name string) string {
+		var v string
+		if json.Unmarshal(fields[name], &v) != nil {
+			ok = false
+		}
+		return v
+	}
+	optU64 := func(name string) *uint64 {
+		raw, present := fields[name]
+		if !present || string(raw) == "null" {
+			return nil
+		}
+		v := u64(name)
+		return &v
+	}
+	optStr := func(name string) *string {
+		raw, present := fields[name]
+		if !present || string(raw) == "null" {
+			return nil
+		}
+		v := str(name)
+		return &v
+	}
+	var typed error
+	switch code {
+	case "stale_token":
+		typed = &StaleTokenError{base, u64("high_water"), u64("epoch")}
+	case "stale_sequence":
+		typed = &StaleSequenceError{base, u64("high_water"), u64("high_water_seq"), u64("epoch"), u64("seq")}
+	case "lock_held":
+		typed = &LockHeldError{base, optStr("holder"), u64("retry_after_ms")}
+	case "revision_mismatch":
+		typed = &RevisionMismatchError{base, optU64("current_revision")}
+	case "wrong_lock":
+		typed = &WrongLockError{base, str("token_lock")}
+	case "quota_exceeded":
+		typed = &QuotaExceededError{base, str("resource"), u64("limit")}
+	case "payload_too_large":
+		typed = &PayloadTooLargeError{base, optU64("limit")}
+	case "permission_denied":
+		typed = &PermissionDeniedError{base, optStr("principal")}
+	case "not_found":
+		typed = &NotFoundError{base, optStr("key_id")}
+	case "key_active":
+		typed = &KeyActiveError{base, str("key_id")}
+	default:
+		return &base
+	}
+	if !ok {
+		return &base
+	}
+	return typed
+}
