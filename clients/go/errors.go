@@ -128,6 +128,16 @@ func (e *DecodeError) Error() string {
 	return fmt.Sprintf("HTTP %d with a body that is not a Palisade error: %q", e.Status, e.Snippet)
 }
 
+// optional reads field name with read, or nil when it is absent or null.
+func optional[T any](fields map[string]json.RawMessage, name string, read func(string) T) *T {
+	raw, present := fields[name]
+	if !present || string(raw) == "null" {
+		return nil
+	}
+	v := read(name)
+	return &v
+}
+
 // ParseError turns a non-success answer into its typed error.
 func ParseError(status int, body []byte) error {
 	var envelope struct {
@@ -161,22 +171,8 @@ func ParseError(status int, body []byte) error {
 		}
 		return v
 	}
-	optU64 := func(name string) *uint64 {
-		raw, present := fields[name]
-		if !present || string(raw) == "null" {
-			return nil
-		}
-		v := u64(name)
-		return &v
-	}
-	optStr := func(name string) *string {
-		raw, present := fields[name]
-		if !present || string(raw) == "null" {
-			return nil
-		}
-		v := str(name)
-		return &v
-	}
+	optU64 := func(name string) *uint64 { return optional(fields, name, u64) }
+	optStr := func(name string) *string { return optional(fields, name, str) }
 	var typed error
 	switch code {
 	case "stale_token":

@@ -22,6 +22,20 @@ use serde_json::{Map, Value};
 use crate::wire::ErrorBody;
 use crate::ErrorCode;
 
+/// `{"error":{"code",...fields,"message"}}`, serialised straight from an [`ErrorDetail`]
+/// ([`ErrorDetail::answer`]).
+#[derive(Debug, Serialize)]
+pub struct ErrorAnswer<'a> {
+    error: AnswerBody<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct AnswerBody<'a> {
+    #[serde(flatten)]
+    detail: &'a ErrorDetail,
+    message: &'a str,
+}
+
 /// An error's code and the fields that come with it (docs/api.md, "Error codes").
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "code", rename_all = "snake_case")]
@@ -218,6 +232,17 @@ impl ErrorDetail {
         }
     }
 
+    /// The answer's body, borrowed and written in one pass (no intermediate map): what
+    /// the server sends. The same JSON as [`ErrorDetail::into_body`]'s.
+    pub fn answer<'a>(&'a self, message: &'a str) -> ErrorAnswer<'a> {
+        ErrorAnswer {
+            error: AnswerBody {
+                detail: self,
+                message,
+            },
+        }
+    }
+
     /// Reads the detail out of an answer's body; `None` for a code this version does not
     /// know, or a known code whose fields are missing or of another type.
     pub fn from_body(body: &ErrorBody) -> Option<ErrorDetail> {
@@ -323,6 +348,12 @@ mod tests {
             assert_eq!(body.code, detail.code().as_str());
             assert!(!body.extra.contains_key("code"));
             assert_eq!(ErrorDetail::from_body(&body), Some(detail.clone()));
+            let envelope = crate::wire::ErrorEnvelope { error: body };
+            assert_eq!(
+                serde_json::to_value(detail.answer("m")).unwrap(),
+                serde_json::to_value(&envelope).unwrap(),
+                "the one-pass answer of {detail:?}"
+            );
         }
         let body = ErrorDetail::StaleToken {
             high_water: 2,

@@ -262,27 +262,23 @@ mod tests {
     fn the_pool_refills_itself_after_a_take() {
         let pool = NoncePool::new();
         assert_eq!(pool.ready(), 0, "nothing is made before the first take");
-        drop(pool.take());
         let deadline = Instant::now() + Duration::from_secs(30);
-        while pool.ready() < POOL_CAPACITY {
-            assert!(
-                Instant::now() < deadline,
-                "the pool never filled: {}",
-                pool.ready()
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let filled = |what: &str| {
+            while pool.ready() < POOL_CAPACITY {
+                assert!(
+                    Instant::now() < deadline,
+                    "the pool never {what}: {}",
+                    pool.ready()
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        drop(pool.take());
+        filled("filled");
         for _ in 0..POOL_CAPACITY - REFILL_BELOW {
             drop(pool.take());
         }
-        while pool.ready() < POOL_CAPACITY {
-            assert!(
-                Instant::now() < deadline,
-                "the pool never refilled: {}",
-                pool.ready()
-            );
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        filled("refilled");
         let shared = Arc::downgrade(&pool.shared);
         drop(pool);
         while shared.strong_count() > 0 {

@@ -7,7 +7,6 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use palisade_api::wire::ErrorEnvelope;
 use palisade_api::{ErrorCode, ErrorDetail, QuotaResource};
 
 use crate::audit::AuditEvent;
@@ -135,10 +134,8 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let body = ErrorEnvelope {
-            error: self.detail.into_body(self.message),
-        };
         let audit = self.audit;
+        let body = self.detail.answer(&self.message);
         let mut response = (status, axum::Json(body)).into_response();
         if status == StatusCode::PAYLOAD_TOO_LARGE {
             // The rest of the oversized body was never read; the connection cannot carry
