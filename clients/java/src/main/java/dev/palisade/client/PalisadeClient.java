@@ -1,0 +1,270 @@
+// The HTTP client of one Palisade server: locks, leases, the fenced store, the keys.
+package dev.palisade.client;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.palisade.token.KeyRing;
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.List;
+import java.util.Objects;
+
+/**
+ * Speaks the HTTP API of one Palisade server (docs/api.md) with the JDK's {@link
+ * HttpClient}. Safe for concurrent use. Every error the server answers is a typed {@link
+ * PalisadeException}; any other {@link IOException} of a mutation means its outcome is
+ * unknown.
+ */
+public final class PalisadeClient {
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final int MAX_ANSWER = 16 << 20;
+
+  private final String base;
+  private final HttpClient http;
+  private final String bearer;
+  private final Duration timeout;
+
+  private PalisadeClient(Builder b) {
+    this.base = b.baseUrl.replaceAll("/+$", "");
+    this.http = b.http != null ? b.http : HttpClient.newBuilder().connectTimeout(b.timeout).build();
+    this.bearer = b.key;
+    this.timeout = b.timeout;
+  }
+
+  /** A client of the server at {@code baseUrl} ({@code http://127.0.0.1:7070}, say). */
+  public static Builder builder(String baseUrl) {
+    return new Builder(baseUrl);
+  }
+
+  /** Sets up a {@link PalisadeClient}. */
+  public static final class Builder {
+    private final String baseUrl;
+    private HttpClient http;
+    private String key;
+    private Duration timeout = Duration.ofSeconds(30);
+
+    private Builder(String baseUrl) {
+      this.baseUrl = Objects.requireNonNull(baseUrl, "baseUrl");
+    }
+
+    /** Sends {@code key} as the bearer key of every request (a server with authentication). */
+    public Builder bearerKey(String key) {
+      this.key = key;
+      return this;
+    }
+
+    /** Uses {@code http} for every request (an {@code SSLContext} with your CA, a proxy). */
+    public Builder httpClient(HttpClient http) {
+      this.http = http;
+      return this;
+    }
+
+    /** How long a request may take, beyond any wait in line it asks for (default 30 s). */
+    public Builder timeout(Duration timeout) {
+      this.timeout = Objects.requireNonNull(timeout, "timeout");
+      return this;
+    }
+
+    public PalisadeClient build() {
+      return new PalisadeClient(this);
+    }
+  }
+
+  /** Takes {@code lock} ({@code POST /v1/locks/{lock}/acquire}). */
+  public Lease acquire(String lock, AcquireOptions options) throws IOException, InterruptedException {
+    ObjectNode body = JSON.createObjectNode();
+    body.put("ttl_ms", options.ttl.toMillis());
+    if (options.holder != null) {
+      body.put("holder", options.holder);
+    }
+    if (!options.wait.isZero()) {
+      body.put("wait_ms", options.wait.toMillis());
+    }
+    if (options.lockDelay != null) {
+      body.put("lock_delay_ms", options.lockDelay.toMillis());
+    }
+    if (options.value != null) {
+      body.put("value", Base64.getEncoder().encodeToString(options.value));
+    }
+    HttpRequest request =
+        request("/v1/locks/" + segment(lock) + "/acquire", timeout.plus(options.wait))
+            .POST(json(body))
+            .header("Content-Type", "application/json")
+            .build();
+    JsonNode answer = call(request);
+    Answer a = new Answer(answer, 200);
+    return new Lease(
+        a.string("lock"),
+        a.string("holder"),
+        a.u64("epoch"),
+        a.string("token"),
+        a.string("lease_id"),
+        a.u64("ttl_ms"),
+        answer.has("lock_delay_ms") ? a.u64("lock_delay_ms") : 0);
+  }
+
+  /** Renews a lease for a full TTL from now; {@code lease_expired} when it is gone. */
+  public void keepAlive(String leaseId) throws IOException, InterruptedException {
+    keepAlive(leaseId, timeout);
+  }
+
+  void keepAlive(String leaseId, Duration requestTimeout) throws IOException, InterruptedException {
+    call(request("/v1/leases/" + segment(leaseId) + "/keepalive", requestTimeout)
+        .POST(HttpRequest.BodyPublishers.noBody())
+        .build());
+  }
+
+  /** Gives a lease up; the lock passes to the next in line. */
+  public void release(String leaseId) throws IOException, InterruptedException {
+    call(request("/v1/leases/" + segment(leaseId) + "/release", timeout)
+        .POST(HttpRequest.BodyPublishers.noBody())
+        .build());
+  }
+
+  /**
+   * Writes {@code value} under {@code key} in {@code lock}'s namespace, fenced by {@code
+   * token}: refused with {@link PalisadeException.StaleToken} once a newer epoch wrote there.
+   */
+  public Written put(String lock, String key, byte[] value, String token)
+      throws IOException, InterruptedException {
+    HttpRequest request =
+        request(kvPath(lock, key), timeout)
+            .PUT(HttpRequest.BodyPublishers.ofByteArray(value))
+            .header("Content-Type", "application/octet-stream")
+            .header("Fencing-Token", token)
+            .build();
+    Answer a = new Answer(call(request), 200);
+    return new Written(a.u64("revision"), a.u64("epoch"));
+  }
+
+  /** Reads {@code key} in {@code lock}'s namespace; {@link PalisadeException.NotFound} if absent. */
+  public Entry get(String lock, String key) throws IOException, InterruptedException {
+    HttpResponse<byte[]> response = send(request(kvPath(lock, key), timeout).GET().build());
+    if (response.statusCode() != 200) {
+      throw PalisadeException.parse(response.statusCode(), response.body());
+    }
+    String etag = response.headers().firstValue("ETag").orElse("").replace("\"", "");
+    String epoch = response.headers().firstValue("Fencing-Epoch").orElse("");
+    try {
+      return new Entry(response.body(), Long.parseUnsignedLong(etag), Long.parseUnsignedLong(epoch));
+    } catch (NumberFormatException e) {
+      throw new UnreadableAnswerException(200, "no ETag or Fencing-Epoch header");
+    }
+  }
+
+  /**
+   * The keys a resource should trust now ({@code GET /v1/keys}), as a ring for the offline
+   * {@link dev.palisade.token.Verifier}: active and verifying keys, retired ones left out.
+   */
+  public KeyRing keys() throws IOException, InterruptedException {
+    JsonNode answer = call(request("/v1/keys", timeout).GET().build());
+    List<KeyRing.Listed> listed = new ArrayList<>();
+    for (JsonNode key : answer.path("keys")) {
+      listed.add(
+          new KeyRing.Listed(
+              key.path("key_id").asText(),
+              key.path("alg").asText(),
+              key.path("public_key").asText(),
+              key.hasNonNull("status") ? key.get("status").asText() : null));
+    }
+    try {
+      return KeyRing.fromListing(listed);
+    } catch (IllegalArgumentException e) {
+      throw new UnreadableAnswerException(200, e.getMessage());
+    }
+  }
+
+  /**
+   * Acquires {@code lock} and renews it in the background until the guard is closed or the
+   * lease is lost: use it in try-with-resources.
+   */
+  public LeaseGuard hold(String lock, AcquireOptions options) throws IOException, InterruptedException {
+    return new LeaseGuard(this, acquire(lock, options));
+  }
+
+  private HttpRequest.Builder request(String path, Duration requestTimeout) {
+    HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(base + path)).timeout(requestTimeout);
+    if (bearer != null) {
+      b.header("Authorization", "Bearer " + bearer);
+    }
+    return b;
+  }
+
+  /** Sends a request and reads a 200's JSON body (null when empty); a refusal throws. */
+  private JsonNode call(HttpRequest request) throws IOException, InterruptedException {
+    HttpResponse<byte[]> response = send(request);
+    if (response.statusCode() != 200) {
+      throw PalisadeException.parse(response.statusCode(), response.body());
+    }
+    if (response.body().length == 0) {
+      return JSON.createObjectNode();
+    }
+    try {
+      return JSON.readTree(response.body());
+    } catch (IOException e) {
+      throw new UnreadableAnswerException(200, new String(response.body(), StandardCharsets.UTF_8));
+    }
+  }
+
+  private HttpResponse<byte[]> send(HttpRequest request) throws IOException, InterruptedException {
+    HttpResponse<byte[]> response = http.send(request, HttpResponse.BodyHandlers.ofByteArray());
+    if (response.body().length > MAX_ANSWER) {
+      throw new UnreadableAnswerException(response.statusCode(), "an answer over 16 MiB");
+    }
+    return response;
+  }
+
+  private static HttpRequest.BodyPublisher json(JsonNode body) throws IOException {
+    return HttpRequest.BodyPublishers.ofByteArray(JSON.writeValueAsBytes(body));
+  }
+
+  private static String kvPath(String lock, String key) {
+    return "/v1/kv/" + segment(lock) + "/" + segment(key);
+  }
+
+  /** Percent-encodes one path segment: every byte but the unreserved characters of RFC 3986. */
+  static String segment(String text) {
+    StringBuilder b = new StringBuilder(text.length());
+    for (byte raw : text.getBytes(StandardCharsets.UTF_8)) {
+      int c = raw & 0xff;
+      boolean unreserved =
+          c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+              || c == '-' || c == '.' || c == '_' || c == '~';
+      if (unreserved) {
+        b.append((char) c);
+      } else {
+        b.append('%').append(Character.toUpperCase(Character.forDigit(c >> 4, 16)))
+            .append(Character.toUpperCase(Character.forDigit(c & 0xf, 16)));
+      }
+    }
+    return b.toString();
+  }
+
+  /** A success's JSON, read strictly: a missing or mistyped field is an unreadable answer. */
+  private record Answer(JsonNode node, int status) {
+    String string(String name) throws UnreadableAnswerException {
+      JsonNode v = node.get(name);
+      if (v == null || !v.isTextual()) {
+        throw new UnreadableAnswerException(status, "no text field " + name + " in " + node);
+      }
+      return v.textValue();
+    }
+
+    long u64(String name) throws UnreadableAnswerException {
+      JsonNode v = node.get(name);
+      if (v == null || !v.isIntegralNumber() || v.bigIntegerValue().signum() < 0
+          || v.bigIntegerValue().bitLength() > 64) {
+        throw new UnreadableAnswerException(status, "no integer field " + name + " in " + node);
+      }
+      return v.bigIntegerValue().longValue();
+    }
+  }
+}

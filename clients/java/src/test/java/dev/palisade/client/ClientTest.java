@@ -1,0 +1,128 @@
+// The client against a real `palisade serve`: fencing, a held lock, the guard, the keys.
+package dev.palisade.client;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import dev.palisade.token.Claims;
+import dev.palisade.token.TokenException;
+import dev.palisade.token.Verifier;
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+class ClientTest {
+  @TempDir Path dir;
+  private Process server;
+  private PalisadeClient client;
+
+  /**
+   * Starts `palisade serve` (PALISADE_BIN, or the workspace's debug build) on a free
+   * loopback port in a temp dir; it is stopped by its pid after each test.
+   */
+  @BeforeEach
+  void start() throws IOException {
+    String bin = System.getenv("PALISADE_BIN");
+    Path path = Path.of(bin != null ? bin : "../../target/debug/palisade");
+    assertTrue(Files.isExecutable(path), "no palisade binary at " + path + " (build it, or set PALISADE_BIN)");
+    server =
+        new ProcessBuilder(path.toString(), "serve", "--listen", "127.0.0.1:0", "--data-dir", dir.resolve("data").toString())
+            .redirectError(ProcessBuilder.Redirect.INHERIT)
+            .start();
+    BufferedReader out = new BufferedReader(new InputStreamReader(server.getInputStream(), StandardCharsets.UTF_8));
+    String line = out.readLine();
+    String prefix = "palisade listening on ";
+    assertTrue(line != null && line.startsWith(prefix), "no start-up line: " + line);
+    client = PalisadeClient.builder(line.substring(prefix.length()).split(",")[0].trim()).build();
+  }
+
+  @AfterEach
+  void stop() throws InterruptedException {
+    server.destroyForcibly();
+    server.waitFor(10, TimeUnit.SECONDS);
+  }
+
+  private static AcquireOptions as(String holder, Duration ttl) {
+    return AcquireOptions.ttl(ttl).holder(holder);
+  }
+
+  /**
+   * The fencing story: a holder writes, loses the lock, and its late write is refused with
+   * both epochs; the lock held is refused with its holder; the stored value is the newer
+   * holder's.
+   */
+  @Test
+  void aLateWriteIsFencedOff() throws Exception {
+    Duration ttl = Duration.ofSeconds(10);
+    Lease first = client.acquire("orders", as("a", ttl));
+    client.put("orders", "k", "from a".getBytes(StandardCharsets.UTF_8), first.token());
+    PalisadeException.LockHeld held =
+        assertThrows(PalisadeException.LockHeld.class, () -> client.acquire("orders", as("b", ttl)));
+    assertEquals("a", held.holder());
+    client.release(first.leaseId());
+    Lease second = client.acquire("orders", as("b", ttl));
+    assertTrue(Long.compareUnsigned(second.epoch(), first.epoch()) > 0);
+    Written written = client.put("orders", "k", "from b".getBytes(StandardCharsets.UTF_8), second.token());
+    assertEquals(second.epoch(), written.epoch());
+    PalisadeException.StaleToken stale =
+        assertThrows(
+            PalisadeException.StaleToken.class,
+            () -> client.put("orders", "k", "late, from a".getBytes(StandardCharsets.UTF_8), first.token()));
+    assertEquals(first.epoch(), stale.epoch());
+    assertEquals(second.epoch(), stale.highWater());
+    assertTrue(stale.isFenced());
+    Entry entry = client.get("orders", "k");
+    assertArrayEquals("from b".getBytes(StandardCharsets.UTF_8), entry.value());
+    assertEquals(second.epoch(), entry.epoch());
+    assertEquals(written.revision(), entry.revision());
+    assertThrows(PalisadeException.NotFound.class, () -> client.get("orders", "absent"));
+  }
+
+  /** The server's tokens verify offline with the keys it lists, and only for their lock. */
+  @Test
+  void tokensVerifyOfflineWithTheListedKeys() throws Exception {
+    Lease lease = client.acquire("billing", as("w", Duration.ofSeconds(10)));
+    Verifier verifier = new Verifier(client.keys(), 16);
+    Claims claims = verifier.verifyFor(lease.token(), "billing");
+    assertEquals(new Claims("billing", lease.epoch(), "w", claims.keyId()), claims);
+    assertThrows(TokenException.WrongLock.class, () -> verifier.verifyFor(lease.token(), "orders"));
+  }
+
+  /** A guard keeps its lease past four TTLs by renewing it, and releases it on close. */
+  @Test
+  void aGuardRenewsUntilClosed() throws Exception {
+    Duration ttl = Duration.ofMillis(600);
+    try (LeaseGuard guard = client.hold("jobs", as("a", ttl))) {
+      long deadline = System.nanoTime() + ttl.multipliedBy(4).toNanos();
+      while (System.nanoTime() < deadline) {
+        assertThrows(PalisadeException.LockHeld.class, () -> client.acquire("jobs", as("b", ttl)));
+        Thread.sleep(ttl.toMillis() / 4);
+      }
+      assertFalse(guard.isLost());
+    }
+    assertEquals("b", client.acquire("jobs", as("b", ttl)).holder());
+  }
+
+  /** A guard whose lease was taken away (released by someone else here) says so. */
+  @Test
+  void aGuardSaysWhenItsLeaseIsLost() throws Exception {
+    LeaseGuard guard = client.hold("jobs", as("a", Duration.ofMillis(600)));
+    client.release(guard.lease().leaseId());
+    IOException why = guard.lost().get(10, TimeUnit.SECONDS);
+    assertTrue(why instanceof PalisadeException p && p.code().equals("lease_expired"), String.valueOf(why));
+    assertTrue(guard.isLost());
+    assertThrows(PalisadeException.class, guard::close);
+  }
+}
