@@ -20,9 +20,10 @@ import (
 // a request that did not complete is the net/http error, for a mutation an unknown
 // outcome.
 type Client struct {
-	base string
-	http *http.Client
-	key  string
+	base    string
+	http    *http.Client
+	key     string
+	timeout time.Duration
 }
 
 // Option sets up a Client.
@@ -31,12 +32,18 @@ type Option func(*Client)
 // WithKey sends key as the bearer key of every request (a server with authentication).
 func WithKey(key string) Option { return func(c *Client) { c.key = key } }
 
-// WithHTTPClient uses h for every request (TLS settings, timeouts, a proxy).
+// WithHTTPClient uses h for every request (TLS settings, a proxy). Leave its Timeout
+// unset: WithTimeout bounds each request, and an acquisition that waits in line needs
+// more than the default.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
+
+// WithTimeout bounds each request (30 s by default); an acquisition that waits in line
+// gets its Wait on top. The caller's context may end a request sooner.
+func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // New is a client of the server at baseURL (http://127.0.0.1:7070, say).
 func New(baseURL string, opts ...Option) *Client {
-	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{Timeout: 30 * time.Second}}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{}, timeout: 30 * time.Second}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -90,7 +97,8 @@ func (c *Client) Acquire(ctx context.Context, lock string, opts AcquireOptions) 
 		body["wait_ms"] = opts.Wait.Milliseconds()
 	}
 	var lease Lease
-	if err := c.call(ctx, http.MethodPost, "/v1/locks/"+url.PathEscape(lock)+"/acquire", body, nil, &lease); err != nil {
+	path := "/v1/locks/" + url.PathEscape(lock) + "/acquire"
+	if err := c.callWithin(ctx, c.timeout+opts.Wait, http.MethodPost, path, body, nil, &lease); err != nil {
 		return nil, err
 	}
 	return &lease, nil
@@ -120,6 +128,8 @@ func (c *Client) Put(ctx context.Context, lock, key string, value []byte, token 
 
 // Get reads key in lock's namespace; *NotFoundError when it does not exist.
 func (c *Client) Get(ctx context.Context, lock, key string) (*Entry, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
 	response, err := c.send(ctx, http.MethodGet, kvPath(lock, key), nil, nil)
 	if err != nil {
 		return nil, err
@@ -144,8 +154,16 @@ func kvPath(lock, key string) string {
 	return "/v1/kv/" + url.PathEscape(lock) + "/" + url.PathEscape(key)
 }
 
-// call sends body (JSON, or raw bytes) and decodes a 200's JSON into out.
+// call sends body (JSON, or raw bytes) and decodes a 200's JSON into out, within the
+// client's timeout.
 func (c *Client) call(ctx context.Context, method, path string, body any, headers http.Header, out any) error {
+	return c.callWithin(ctx, c.timeout, method, path, body, headers, out)
+}
+
+// callWithin is call with the request bounded by timeout.
+func (c *Client) callWithin(ctx context.Context, timeout time.Duration, method, path string, body any, headers http.Header, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	response, err := c.send(ctx, method, path, body, headers)
 	if err != nil {
 		return err

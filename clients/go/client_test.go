@@ -133,3 +133,20 @@ func TestAGuardSaysWhenItsLeaseIsLost(t *testing.T) {
 		t.Fatalf("got %#v", guard.Err())
 	}
 }
+
+// An acquisition that waits in line longer than the client's timeout is still answered:
+// the wait is added to the request's bound.
+func TestAWaitLongerThanTheTimeoutIsAnswered(t *testing.T) {
+	c, ctx := server(t), context.Background()
+	c.timeout = 300 * time.Millisecond
+	first, err := c.Acquire(ctx, "queue", AcquireOptions{Holder: "a", TTL: 700 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first lease expires (no keepalive) about 700 ms from now, well past the
+	// timeout; the waiter is granted then.
+	second, err := c.Acquire(ctx, "queue", AcquireOptions{Holder: "b", TTL: time.Second, Wait: 5 * time.Second})
+	if err != nil || second.Epoch <= first.Epoch {
+		t.Fatalf("second: %+v %v", second, err)
+	}
+}

@@ -155,18 +155,21 @@ func ParseError(status int, body []byte) error {
 	_ = json.Unmarshal(envelope.Error["message"], &message)
 	base := APIError{Status: status, Code: code, Message: message}
 	fields := envelope.Error
-	// Each field read strictly; a field of another type leaves the generic error.
+	// Each field read strictly; a field missing, null or of another type leaves the
+	// generic error (encoding/json would read a null as the zero value: never invent one).
 	ok := true
 	u64 := func(name string) uint64 {
 		var v uint64
-		if json.Unmarshal(fields[name], &v) != nil {
+		raw := fields[name]
+		if string(raw) == "null" || json.Unmarshal(raw, &v) != nil {
 			ok = false
 		}
 		return v
 	}
 	str := func(name string) string {
 		var v string
-		if json.Unmarshal(fields[name], &v) != nil {
+		raw := fields[name]
+		if string(raw) == "null" || json.Unmarshal(raw, &v) != nil {
 			ok = false
 		}
 		return v

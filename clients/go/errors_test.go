@@ -77,6 +77,15 @@ func TestNothingIsInvented(t *testing.T) {
 	if _, ok := err.(*APIError); !ok {
 		t.Fatalf("got %#v", err)
 	}
+	for _, body := range []string{
+		`{"error":{"code":"stale_token","message":"m","high_water":null,"epoch":1}}`,
+		`{"error":{"code":"wrong_lock","message":"m","token_lock":null}}`,
+		`{"error":{"code":"quota_exceeded","message":"m","resource":"locks","limit":null}}`,
+	} {
+		if _, ok := ParseError(409, []byte(body)).(*APIError); !ok {
+			t.Fatalf("a required field sent as null was read as a value: %s", body)
+		}
+	}
 	if !IsFenced(ParseError(409, []byte(`{"error":{"code":"stale_token","high_water":2,"epoch":1}}`))) {
 		t.Fatal("a stale token is fenced")
 	}
