@@ -72,7 +72,19 @@ public class PalisadeException extends IOException {
     if (error == null || !error.isObject() || !error.path("code").isTextual()) {
       return new UnreadableAnswerException(status, new String(body, StandardCharsets.UTF_8));
     }
-    Base base = new Base(status, error.get("code").textValue(), error.path("message").asText(""));
+    return typed(new Base(status, error.get("code").textValue(), error.path("message").asText("")), error);
+  }
+
+  /**
+   * The typed error for {@code code} with {@code fields} (by their wire names), as if the
+   * server had answered it: how a gate, deciding in the caller's own process, raises the
+   * same exceptions the server's answers decode to.
+   */
+  public static PalisadeException of(int status, String code, String message, Map<String, ?> fields) {
+    return typed(new Base(status, code, message), JSON.valueToTree(fields));
+  }
+
+  private static PalisadeException typed(Base base, JsonNode error) {
     Fields f = new Fields(error);
     PalisadeException typed =
         switch (base.code) {
