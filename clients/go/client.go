@@ -97,7 +97,11 @@ func (c *Client) Acquire(ctx context.Context, lock string, opts AcquireOptions) 
 		body["wait_ms"] = opts.Wait.Milliseconds()
 	}
 	var lease Lease
-	path := "/v1/locks/" + url.PathEscape(lock) + "/acquire"
+	name, err := segment("lock name", lock)
+	if err != nil {
+		return nil, err
+	}
+	path := "/v1/locks/" + name + "/acquire"
 	if err := c.callWithin(ctx, c.timeout+opts.Wait, http.MethodPost, path, body, nil, &lease); err != nil {
 		return nil, err
 	}
@@ -107,12 +111,20 @@ func (c *Client) Acquire(ctx context.Context, lock string, opts AcquireOptions) 
 // KeepAlive renews a lease for a full TTL from now; *APIError with code lease_expired
 // when it is gone.
 func (c *Client) KeepAlive(ctx context.Context, leaseID string) error {
-	return c.call(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(leaseID)+"/keepalive", nil, nil, nil)
+	id, err := segment("lease id", leaseID)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, "/v1/leases/"+id+"/keepalive", nil, nil, nil)
 }
 
 // Release gives a lease up; the lock passes to the next in line.
 func (c *Client) Release(ctx context.Context, leaseID string) error {
-	return c.call(ctx, http.MethodPost, "/v1/leases/"+url.PathEscape(leaseID)+"/release", nil, nil, nil)
+	id, err := segment("lease id", leaseID)
+	if err != nil {
+		return err
+	}
+	return c.call(ctx, http.MethodPost, "/v1/leases/"+id+"/release", nil, nil, nil)
 }
 
 // Put writes value under key in lock's namespace, fenced by token: refused with
@@ -120,7 +132,11 @@ func (c *Client) Release(ctx context.Context, leaseID string) error {
 func (c *Client) Put(ctx context.Context, lock, key string, value []byte, token string) (*Written, error) {
 	var written Written
 	headers := http.Header{"Fencing-Token": {token}}
-	if err := c.call(ctx, http.MethodPut, kvPath(lock, key), value, headers, &written); err != nil {
+	path, err := kvPath(lock, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.call(ctx, http.MethodPut, path, value, headers, &written); err != nil {
 		return nil, err
 	}
 	return &written, nil
@@ -130,7 +146,11 @@ func (c *Client) Put(ctx context.Context, lock, key string, value []byte, token 
 func (c *Client) Get(ctx context.Context, lock, key string) (*Entry, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	response, err := c.send(ctx, http.MethodGet, kvPath(lock, key), nil, nil)
+	path, err := kvPath(lock, key)
+	if err != nil {
+		return nil, err
+	}
+	response, err := c.send(ctx, http.MethodGet, path, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +170,38 @@ func (c *Client) Get(ctx context.Context, lock, key string) (*Entry, error) {
 	return &Entry{Value: value, Revision: revision, Epoch: epoch}, nil
 }
 
-func kvPath(lock, key string) string {
-	return "/v1/kv/" + url.PathEscape(lock) + "/" + url.PathEscape(key)
+// ErrUnsendablePath is the error of a name that cannot be sent in a URL path: empty, or
+// a "." or ".." segment, which URL normalisation (here, or in a proxy) would remove,
+// silently addressing another key or route. Nothing is sent.
+var ErrUnsendablePath = errors.New("cannot be sent in a URL path")
+
+// segment percent-encodes a name that is exactly one path segment (a lock name, a
+// lease id).
+func segment(what, value string) (string, error) {
+	if value == "" || value == "." || value == ".." {
+		return "", fmt.Errorf("%s %q: %w", what, value, ErrUnsendablePath)
+	}
+	return url.PathEscape(value), nil
+}
+
+// kvPath is a key's path: each "/"-separated segment of the key encoded on its own, the
+// separators kept (the server reads a%2Fb and a/b as the same key).
+func kvPath(lock, key string) (string, error) {
+	name, err := segment("lock name", lock)
+	if err != nil {
+		return "", err
+	}
+	if key == "" {
+		return "", fmt.Errorf("key %q: %w", key, ErrUnsendablePath)
+	}
+	parts := strings.Split(key, "/")
+	for i, part := range parts {
+		if part == "." || part == ".." {
+			return "", fmt.Errorf("key %q has a %q segment: %w", key, part, ErrUnsendablePath)
+		}
+		parts[i] = url.PathEscape(part)
+	}
+	return "/v1/kv/" + name + "/" + strings.Join(parts, "/"), nil
 }
 
 // call sends body (JSON, or raw bytes) and decodes a 200's JSON into out, within the

@@ -150,3 +150,28 @@ func TestAWaitLongerThanTheTimeoutIsAnswered(t *testing.T) {
 		t.Fatalf("second: %+v %v", second, err)
 	}
 }
+
+// Names that URL normalisation would rewrite are refused before anything is sent; a key
+// with "/" keeps its segments and is read back as written.
+func TestDotSegmentsAreRefusedAndSlashesKept(t *testing.T) {
+	c, ctx := server(t), context.Background()
+	lease, err := c.Acquire(ctx, "orders", AcquireOptions{Holder: "a", TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"", ".", "..", "a/../b", "a/./b", "a/.."} {
+		if _, err := c.Put(ctx, "orders", key, []byte("x"), lease.Token); !errors.Is(err, ErrUnsendablePath) {
+			t.Fatalf("%q: %v", key, err)
+		}
+	}
+	if _, err := c.Acquire(ctx, "..", AcquireOptions{Holder: "a", TTL: time.Second}); !errors.Is(err, ErrUnsendablePath) {
+		t.Fatalf("lock ..: %v", err)
+	}
+	if _, err := c.Put(ctx, "orders", "dir/file name", []byte("v"), lease.Token); err != nil {
+		t.Fatal(err)
+	}
+	entry, err := c.Get(ctx, "orders", "dir/file name")
+	if err != nil || string(entry.Value) != "v" {
+		t.Fatalf("%+v %v", entry, err)
+	}
+}

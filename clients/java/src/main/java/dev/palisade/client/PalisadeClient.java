@@ -95,7 +95,7 @@ public final class PalisadeClient {
       body.put("value", Base64.getEncoder().encodeToString(options.value));
     }
     HttpRequest request =
-        request("/v1/locks/" + segment(lock) + "/acquire", timeout.plus(options.wait))
+        request("/v1/locks/" + name("lock name", lock) + "/acquire", timeout.plus(options.wait))
             .POST(json(body))
             .header("Content-Type", "application/json")
             .build();
@@ -117,14 +117,14 @@ public final class PalisadeClient {
   }
 
   void keepAlive(String leaseId, Duration requestTimeout) throws IOException, InterruptedException {
-    call(request("/v1/leases/" + segment(leaseId) + "/keepalive", requestTimeout)
+    call(request("/v1/leases/" + name("lease id", leaseId) + "/keepalive", requestTimeout)
         .POST(HttpRequest.BodyPublishers.noBody())
         .build());
   }
 
   /** Gives a lease up; the lock passes to the next in line. */
   public void release(String leaseId) throws IOException, InterruptedException {
-    call(request("/v1/leases/" + segment(leaseId) + "/release", timeout)
+    call(request("/v1/leases/" + name("lease id", leaseId) + "/release", timeout)
         .POST(HttpRequest.BodyPublishers.noBody())
         .build());
   }
@@ -226,8 +226,35 @@ public final class PalisadeClient {
     return HttpRequest.BodyPublishers.ofByteArray(JSON.writeValueAsBytes(body));
   }
 
-  private static String kvPath(String lock, String key) {
-    return "/v1/kv/" + segment(lock) + "/" + segment(key);
+  /**
+   * A key's path: each {@code /}-separated segment of the key encoded on its own, the
+   * separators kept (the server reads {@code a%2Fb} and {@code a/b} as the same key).
+   */
+  static String kvPath(String lock, String key) {
+    if (key.isEmpty()) {
+      throw new IllegalArgumentException("key must not be empty");
+    }
+    StringBuilder path = new StringBuilder("/v1/kv/").append(name("lock name", lock));
+    for (String part : key.split("/", -1)) {
+      if (part.equals(".") || part.equals("..")) {
+        throw new IllegalArgumentException(
+            "key \"" + key + "\" has a \"" + part + "\" segment, which URL normalisation would remove");
+      }
+      path.append('/').append(segment(part));
+    }
+    return path.toString();
+  }
+
+  /**
+   * A name that is exactly one path segment (a lock name, a lease id), encoded. Empty,
+   * {@code .} and {@code ..} are refused before anything is sent: URL normalisation (here,
+   * or in a proxy) would remove them and silently address another key or route.
+   */
+  static String name(String what, String value) {
+    if (value.isEmpty() || value.equals(".") || value.equals("..")) {
+      throw new IllegalArgumentException(what + " \"" + value + "\" cannot be sent in a URL path");
+    }
+    return segment(value);
   }
 
   /** Percent-encodes one path segment: every byte but the unreserved characters of RFC 3986. */

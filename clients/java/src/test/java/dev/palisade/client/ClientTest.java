@@ -88,6 +88,8 @@ class ClientTest {
     assertEquals(second.epoch(), entry.epoch());
     assertEquals(written.revision(), entry.revision());
     assertThrows(PalisadeException.NotFound.class, () -> client.get("orders", "absent"));
+    client.put("orders", "dir/file name", "v".getBytes(StandardCharsets.UTF_8), second.token());
+    assertArrayEquals("v".getBytes(StandardCharsets.UTF_8), client.get("orders", "dir/file name").value());
   }
 
   /** The server's tokens verify offline with the keys it lists, and only for their lock. */

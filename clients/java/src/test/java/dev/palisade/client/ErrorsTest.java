@@ -4,6 +4,7 @@ package dev.palisade.client;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
@@ -88,5 +89,18 @@ class ErrorsTest {
   void pathSegmentsArePercentEncoded() {
     assertEquals("a-b.c_d~e", PalisadeClient.segment("a-b.c_d~e"));
     assertEquals("a%2Fb%20c%C3%A9%3F", PalisadeClient.segment("a/b cé?"));
+  }
+
+  /** Keys keep their "/" segments; dot segments and empty names are refused, not sent. */
+  @Test
+  void dotSegmentsAreRefused() {
+    assertEquals("/v1/kv/orders/dir/file%20name", PalisadeClient.kvPath("orders", "dir/file name"));
+    assertEquals("/v1/kv/orders/a//b", PalisadeClient.kvPath("orders", "a//b"));
+    for (String key : new String[] {"", ".", "..", "a/../b", "a/./b", "a/.."}) {
+      assertThrows(IllegalArgumentException.class, () -> PalisadeClient.kvPath("orders", key), key);
+    }
+    for (String name : new String[] {"", ".", ".."}) {
+      assertThrows(IllegalArgumentException.class, () -> PalisadeClient.name("lock name", name), name);
+    }
   }
 }
