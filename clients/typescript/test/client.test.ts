@@ -1,0 +1,216 @@
+// Tests of the lock client (src/client.ts) against a real `palisade serve` per test: the
+// fencing story (a late write refused with both epochs, a held lock with its holder), a
+// wait in line, guards that renew, release, and notice a lost lease, the server's tokens
+// verified offline, the request headers, and the README's example run as written.
+
+import assert from "node:assert/strict";
+import { execFile } from "node:child_process";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import { setTimeout as delay } from "node:timers/promises";
+import { promisify } from "node:util";
+
+import {
+  Client,
+  DecodeError,
+  KeyRing,
+  LeaseExpiredError,
+  LockHeldError,
+  NotFoundError,
+  StaleTokenError,
+  Verifier,
+  WrongLockTokenError,
+  isFenced,
+} from "../src/index.js";
+import { PACKAGE, startServer } from "./server.js";
+
+test("a late write is fenced off with both epochs; a held lock answers with its holder", async (t) => {
+  const c = new Client(await startServer(t));
+  const first = await c.acquire("orders", { holder: "a", ttlMs: 10_000 });
+  await c.put("orders", "k", "from a", first.token);
+  await assert.rejects(c.acquire("orders", { holder: "b", ttlMs: 10_000 }), (err) => {
+    assert.ok(err instanceof LockHeldError, String(err));
+    assert.equal(err.holder, "a");
+    assert.equal(typeof err.retryAfterMs, "number");
+    return true;
+  });
+  await c.release(first.leaseId);
+  const second = await c.acquire("orders", { holder: "b", ttlMs: 10_000 });
+  assert.ok(second.epoch > first.epoch);
+  const written = await c.put("orders", "k", "from b", second.token);
+  assert.equal(written.epoch, second.epoch);
+  await assert.rejects(c.put("orders", "k", "late, from a", first.token), (err) => {
+    assert.ok(err instanceof StaleTokenError && isFenced(err), String(err));
+    assert.equal(err.epoch, first.epoch);
+    assert.equal(err.highWater, second.epoch);
+    assert.equal(err.status, 409);
+    return true;
+  });
+  const entry = await c.get("orders", "k");
+  assert.equal(Buffer.from(entry.value).toString(), "from b");
+  assert.deepEqual([entry.epoch, entry.revision], [second.epoch, written.revision]);
+  await assert.rejects(c.get("orders", "absent"), NotFoundError);
+});
+
+test("an acquisition waits in line and gets the lock when it is released", async (t) => {
+  const url = await startServer(t);
+  const c = new Client(url);
+  const first = await c.acquire("jobs", { holder: "a", ttlMs: 10_000 });
+  const waiting = c.acquire("jobs", { holder: "b", ttlMs: 10_000, waitMs: 20_000 });
+  // Released only once the server counts the waiter, so the wait is what is tested.
+  for (;;) {
+    const status = (await (await fetch(`${url}/v1/locks/jobs`)).json()) as { waiters: number };
+    if (status.waiters === 1) break;
+    await delay(10);
+  }
+  await c.release(first.leaseId);
+  const second = await waiting;
+  assert.equal(second.holder, "b");
+  assert.ok(second.epoch > first.epoch);
+});
+
+test("a guard keeps its lease past four TTLs, and releases it", async (t) => {
+  const c = new Client(await startServer(t));
+  const ttlMs = 600;
+  const guard = await c.hold("jobs", { holder: "a", ttlMs });
+  const deadline = performance.now() + 4 * ttlMs;
+  let probes = 0;
+  while (performance.now() < deadline) {
+    await assert.rejects(c.acquire("jobs", { holder: "b", ttlMs }), LockHeldError, "the guarded lock was free");
+    probes++;
+    await delay(ttlMs / 4);
+  }
+  assert.ok(probes >= 8);
+  assert.equal(guard.lost, false);
+  assert.equal(guard.error, undefined);
+  await guard.release();
+  await guard.release(); // once released, again is the same outcome
+  const next = await c.acquire("jobs", { holder: "b", ttlMs });
+  assert.ok(next.epoch > guard.lease.epoch);
+});
+
+test("a guard notices its lease was taken away: its signal aborts", async (t) => {
+  const c = new Client(await startServer(t));
+  const guard = await c.hold("jobs", { holder: "a", ttlMs: 600 });
+  await c.release(guard.lease.leaseId); // as an admin or an expiry would end it
+  await aborted(guard.signal);
+  assert.ok(guard.lost);
+  assert.ok(guard.signal.reason instanceof LeaseExpiredError, String(guard.signal.reason));
+  assert.equal(guard.signal.reason.code, "lease_expired");
+  await assert.rejects(guard.release(), (err) => err === guard.signal.reason);
+});
+
+test("`await using` releases the guard at the end of its block", async (t) => {
+  const c = new Client(await startServer(t));
+  let epoch: bigint;
+  {
+    await using guard = await c.hold("jobs", { holder: "a", ttlMs: 10_000 });
+    epoch = guard.lease.epoch;
+    await assert.rejects(c.acquire("jobs", { holder: "b", ttlMs: 10_000 }), LockHeldError);
+  }
+  const next = await c.acquire("jobs", { holder: "b", ttlMs: 10_000 });
+  assert.ok(next.epoch > epoch);
+});
+
+test("the server's tokens verify offline with the keys it lists", async (t) => {
+  const c = new Client(await startServer(t));
+  const verifier = new Verifier(KeyRing.fromListing(await c.keys()));
+  const lease = await c.acquire("orders", { holder: "worker-1", ttlMs: 10_000 });
+  const claims = verifier.verify(lease.token, "orders");
+  assert.deepEqual(
+    [claims.lock, claims.epoch, claims.holder],
+    ["orders", lease.epoch, "worker-1"],
+  );
+  assert.throws(() => verifier.verify(lease.token, "invoices"), WrongLockTokenError);
+});
+
+test("requests carry the bearer key and the fencing token, through a custom fetch", async (t) => {
+  const url = await startServer(t);
+  const seen: { method: string; path: string; headers: Headers; dispatcher: unknown }[] = [];
+  const dispatcher = { an: "undici Dispatcher" };
+  const c = new Client(`${url}/`, {
+    key: "k-123",
+    dispatcher,
+    fetch: (input, init) => {
+      const { dispatcher: given, ...rest } = init as RequestInit & { dispatcher?: unknown };
+      seen.push({ method: rest.method ?? "GET", path: new URL(input).pathname, headers: new Headers(rest.headers), dispatcher: given });
+      return fetch(input, rest);
+    },
+  });
+  const lease = await c.acquire("orders", { holder: "a", ttlMs: 10_000 });
+  await c.put("orders", "dir/a b", new Uint8Array([0, 255]), lease.token);
+  const entry = await c.get("orders", "dir/a b");
+  assert.deepEqual([...entry.value], [0, 255]);
+  assert.deepEqual(
+    seen.map((r) => `${r.method} ${r.path}`),
+    ["POST /v1/locks/orders/acquire", "PUT /v1/kv/orders/dir/a%20b", "GET /v1/kv/orders/dir/a%20b"],
+  );
+  assert.ok(seen.every((r) => r.headers.get("authorization") === "Bearer k-123" && r.dispatcher === dispatcher));
+  assert.equal(seen[1]!.headers.get("fencing-token"), lease.token);
+  assert.equal(seen[1]!.headers.get("content-type"), "application/octet-stream");
+  // Dot segments would be removed by URL parsing, addressing another key: refused here.
+  await assert.rejects(c.put("orders", "dir/../x", "v", lease.token), TypeError);
+  assert.equal(seen.length, 3);
+});
+
+test("a guard whose renewals fail keeps trying, and gives the lease up after a whole TTL", async () => {
+  // No server: the acquisition is answered here, and every keepalive by a proxy's error page.
+  const ttlMs = 300;
+  const keepalives: number[] = [];
+  const c = new Client("http://palisade.invalid", {
+    fetch: async (input) => {
+      if (new URL(input).pathname.endsWith("/acquire")) {
+        const lease = `{"lock":"jobs","holder":"a","epoch":9007199254740993,"token":"t","lease_id":"l1","ttl_ms":${ttlMs},"lock_delay_ms":0}`;
+        return new Response(lease, { status: 200 });
+      }
+      keepalives.push(performance.now());
+      return new Response("<html>502 Bad Gateway</html>", { status: 502, headers: { "content-type": "text/html" } });
+    },
+  });
+  const asked = performance.now();
+  const guard = await c.hold("jobs", { holder: "a", ttlMs });
+  assert.equal(guard.lease.epoch, 9007199254740993n); // read exactly
+  await aborted(guard.signal);
+  assert.ok(guard.signal.reason instanceof DecodeError, String(guard.signal.reason));
+  assert.ok(keepalives.length >= 2, `${keepalives.length} keepalives`);
+  assert.ok(performance.now() - asked >= ttlMs);
+  await assert.rejects(guard.release(), DecodeError);
+});
+
+test("a success whose fields sit under a __proto__ name is a DecodeError, not a lease", async () => {
+  // No server: each answer is made here.
+  const lease = `"lock":"jobs","holder":"a","epoch":1,"token":"t","lease_id":"l1","ttl_ms":300,"lock_delay_ms":0`;
+  let body = "";
+  const c = new Client("http://palisade.invalid", { fetch: async () => new Response(body, { status: 200 }) });
+  body = `{"__proto__":{${lease}}}`;
+  await assert.rejects(c.acquire("jobs", { holder: "a", ttlMs: 300 }), DecodeError);
+  body = `{"__proto__":{"revision":1},"epoch":1}`;
+  await assert.rejects(c.put("jobs", "k", "v", "t"), DecodeError);
+  body = `{${lease}}`; // the same fields as the text's own: a lease
+  assert.equal((await c.acquire("jobs", { holder: "a", ttlMs: 300 })).leaseId, "l1");
+});
+
+test("the README's example runs as written", async (t) => {
+  const url = await startServer(t);
+  const readme = readFileSync(join(PACKAGE, "README.md"), "utf8");
+  const example = /```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+  assert.ok(example !== undefined && example.includes("http://127.0.0.1:7070"));
+  // Inside the package, so that "@palisade/client" resolves to this build.
+  const file = join(PACKAGE, "dist", "readme-example.mjs");
+  writeFileSync(file, example.replace("http://127.0.0.1:7070", url));
+  const { stdout } = await promisify(execFile)(process.execPath, [file]);
+  assert.equal(stdout, "wrote revision 1 under epoch 1\n");
+});
+
+/** Resolves when `signal` aborts; rejects if it has not within 10 s. */
+function aborted(signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("the loss was never noticed")), 10_000);
+    signal.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
+}
