@@ -81,7 +81,12 @@ public final class PalisadeClient {
   /** Takes {@code lock} ({@code POST /v1/locks/{lock}/acquire}). */
   public Lease acquire(String lock, AcquireOptions options) throws IOException, InterruptedException {
     ObjectNode body = JSON.createObjectNode();
-    body.put("ttl_ms", options.ttl.toMillis());
+    if (options.ttl != null) {
+      body.put("ttl_ms", options.ttl.toMillis());
+    }
+    if (options.session != null) {
+      body.put("session", options.session);
+    }
     if (options.holder != null) {
       body.put("holder", options.holder);
     }
@@ -135,14 +140,184 @@ public final class PalisadeClient {
    */
   public Written put(String lock, String key, byte[] value, String token)
       throws IOException, InterruptedException {
-    HttpRequest request =
-        request(kvPath(lock, key), timeout)
+    return put(lock, key, value, token, PutOptions.none());
+  }
+
+  /** {@link #put(String, String, byte[], String)} with preconditions, an idempotency key or a sequence number. */
+  public Written put(String lock, String key, byte[] value, String token, PutOptions options)
+      throws IOException, InterruptedException {
+    HttpRequest.Builder b =
+        fenced(request(kvPath(lock, key), timeout), token, options)
             .PUT(HttpRequest.BodyPublishers.ofByteArray(value))
-            .header("Content-Type", "application/octet-stream")
-            .header("Fencing-Token", token)
-            .build();
-    Answer a = new Answer(call(request), 200);
+            .header("Content-Type", "application/octet-stream");
+    Answer a = new Answer(call(b.build()), 200);
     return new Written(a.u64("revision"), a.u64("epoch"));
+  }
+
+  /** Deletes {@code key}, fenced like a put; {@link PalisadeException.NotFound} if absent. */
+  public Written delete(String lock, String key, String token, PutOptions options)
+      throws IOException, InterruptedException {
+    HttpRequest.Builder b = fenced(request(kvPath(lock, key), timeout), token, options).DELETE();
+    Answer a = new Answer(call(b.build()), 200);
+    return new Written(a.u64("revision"), a.u64("epoch"));
+  }
+
+  /** The keys of {@code lock}'s namespace that start with {@code prefix}, in order, at most {@code limit}. */
+  public List<String> list(String lock, String prefix, int limit) throws IOException, InterruptedException {
+    String query = "?prefix=" + query(prefix) + "&limit=" + limit;
+    JsonNode answer = call(request("/v1/kv/" + name("lock name", lock) + query, timeout).GET().build());
+    List<String> keys = new ArrayList<>();
+    JsonNode listed = answer.get("keys");
+    if (listed == null || !listed.isArray()) {
+      throw new UnreadableAnswerException(200, "no keys in " + answer);
+    }
+    for (JsonNode key : listed) {
+      if (!key.isTextual()) {
+        throw new UnreadableAnswerException(200, "a key that is not text in " + answer);
+      }
+      keys.add(key.textValue());
+    }
+    return keys;
+  }
+
+  /**
+   * The barrier: advances {@code lock}'s high-water mark to the token's epoch without
+   * writing data, so that every older holder's later write is refused from now on.
+   */
+  public Fenced fence(String lock, String token, PutOptions options) throws IOException, InterruptedException {
+    HttpRequest.Builder b =
+        fenced(request("/v1/fences/" + name("lock name", lock), timeout), token, options)
+            .POST(HttpRequest.BodyPublishers.noBody());
+    Answer a = new Answer(call(b.build()), 200);
+    return new Fenced(a.string("lock"), a.u64("high_water"), a.u64("epoch"));
+  }
+
+  /** {@code lock}'s namespace mark ({@code GET /v1/fences/{lock}}). */
+  public FenceStatus fenceStatus(String lock) throws IOException, InterruptedException {
+    Answer a = new Answer(call(request("/v1/fences/" + name("lock name", lock), timeout).GET().build()), 200);
+    return new FenceStatus(a.string("lock"), a.u64("high_water"), a.u64("seq"), a.string("policy"));
+  }
+
+  /** What the server says of {@code token} now: a snapshot, never a fence. */
+  public TokenCheck checkToken(String token) throws IOException, InterruptedException {
+    ObjectNode body = JSON.createObjectNode().put("token", token);
+    HttpRequest request =
+        request("/v1/tokens/check", timeout).POST(json(body)).header("Content-Type", "application/json").build();
+    JsonNode answer = call(request);
+    Answer a = new Answer(answer, 200);
+    if (!a.bool("genuine")) {
+      return new TokenCheck(false, a.optString("reason"), null, 0, null, null, 0, false, false);
+    }
+    return new TokenCheck(
+        true, null, a.string("lock"), a.u64("epoch"), a.string("holder"), a.string("key_id"),
+        a.u64("current_epoch"), a.bool("current"), a.bool("lease_alive"));
+  }
+
+  /** {@code lock}'s status: its epoch, holder, value and waiters. */
+  public LockStatus status(String lock) throws IOException, InterruptedException {
+    Answer a = new Answer(call(request("/v1/locks/" + name("lock name", lock), timeout).GET().build()), 200);
+    String value = a.optString("value");
+    return new LockStatus(
+        a.string("lock"), a.u64("epoch"), a.optString("holder"), a.optString("lease_id"), a.optU64("remaining_ms"),
+        a.u64("waiters"), value == null ? null : decodeValue(value), a.optU64("lock_delay_ms"), a.optString("session"));
+  }
+
+  /** Replaces what the lease's holder advertises ({@code null} clears it); epoch and deadline unchanged. */
+  public void proclaim(String leaseId, byte[] value) throws IOException, InterruptedException {
+    ObjectNode body = JSON.createObjectNode();
+    if (value == null) {
+      body.putNull("value");
+    } else {
+      body.put("value", Base64.getEncoder().encodeToString(value));
+    }
+    call(request("/v1/leases/" + name("lease id", leaseId) + "/proclaim", timeout)
+        .POST(json(body))
+        .header("Content-Type", "application/json")
+        .build());
+  }
+
+  /** Opens a session: one keepalive for many locks ({@link AcquireOptions#inSession}). */
+  public Session createSession(String holder, Duration ttl) throws IOException, InterruptedException {
+    ObjectNode body = JSON.createObjectNode().put("ttl_ms", ttl.toMillis());
+    if (holder != null) {
+      body.put("holder", holder);
+    }
+    return session(call(request("/v1/sessions", timeout).POST(json(body)).header("Content-Type", "application/json").build()));
+  }
+
+  /** A session as it is now; {@code session_expired} once it ended. */
+  public Session getSession(String sessionId) throws IOException, InterruptedException {
+    return session(call(request("/v1/sessions/" + name("session id", sessionId), timeout).GET().build()));
+  }
+
+  /** Renews a session and every lease in it for a full TTL from now. */
+  public Session keepAliveSession(String sessionId) throws IOException, InterruptedException {
+    return keepAliveSession(sessionId, timeout);
+  }
+
+  Session keepAliveSession(String sessionId, Duration requestTimeout) throws IOException, InterruptedException {
+    return session(call(request("/v1/sessions/" + name("session id", sessionId) + "/keepalive", requestTimeout)
+        .POST(HttpRequest.BodyPublishers.noBody())
+        .build()));
+  }
+
+  /** Closes a session: every lease in it is released at once, without lock-delay. */
+  public Session closeSession(String sessionId) throws IOException, InterruptedException {
+    return session(call(request("/v1/sessions/" + name("session id", sessionId) + "/close", timeout)
+        .POST(HttpRequest.BodyPublishers.noBody())
+        .build()));
+  }
+
+  /**
+   * Opens a session and renews it in the background until the guard is closed (which
+   * closes the session) or the session is lost.
+   */
+  public SessionGuard holdSession(String holder, Duration ttl) throws IOException, InterruptedException {
+    return new SessionGuard(this, createSession(holder, ttl));
+  }
+
+  private static Session session(JsonNode answer) throws UnreadableAnswerException {
+    Answer a = new Answer(answer, 200);
+    List<Session.Member> members = new ArrayList<>();
+    JsonNode leases = answer.get("leases");
+    if (leases == null || !leases.isArray()) {
+      throw new UnreadableAnswerException(200, "no leases in " + answer);
+    }
+    for (JsonNode lease : leases) {
+      Answer m = new Answer(lease, 200);
+      members.add(new Session.Member(m.string("lease_id"), m.string("lock"), m.u64("epoch")));
+    }
+    return new Session(a.string("session_id"), a.string("holder"), a.u64("ttl_ms"), a.u64("remaining_ms"), members);
+  }
+
+  private static byte[] decodeValue(String base64) throws UnreadableAnswerException {
+    try {
+      return Base64.getDecoder().decode(base64);
+    } catch (IllegalArgumentException e) {
+      throw new UnreadableAnswerException(200, "a value that is not base64: " + base64);
+    }
+  }
+
+  /** The headers of a fenced mutation. */
+  private static HttpRequest.Builder fenced(HttpRequest.Builder b, String token, PutOptions options) {
+    b.header("Fencing-Token", token);
+    if (options.ifMatch != null) {
+      b.header("If-Match", "\"" + Long.toUnsignedString(options.ifMatch) + "\"");
+    }
+    if (options.ifNoneMatch) {
+      b.header("If-None-Match", "*");
+    }
+    if (options.idempotencyKey != null) {
+      b.header("Idempotency-Key", options.idempotencyKey);
+    }
+    if (options.seq != null) {
+      b.header("Fencing-Seq", Long.toUnsignedString(options.seq));
+    }
+    return b;
+  }
+
+  private static String query(String text) {
+    return java.net.URLEncoder.encode(text, StandardCharsets.UTF_8).replace("+", "%20");
   }
 
   /** Reads {@code key} in {@code lock}'s namespace; {@link PalisadeException.NotFound} if absent. */
@@ -283,6 +458,24 @@ public final class PalisadeClient {
         throw new UnreadableAnswerException(status, "no text field " + name + " in " + node);
       }
       return v.textValue();
+    }
+
+    Long optU64(String name) throws UnreadableAnswerException {
+      JsonNode v = node.get(name);
+      return v == null || v.isNull() ? null : u64(name);
+    }
+
+    String optString(String name) throws UnreadableAnswerException {
+      JsonNode v = node.get(name);
+      return v == null || v.isNull() ? null : string(name);
+    }
+
+    boolean bool(String name) throws UnreadableAnswerException {
+      JsonNode v = node.get(name);
+      if (v == null || !v.isBoolean()) {
+        throw new UnreadableAnswerException(status, "no boolean field " + name + " in " + node);
+      }
+      return v.booleanValue();
     }
 
     long u64(String name) throws UnreadableAnswerException {

@@ -10,11 +10,8 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import dev.palisade.token.Claims;
 import dev.palisade.token.TokenException;
 import dev.palisade.token.Verifier;
-import java.io.BufferedReader;
 import java.io.IOException;
-import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
@@ -25,33 +22,18 @@ import org.junit.jupiter.api.io.TempDir;
 
 class ClientTest {
   @TempDir Path dir;
-  private Process server;
+  private TestServer server;
   private PalisadeClient client;
 
-  /**
-   * Starts `palisade serve` (PALISADE_BIN, or the workspace's debug build) on a free
-   * loopback port in a temp dir; it is stopped by its pid after each test.
-   */
   @BeforeEach
   void start() throws IOException {
-    String bin = System.getenv("PALISADE_BIN");
-    Path path = Path.of(bin != null ? bin : "../../target/debug/palisade");
-    assertTrue(Files.isExecutable(path), "no palisade binary at " + path + " (build it, or set PALISADE_BIN)");
-    server =
-        new ProcessBuilder(path.toString(), "serve", "--listen", "127.0.0.1:0", "--data-dir", dir.resolve("data").toString())
-            .redirectError(ProcessBuilder.Redirect.INHERIT)
-            .start();
-    BufferedReader out = new BufferedReader(new InputStreamReader(server.getInputStream(), StandardCharsets.UTF_8));
-    String line = out.readLine();
-    String prefix = "palisade listening on ";
-    assertTrue(line != null && line.startsWith(prefix), "no start-up line: " + line);
-    client = PalisadeClient.builder(line.substring(prefix.length()).split(",")[0].trim()).build();
+    server = new TestServer(dir);
+    client = server.client();
   }
 
   @AfterEach
   void stop() throws InterruptedException {
-    server.destroyForcibly();
-    server.waitFor(10, TimeUnit.SECONDS);
+    server.stop();
   }
 
   private static AcquireOptions as(String holder, Duration ttl) {

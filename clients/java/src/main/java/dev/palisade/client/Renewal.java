@@ -1,0 +1,66 @@
+// The background renewal both guards share: a daemon thread, and the loss as a future.
+package dev.palisade.client;
+
+import java.io.IOException;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Renews something with a TTL (a lease, a session) on a daemon thread every third of the
+ * TTL until {@link #stop}, or until a renewal is refused (a {@link PalisadeException}: final)
+ * or has failed for a whole TTL counted from the sending of the last renewal that worked:
+ * then {@link #lost} completes with why.
+ */
+final class Renewal {
+  /** One renewal, bounded by {@code timeout}. */
+  interface Renew {
+    void renew(Duration timeout) throws IOException, InterruptedException;
+  }
+
+  private final CompletableFuture<IOException> lost = new CompletableFuture<>();
+  private final CountDownLatch stop = new CountDownLatch(1);
+  private final Thread thread;
+
+  Renewal(String name, long ttlMs, Renew renew) {
+    thread = new Thread(() -> run(ttlMs, renew), name);
+    thread.setDaemon(true);
+    thread.start();
+  }
+
+  CompletableFuture<IOException> lost() {
+    return lost;
+  }
+
+  /** Stops renewing and waits for the thread (at most one renewal's timeout). */
+  void stop() throws InterruptedException {
+    stop.countDown();
+    thread.join();
+  }
+
+  private void run(long ttlMs, Renew renew) {
+    Duration every = Duration.ofMillis(Math.max(1, ttlMs / 3));
+    long renewedAt = System.nanoTime();
+    try {
+      while (!stop.await(every.toMillis(), TimeUnit.MILLISECONDS)) {
+        long sentAt = System.nanoTime();
+        try {
+          renew.renew(every);
+          renewedAt = sentAt; // the TTL runs from a moment after the sending
+        } catch (PalisadeException refused) {
+          lost.complete(refused); // a refusal is final
+          return;
+        } catch (IOException failed) {
+          // A failed request is retried until the TTL is spent.
+          if (System.nanoTime() - renewedAt >= TimeUnit.MILLISECONDS.toNanos(ttlMs)) {
+            lost.complete(failed);
+            return;
+          }
+        }
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+}
