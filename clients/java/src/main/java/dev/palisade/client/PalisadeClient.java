@@ -1,41 +1,67 @@
-// The HTTP client of one Palisade server: locks, leases, the fenced store, the keys.
+// The HTTP client of a Palisade deployment: locks, leases, the fenced store, the barrier,
+// token checks, values, sessions and keys, over one endpoint or several.
 package dev.palisade.client;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import dev.palisade.client.Transport.Call;
+import dev.palisade.client.Transport.Retry;
 import dev.palisade.token.KeyRing;
 import java.io.IOException;
-import java.net.URI;
+import java.io.InputStream;
 import java.net.http.HttpClient;
-import java.net.http.HttpRequest;
 import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.security.GeneralSecurityException;
+import java.security.KeyStore;
+import java.security.cert.Certificate;
+import java.security.cert.CertificateFactory;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Base64;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
+import java.util.UUID;
+import javax.net.ssl.SSLContext;
+import javax.net.ssl.TrustManagerFactory;
 
 /**
- * Speaks the HTTP API of one Palisade server (docs/api.md) with the JDK's {@link
+ * Speaks the HTTP API of a Palisade deployment (docs/api.md) with the JDK's {@link
  * HttpClient}. Safe for concurrent use. Every error the server answers is a typed {@link
  * PalisadeException}; any other {@link IOException} of a mutation means its outcome is
  * unknown.
+ *
+ * <p>Given several endpoints (the nodes of one deployment over etcd), a call moves to the
+ * next node when its node cannot be reached or answers 503, unless resending could apply
+ * it twice: an acquire whose answer was lost is not resent, and every fenced write carries
+ * an {@code Idempotency-Key} (a fresh one when the caller gave none), so a resend of it is
+ * answered with the first outcome instead of being applied again.
  */
 public final class PalisadeClient {
   private static final ObjectMapper JSON = new ObjectMapper();
-  private static final int MAX_ANSWER = 16 << 20;
 
-  private final String base;
-  private final HttpClient http;
-  private final String bearer;
+  private final Transport transport;
   private final Duration timeout;
 
   private PalisadeClient(Builder b) {
-    this.base = b.baseUrl.replaceAll("/+$", "");
-    this.http = b.http != null ? b.http : HttpClient.newBuilder().connectTimeout(b.timeout).build();
-    this.bearer = b.key;
+    HttpClient http = b.http;
+    if (http == null) {
+      HttpClient.Builder hb = HttpClient.newBuilder().connectTimeout(b.timeout);
+      if (b.ssl != null) {
+        hb.sslContext(b.ssl);
+      }
+      http = hb.build();
+    }
+    List<String> bases = new ArrayList<>();
+    for (String url : b.urls) {
+      bases.add(url.replaceAll("/+$", ""));
+    }
+    this.transport = new Transport(bases, http, b.key);
     this.timeout = b.timeout;
   }
 
@@ -46,13 +72,20 @@ public final class PalisadeClient {
 
   /** Sets up a {@link PalisadeClient}. */
   public static final class Builder {
-    private final String baseUrl;
+    private final List<String> urls = new ArrayList<>();
     private HttpClient http;
+    private SSLContext ssl;
     private String key;
     private Duration timeout = Duration.ofSeconds(30);
 
     private Builder(String baseUrl) {
-      this.baseUrl = Objects.requireNonNull(baseUrl, "baseUrl");
+      urls.add(Objects.requireNonNull(baseUrl, "baseUrl"));
+    }
+
+    /** Another node of the same deployment, tried in order when one fails (failover). */
+    public Builder endpoint(String url) {
+      urls.add(Objects.requireNonNull(url, "url"));
+      return this;
     }
 
     /** Sends {@code key} as the bearer key of every request (a server with authentication). */
@@ -61,7 +94,34 @@ public final class PalisadeClient {
       return this;
     }
 
-    /** Uses {@code http} for every request (an {@code SSLContext} with your CA, a proxy). */
+    /**
+     * Trusts the CA certificates in this PEM file (and only them) for {@code https://}
+     * endpoints: a deployment with its own CA. For client certificates, a proxy or other
+     * settings, give your own {@link #httpClient}.
+     */
+    public Builder caCertificate(Path pem) throws IOException {
+      try (InputStream in = Files.newInputStream(pem)) {
+        KeyStore store = KeyStore.getInstance(KeyStore.getDefaultType());
+        store.load(null, null);
+        int n = 0;
+        for (Certificate cert : CertificateFactory.getInstance("X.509").generateCertificates(in)) {
+          store.setCertificateEntry("ca-" + n++, cert);
+        }
+        if (n == 0) {
+          throw new IOException("no certificate in " + pem);
+        }
+        TrustManagerFactory trust = TrustManagerFactory.getInstance(TrustManagerFactory.getDefaultAlgorithm());
+        trust.init(store);
+        SSLContext context = SSLContext.getInstance("TLS");
+        context.init(null, trust.getTrustManagers(), null);
+        this.ssl = context;
+        return this;
+      } catch (GeneralSecurityException e) {
+        throw new IOException("cannot trust " + pem + ": " + e.getMessage(), e);
+      }
+    }
+
+    /** Uses {@code http} for every request (client certificates, a proxy). */
     public Builder httpClient(HttpClient http) {
       this.http = http;
       return this;
@@ -77,6 +137,8 @@ public final class PalisadeClient {
       return new PalisadeClient(this);
     }
   }
+
+  // ---- locks and leases ----------------------------------------------------------------
 
   /** Takes {@code lock} ({@code POST /v1/locks/{lock}/acquire}). */
   public Lease acquire(String lock, AcquireOptions options) throws IOException, InterruptedException {
@@ -99,12 +161,8 @@ public final class PalisadeClient {
     if (options.value != null) {
       body.put("value", Base64.getEncoder().encodeToString(options.value));
     }
-    HttpRequest request =
-        request("/v1/locks/" + name("lock name", lock) + "/acquire", timeout.plus(options.wait))
-            .POST(json(body))
-            .header("Content-Type", "application/json")
-            .build();
-    JsonNode answer = call(request);
+    String path = "/v1/locks/" + name("lock name", lock) + "/acquire";
+    JsonNode answer = call(json("POST", path, body, timeout.plus(options.wait), Retry.UNLESS_UNKNOWN));
     Answer a = new Answer(answer, 200);
     return new Lease(
         a.string("lock"),
@@ -122,17 +180,81 @@ public final class PalisadeClient {
   }
 
   void keepAlive(String leaseId, Duration requestTimeout) throws IOException, InterruptedException {
-    call(request("/v1/leases/" + name("lease id", leaseId) + "/keepalive", requestTimeout)
-        .POST(HttpRequest.BodyPublishers.noBody())
-        .build());
+    call(empty("POST", "/v1/leases/" + name("lease id", leaseId) + "/keepalive", requestTimeout));
   }
 
   /** Gives a lease up; the lock passes to the next in line. */
   public void release(String leaseId) throws IOException, InterruptedException {
-    call(request("/v1/leases/" + name("lease id", leaseId) + "/release", timeout)
-        .POST(HttpRequest.BodyPublishers.noBody())
-        .build());
+    call(empty("POST", "/v1/leases/" + name("lease id", leaseId) + "/release", timeout));
   }
+
+  /**
+   * Acquires {@code lock} and renews it in the background until the guard is closed or the
+   * lease is lost: use it in try-with-resources.
+   */
+  public LeaseGuard hold(String lock, AcquireOptions options) throws IOException, InterruptedException {
+    return new LeaseGuard(this, acquire(lock, options));
+  }
+
+  /** {@code lock}'s status: its epoch, holder, value and waiters. */
+  public LockStatus status(String lock) throws IOException, InterruptedException {
+    Answer a = new Answer(call(empty("GET", "/v1/locks/" + name("lock name", lock), timeout)), 200);
+    String value = a.optString("value");
+    return new LockStatus(
+        a.string("lock"), a.u64("epoch"), a.optString("holder"), a.optString("lease_id"), a.optU64("remaining_ms"),
+        a.u64("waiters"), value == null ? null : decodeValue(value), a.optU64("lock_delay_ms"), a.optString("session"));
+  }
+
+  /** Replaces what the lease's holder advertises ({@code null} clears it); epoch and deadline unchanged. */
+  public void proclaim(String leaseId, byte[] value) throws IOException, InterruptedException {
+    ObjectNode body = JSON.createObjectNode();
+    if (value == null) {
+      body.putNull("value");
+    } else {
+      body.put("value", Base64.getEncoder().encodeToString(value));
+    }
+    call(json("POST", "/v1/leases/" + name("lease id", leaseId) + "/proclaim", body, timeout, Retry.SAFE));
+  }
+
+  // ---- sessions -----------------------------------------------------------------------
+
+  /** Opens a session: one keepalive for many locks ({@link AcquireOptions#inSession}). */
+  public Session createSession(String holder, Duration ttl) throws IOException, InterruptedException {
+    ObjectNode body = JSON.createObjectNode().put("ttl_ms", ttl.toMillis());
+    if (holder != null) {
+      body.put("holder", holder);
+    }
+    return session(call(json("POST", "/v1/sessions", body, timeout, Retry.UNLESS_UNKNOWN)));
+  }
+
+  /** A session as it is now; {@code session_expired} once it ended. */
+  public Session getSession(String sessionId) throws IOException, InterruptedException {
+    return session(call(empty("GET", "/v1/sessions/" + name("session id", sessionId), timeout)));
+  }
+
+  /** Renews a session and every lease in it for a full TTL from now. */
+  public Session keepAliveSession(String sessionId) throws IOException, InterruptedException {
+    return keepAliveSession(sessionId, timeout);
+  }
+
+  Session keepAliveSession(String sessionId, Duration requestTimeout) throws IOException, InterruptedException {
+    return session(call(empty("POST", "/v1/sessions/" + name("session id", sessionId) + "/keepalive", requestTimeout)));
+  }
+
+  /** Closes a session: every lease in it is released at once, without lock-delay. */
+  public Session closeSession(String sessionId) throws IOException, InterruptedException {
+    return session(call(empty("POST", "/v1/sessions/" + name("session id", sessionId) + "/close", timeout)));
+  }
+
+  /**
+   * Opens a session and renews it in the background until the guard is closed (which
+   * closes the session) or the session is lost.
+   */
+  public SessionGuard holdSession(String holder, Duration ttl) throws IOException, InterruptedException {
+    return new SessionGuard(this, createSession(holder, ttl));
+  }
+
+  // ---- the fenced store and the barrier -----------------------------------------------
 
   /**
    * Writes {@code value} under {@code key} in {@code lock}'s namespace, fenced by {@code
@@ -146,26 +268,36 @@ public final class PalisadeClient {
   /** {@link #put(String, String, byte[], String)} with preconditions, an idempotency key or a sequence number. */
   public Written put(String lock, String key, byte[] value, String token, PutOptions options)
       throws IOException, InterruptedException {
-    HttpRequest.Builder b =
-        fenced(request(kvPath(lock, key), timeout), token, options)
-            .PUT(HttpRequest.BodyPublishers.ofByteArray(value))
-            .header("Content-Type", "application/octet-stream");
-    Answer a = new Answer(call(b.build()), 200);
+    Answer a = new Answer(call(fenced("PUT", kvPath(lock, key), value, token, options)), 200);
     return new Written(a.u64("revision"), a.u64("epoch"));
+  }
+
+  /** Reads {@code key} in {@code lock}'s namespace; {@link PalisadeException.NotFound} if absent. */
+  public Entry get(String lock, String key) throws IOException, InterruptedException {
+    HttpResponse<byte[]> response = transport.send(empty("GET", kvPath(lock, key), timeout));
+    if (response.statusCode() != 200) {
+      throw PalisadeException.parse(response.statusCode(), response.body());
+    }
+    String etag = response.headers().firstValue("ETag").orElse("").replace("\"", "");
+    String epoch = response.headers().firstValue("Fencing-Epoch").orElse("");
+    try {
+      return new Entry(response.body(), Long.parseUnsignedLong(etag), Long.parseUnsignedLong(epoch));
+    } catch (NumberFormatException e) {
+      throw new UnreadableAnswerException(200, "no ETag or Fencing-Epoch header");
+    }
   }
 
   /** Deletes {@code key}, fenced like a put; {@link PalisadeException.NotFound} if absent. */
   public Written delete(String lock, String key, String token, PutOptions options)
       throws IOException, InterruptedException {
-    HttpRequest.Builder b = fenced(request(kvPath(lock, key), timeout), token, options).DELETE();
-    Answer a = new Answer(call(b.build()), 200);
+    Answer a = new Answer(call(fenced("DELETE", kvPath(lock, key), null, token, options)), 200);
     return new Written(a.u64("revision"), a.u64("epoch"));
   }
 
   /** The keys of {@code lock}'s namespace that start with {@code prefix}, in order, at most {@code limit}. */
   public List<String> list(String lock, String prefix, int limit) throws IOException, InterruptedException {
-    String query = "?prefix=" + query(prefix) + "&limit=" + limit;
-    JsonNode answer = call(request("/v1/kv/" + name("lock name", lock) + query, timeout).GET().build());
+    String path = "/v1/kv/" + name("lock name", lock) + "?prefix=" + query(prefix) + "&limit=" + limit;
+    JsonNode answer = call(empty("GET", path, timeout));
     List<String> keys = new ArrayList<>();
     JsonNode listed = answer.get("keys");
     if (listed == null || !listed.isArray()) {
@@ -185,26 +317,22 @@ public final class PalisadeClient {
    * writing data, so that every older holder's later write is refused from now on.
    */
   public Fenced fence(String lock, String token, PutOptions options) throws IOException, InterruptedException {
-    HttpRequest.Builder b =
-        fenced(request("/v1/fences/" + name("lock name", lock), timeout), token, options)
-            .POST(HttpRequest.BodyPublishers.noBody());
-    Answer a = new Answer(call(b.build()), 200);
+    Answer a = new Answer(call(fenced("POST", "/v1/fences/" + name("lock name", lock), null, token, options)), 200);
     return new Fenced(a.string("lock"), a.u64("high_water"), a.u64("epoch"));
   }
 
   /** {@code lock}'s namespace mark ({@code GET /v1/fences/{lock}}). */
   public FenceStatus fenceStatus(String lock) throws IOException, InterruptedException {
-    Answer a = new Answer(call(request("/v1/fences/" + name("lock name", lock), timeout).GET().build()), 200);
+    Answer a = new Answer(call(empty("GET", "/v1/fences/" + name("lock name", lock), timeout)), 200);
     return new FenceStatus(a.string("lock"), a.u64("high_water"), a.u64("seq"), a.string("policy"));
   }
+
+  // ---- tokens -------------------------------------------------------------------------
 
   /** What the server says of {@code token} now: a snapshot, never a fence. */
   public TokenCheck checkToken(String token) throws IOException, InterruptedException {
     ObjectNode body = JSON.createObjectNode().put("token", token);
-    HttpRequest request =
-        request("/v1/tokens/check", timeout).POST(json(body)).header("Content-Type", "application/json").build();
-    JsonNode answer = call(request);
-    Answer a = new Answer(answer, 200);
+    Answer a = new Answer(call(json("POST", "/v1/tokens/check", body, timeout, Retry.SAFE)), 200);
     if (!a.bool("genuine")) {
       return new TokenCheck(false, a.optString("reason"), null, 0, null, null, 0, false, false);
     }
@@ -213,67 +341,83 @@ public final class PalisadeClient {
         a.u64("current_epoch"), a.bool("current"), a.bool("lease_alive"));
   }
 
-  /** {@code lock}'s status: its epoch, holder, value and waiters. */
-  public LockStatus status(String lock) throws IOException, InterruptedException {
-    Answer a = new Answer(call(request("/v1/locks/" + name("lock name", lock), timeout).GET().build()), 200);
-    String value = a.optString("value");
-    return new LockStatus(
-        a.string("lock"), a.u64("epoch"), a.optString("holder"), a.optString("lease_id"), a.optU64("remaining_ms"),
-        a.u64("waiters"), value == null ? null : decodeValue(value), a.optU64("lock_delay_ms"), a.optString("session"));
-  }
-
-  /** Replaces what the lease's holder advertises ({@code null} clears it); epoch and deadline unchanged. */
-  public void proclaim(String leaseId, byte[] value) throws IOException, InterruptedException {
-    ObjectNode body = JSON.createObjectNode();
-    if (value == null) {
-      body.putNull("value");
-    } else {
-      body.put("value", Base64.getEncoder().encodeToString(value));
+  /**
+   * The keys a resource should trust now ({@code GET /v1/keys}), as a ring for the offline
+   * {@link dev.palisade.token.Verifier}: active and verifying keys, retired ones left out.
+   */
+  public KeyRing keys() throws IOException, InterruptedException {
+    JsonNode answer = call(empty("GET", "/v1/keys", timeout));
+    List<KeyRing.Listed> listed = new ArrayList<>();
+    for (JsonNode key : answer.path("keys")) {
+      listed.add(
+          new KeyRing.Listed(
+              key.path("key_id").asText(),
+              key.path("alg").asText(),
+              key.path("public_key").asText(),
+              key.hasNonNull("status") ? key.get("status").asText() : null));
     }
-    call(request("/v1/leases/" + name("lease id", leaseId) + "/proclaim", timeout)
-        .POST(json(body))
-        .header("Content-Type", "application/json")
-        .build());
-  }
-
-  /** Opens a session: one keepalive for many locks ({@link AcquireOptions#inSession}). */
-  public Session createSession(String holder, Duration ttl) throws IOException, InterruptedException {
-    ObjectNode body = JSON.createObjectNode().put("ttl_ms", ttl.toMillis());
-    if (holder != null) {
-      body.put("holder", holder);
+    try {
+      return KeyRing.fromListing(listed);
+    } catch (IllegalArgumentException e) {
+      throw new UnreadableAnswerException(200, e.getMessage());
     }
-    return session(call(request("/v1/sessions", timeout).POST(json(body)).header("Content-Type", "application/json").build()));
   }
 
-  /** A session as it is now; {@code session_expired} once it ended. */
-  public Session getSession(String sessionId) throws IOException, InterruptedException {
-    return session(call(request("/v1/sessions/" + name("session id", sessionId), timeout).GET().build()));
+  // ---- the calls ----------------------------------------------------------------------
+
+  /** A call without a body; GETs and the lease and session routes are safe to resend. */
+  private static Call empty(String method, String path, Duration timeout) {
+    return new Call(method, path, null, Map.of(), timeout, Retry.SAFE);
   }
 
-  /** Renews a session and every lease in it for a full TTL from now. */
-  public Session keepAliveSession(String sessionId) throws IOException, InterruptedException {
-    return keepAliveSession(sessionId, timeout);
-  }
-
-  Session keepAliveSession(String sessionId, Duration requestTimeout) throws IOException, InterruptedException {
-    return session(call(request("/v1/sessions/" + name("session id", sessionId) + "/keepalive", requestTimeout)
-        .POST(HttpRequest.BodyPublishers.noBody())
-        .build()));
-  }
-
-  /** Closes a session: every lease in it is released at once, without lock-delay. */
-  public Session closeSession(String sessionId) throws IOException, InterruptedException {
-    return session(call(request("/v1/sessions/" + name("session id", sessionId) + "/close", timeout)
-        .POST(HttpRequest.BodyPublishers.noBody())
-        .build()));
+  private static Call json(String method, String path, JsonNode body, Duration timeout, Retry retry)
+      throws IOException {
+    return new Call(method, path, JSON.writeValueAsBytes(body), Map.of("Content-Type", "application/json"), timeout, retry);
   }
 
   /**
-   * Opens a session and renews it in the background until the guard is closed (which
-   * closes the session) or the session is lost.
+   * A fenced mutation with its headers. With several endpoints it always carries an
+   * idempotency key (a fresh one when the caller gave none), which makes it safe to resend.
    */
-  public SessionGuard holdSession(String holder, Duration ttl) throws IOException, InterruptedException {
-    return new SessionGuard(this, createSession(holder, ttl));
+  private Call fenced(String method, String path, byte[] body, String token, PutOptions options) {
+    Map<String, String> headers = new HashMap<>();
+    headers.put("Fencing-Token", token);
+    if (body != null) {
+      headers.put("Content-Type", "application/octet-stream");
+    }
+    if (options.ifMatch != null) {
+      headers.put("If-Match", "\"" + Long.toUnsignedString(options.ifMatch) + "\"");
+    }
+    if (options.ifNoneMatch) {
+      headers.put("If-None-Match", "*");
+    }
+    if (options.seq != null) {
+      headers.put("Fencing-Seq", Long.toUnsignedString(options.seq));
+    }
+    String key = options.idempotencyKey;
+    if (key == null && transport.failsOver()) {
+      key = UUID.randomUUID().toString();
+    }
+    if (key != null) {
+      headers.put("Idempotency-Key", key);
+    }
+    return new Call(method, path, body == null ? new byte[0] : body, headers, timeout, key != null ? Retry.SAFE : Retry.ONLY_UNREACHABLE);
+  }
+
+  /** Sends a call and reads a 200's JSON body (an empty object when empty); a refusal throws. */
+  private JsonNode call(Call call) throws IOException, InterruptedException {
+    HttpResponse<byte[]> response = transport.send(call);
+    if (response.statusCode() != 200) {
+      throw PalisadeException.parse(response.statusCode(), response.body());
+    }
+    if (response.body().length == 0) {
+      return JSON.createObjectNode();
+    }
+    try {
+      return JSON.readTree(response.body());
+    } catch (IOException e) {
+      throw new UnreadableAnswerException(200, new String(response.body(), StandardCharsets.UTF_8));
+    }
   }
 
   private static Session session(JsonNode answer) throws UnreadableAnswerException {
@@ -298,107 +442,8 @@ public final class PalisadeClient {
     }
   }
 
-  /** The headers of a fenced mutation. */
-  private static HttpRequest.Builder fenced(HttpRequest.Builder b, String token, PutOptions options) {
-    b.header("Fencing-Token", token);
-    if (options.ifMatch != null) {
-      b.header("If-Match", "\"" + Long.toUnsignedString(options.ifMatch) + "\"");
-    }
-    if (options.ifNoneMatch) {
-      b.header("If-None-Match", "*");
-    }
-    if (options.idempotencyKey != null) {
-      b.header("Idempotency-Key", options.idempotencyKey);
-    }
-    if (options.seq != null) {
-      b.header("Fencing-Seq", Long.toUnsignedString(options.seq));
-    }
-    return b;
-  }
-
   private static String query(String text) {
     return java.net.URLEncoder.encode(text, StandardCharsets.UTF_8).replace("+", "%20");
-  }
-
-  /** Reads {@code key} in {@code lock}'s namespace; {@link PalisadeException.NotFound} if absent. */
-  public Entry get(String lock, String key) throws IOException, InterruptedException {
-    HttpResponse<byte[]> response = send(request(kvPath(lock, key), timeout).GET().build());
-    if (response.statusCode() != 200) {
-      throw PalisadeException.parse(response.statusCode(), response.body());
-    }
-    String etag = response.headers().firstValue("ETag").orElse("").replace("\"", "");
-    String epoch = response.headers().firstValue("Fencing-Epoch").orElse("");
-    try {
-      return new Entry(response.body(), Long.parseUnsignedLong(etag), Long.parseUnsignedLong(epoch));
-    } catch (NumberFormatException e) {
-      throw new UnreadableAnswerException(200, "no ETag or Fencing-Epoch header");
-    }
-  }
-
-  /**
-   * The keys a resource should trust now ({@code GET /v1/keys}), as a ring for the offline
-   * {@link dev.palisade.token.Verifier}: active and verifying keys, retired ones left out.
-   */
-  public KeyRing keys() throws IOException, InterruptedException {
-    JsonNode answer = call(request("/v1/keys", timeout).GET().build());
-    List<KeyRing.Listed> listed = new ArrayList<>();
-    for (JsonNode key : answer.path("keys")) {
-      listed.add(
-          new KeyRing.Listed(
-              key.path("key_id").asText(),
-              key.path("alg").asText(),
-              key.path("public_key").asText(),
-              key.hasNonNull("status") ? key.get("status").asText() : null));
-    }
-    try {
-      return KeyRing.fromListing(listed);
-    } catch (IllegalArgumentException e) {
-      throw new UnreadableAnswerException(200, e.getMessage());
-    }
-  }
-
-  /**
-   * Acquires {@code lock} and renews it in the background until the guard is closed or the
-   * lease is lost: use it in try-with-resources.
-   */
-  public LeaseGuard hold(String lock, AcquireOptions options) throws IOException, InterruptedException {
-    return new LeaseGuard(this, acquire(lock, options));
-  }
-
-  private HttpRequest.Builder request(String path, Duration requestTimeout) {
-    HttpRequest.Builder b = HttpRequest.newBuilder(URI.create(base + path)).timeout(requestTimeout);
-    if (bearer != null) {
-      b.header("Authorization", "Bearer " + bearer);
-    }
-    return b;
-  }
-
-  /** Sends a request and reads a 200's JSON body (null when empty); a refusal throws. */
-  private JsonNode call(HttpRequest request) throws IOException, InterruptedException {
-    HttpResponse<byte[]> response = send(request);
-    if (response.statusCode() != 200) {
-      throw PalisadeException.parse(response.statusCode(), response.body());
-    }
-    if (response.body().length == 0) {
-      return JSON.createObjectNode();
-    }
-    try {
-      return JSON.readTree(response.body());
-    } catch (IOException e) {
-      throw new UnreadableAnswerException(200, new String(response.body(), StandardCharsets.UTF_8));
-    }
-  }
-
-  private HttpResponse<byte[]> send(HttpRequest request) throws IOException, InterruptedException {
-    HttpResponse<byte[]> response = http.send(request, HttpResponse.BodyHandlers.ofByteArray());
-    if (response.body().length > MAX_ANSWER) {
-      throw new UnreadableAnswerException(response.statusCode(), "an answer over 16 MiB");
-    }
-    return response;
-  }
-
-  private static HttpRequest.BodyPublisher json(JsonNode body) throws IOException {
-    return HttpRequest.BodyPublishers.ofByteArray(JSON.writeValueAsBytes(body));
   }
 
   /**
@@ -460,22 +505,9 @@ public final class PalisadeClient {
       return v.textValue();
     }
 
-    Long optU64(String name) throws UnreadableAnswerException {
-      JsonNode v = node.get(name);
-      return v == null || v.isNull() ? null : u64(name);
-    }
-
     String optString(String name) throws UnreadableAnswerException {
       JsonNode v = node.get(name);
       return v == null || v.isNull() ? null : string(name);
-    }
-
-    boolean bool(String name) throws UnreadableAnswerException {
-      JsonNode v = node.get(name);
-      if (v == null || !v.isBoolean()) {
-        throw new UnreadableAnswerException(status, "no boolean field " + name + " in " + node);
-      }
-      return v.booleanValue();
     }
 
     long u64(String name) throws UnreadableAnswerException {
@@ -485,6 +517,19 @@ public final class PalisadeClient {
         throw new UnreadableAnswerException(status, "no integer field " + name + " in " + node);
       }
       return v.bigIntegerValue().longValue();
+    }
+
+    Long optU64(String name) throws UnreadableAnswerException {
+      JsonNode v = node.get(name);
+      return v == null || v.isNull() ? null : u64(name);
+    }
+
+    boolean bool(String name) throws UnreadableAnswerException {
+      JsonNode v = node.get(name);
+      if (v == null || !v.isBoolean()) {
+        throw new UnreadableAnswerException(status, "no boolean field " + name + " in " + node);
+      }
+      return v.booleanValue();
     }
   }
 }

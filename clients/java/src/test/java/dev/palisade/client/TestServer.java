@@ -37,6 +37,10 @@ final class TestServer {
     url = line.substring(prefix.length()).split(",")[0].trim();
   }
 
+  String url() {
+    return url;
+  }
+
   PalisadeClient client() {
     return PalisadeClient.builder(url).build();
   }
