@@ -327,6 +327,19 @@ public final class PalisadeClient {
     return new FenceStatus(a.string("lock"), a.u64("high_water"), a.u64("seq"), a.string("policy"));
   }
 
+  // ---- events -------------------------------------------------------------------------
+
+  /** The live events of every lock whose name starts with {@code prefix} ("" for all). */
+  public EventStream events(String prefix) {
+    String path = prefix.isEmpty() ? "/v1/events" : "/v1/events?prefix=" + query(prefix);
+    return new EventStream(transport, path, timeout);
+  }
+
+  /** The live events of one lock. */
+  public EventStream lockEvents(String lock) {
+    return new EventStream(transport, "/v1/locks/" + name("lock name", lock) + "/events", timeout);
+  }
+
   // ---- tokens -------------------------------------------------------------------------
 
   /** What the server says of {@code token} now: a snapshot, never a fence. */

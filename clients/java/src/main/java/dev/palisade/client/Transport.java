@@ -76,14 +76,27 @@ final class Transport {
 
   /** The answer of the first endpoint that gave one the call may stop at. */
   HttpResponse<byte[]> send(Call call) throws IOException, InterruptedException {
+    HttpResponse<byte[]> response = send(call, HttpResponse.BodyHandlers.ofByteArray());
+    if (response.body().length > MAX_ANSWER) {
+      throw new UnreadableAnswerException(response.statusCode(), "an answer over 16 MiB");
+    }
+    return response;
+  }
+
+  /**
+   * {@link #send(Call)} with the body as {@code handler} reads it (a stream of events). A
+   * 503 met on the way is passed on like any other; its body is read only when it is the
+   * answer.
+   */
+  <T> HttpResponse<T> send(Call call, HttpResponse.BodyHandler<T> handler) throws IOException, InterruptedException {
     int start = preferred;
     IOException last = null;
     for (int i = 0; i < bases.size(); i++) {
       int at = (start + i) % bases.size();
       boolean more = i + 1 < bases.size();
-      HttpResponse<byte[]> response;
+      HttpResponse<T> response;
       try {
-        response = http.send(request(bases.get(at), call), HttpResponse.BodyHandlers.ofByteArray());
+        response = http.send(request(bases.get(at), call), handler);
       } catch (ConnectException | HttpConnectTimeoutException unreachable) {
         last = unreachable;
         continue; // never sent: any call may move on
@@ -94,17 +107,26 @@ final class Transport {
         }
         throw unknown;
       }
-      if (response.body().length > MAX_ANSWER) {
-        throw new UnreadableAnswerException(response.statusCode(), "an answer over 16 MiB");
-      }
       if (response.statusCode() == 503 && more && mayTryNext(call.retry(), Failure.UNAVAILABLE)) {
-        last = PalisadeException.parse(503, response.body());
+        last = new IOException("HTTP 503 from " + bases.get(at));
+        discard(response.body());
         continue;
       }
       preferred = at;
       return response;
     }
     throw last;
+  }
+
+  /** Lets go of a body that is not read (a stream's connection). */
+  private static void discard(Object body) {
+    if (body instanceof java.io.Closeable closeable) {
+      try {
+        closeable.close();
+      } catch (IOException ignored) {
+        // nothing to do: the body is dropped either way
+      }
+    }
   }
 
   private HttpRequest request(String base, Call call) {

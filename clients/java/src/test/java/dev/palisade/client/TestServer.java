@@ -19,15 +19,29 @@ import java.util.concurrent.TimeUnit;
  * kills it by its pid.
  */
 final class TestServer {
-  private final Process process;
-  private final String url;
+  private final Path dir;
+  private final String[] extra;
+  private Process process;
+  private String url;
 
   TestServer(Path dir, String... extra) throws IOException {
+    this.dir = dir;
+    this.extra = extra;
+    start("127.0.0.1:0");
+  }
+
+  /** Kills the server and starts it again on the same address and data directory. */
+  void restart() throws IOException, InterruptedException {
+    stop();
+    start(url.replaceFirst("^https?://", ""));
+  }
+
+  private void start(String listen) throws IOException {
     String bin = System.getenv("PALISADE_BIN");
     Path path = Path.of(bin != null ? bin : "../../target/debug/palisade");
     assertTrue(Files.isExecutable(path), "no palisade binary at " + path + " (build it, or set PALISADE_BIN)");
     List<String> command =
-        new ArrayList<>(List.of(path.toString(), "serve", "--listen", "127.0.0.1:0", "--data-dir", dir.resolve("data").toString()));
+        new ArrayList<>(List.of(path.toString(), "serve", "--listen", listen, "--data-dir", dir.resolve("data").toString()));
     command.addAll(List.of(extra));
     process = new ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.DISCARD).start();
     BufferedReader out = new BufferedReader(new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8));
