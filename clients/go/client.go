@@ -1,29 +1,37 @@
+// The client: its settings (endpoints, key, timeouts), how a call is sent and its answer
+// read, and the issuer's lock calls (acquire, keepalive, release, proclaim, lock status).
+
 package palisade
 
 import (
-	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
+	"unicode"
 )
 
-// Client speaks the HTTP API of one Palisade server (docs/api.md). It is safe for
-// concurrent use. Every failure the server answers is a typed error (ParseError);
-// a request that did not complete is the net/http error, for a mutation an unknown
-// outcome.
+// Client speaks the HTTP API (docs/api.md) of one Palisade deployment: one server, or the
+// nodes of one deployment for failover (NewClient). It is safe for concurrent use. Every
+// failure the server answers is a typed error (ParseError); a call refused before sending
+// is an *APIError with Status 0; a call that got no answer is a *TransportError.
 type Client struct {
-	base    string
-	http    *http.Client
-	key     string
-	timeout time.Duration
+	endpoints      *endpoints
+	http           *http.Client
+	key            string
+	timeout        time.Duration
+	connectTimeout time.Duration
+	tls            tlsSettings
+	// err is a setting that did not check out (New): every call returns it.
+	err error
 }
 
 // Option sets up a Client.
@@ -32,34 +40,216 @@ type Option func(*Client)
 // WithKey sends key as the bearer key of every request (a server with authentication).
 func WithKey(key string) Option { return func(c *Client) { c.key = key } }
 
-// WithHTTPClient uses h for every request (TLS settings, a proxy). Leave its Timeout
-// unset: WithTimeout bounds each request, and an acquisition that waits in line needs
-// more than the default.
+// WithHTTPClient uses h for every request (a proxy, your own transport). Leave its
+// Timeout unset: WithTimeout bounds each request, and an acquisition that waits in line
+// or an events stream needs more. It cannot be combined with the TLS options (configure
+// TLS on h's transport then).
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
-// WithTimeout bounds each request (30 s by default); an acquisition that waits in line
-// gets its Wait on top. The caller's context may end a request sooner.
+// WithTimeout bounds each request (30 s by default), each attempt on its own when the
+// client fails over; an acquisition that waits in line gets its Wait on top. The
+// caller's context may end a request sooner.
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
-// New is a client of the server at baseURL (http://127.0.0.1:7070, say).
+// WithConnectTimeout bounds establishing a connection, TLS handshake included (3 s by
+// default, at most the request timeout), so that a node that does not answer is passed
+// over quickly. Not used with WithHTTPClient.
+func WithConnectTimeout(d time.Duration) Option { return func(c *Client) { c.connectTimeout = d } }
+
+// New is a client of the server at baseURL (http://127.0.0.1:7070, say). It never fails:
+// a URL or option that NewClient would refuse makes every call of the client return that
+// error. Use NewClient to see it at once, or to give several endpoints.
 func New(baseURL string, opts ...Option) *Client {
-	c := &Client{base: strings.TrimRight(baseURL, "/"), http: &http.Client{}, timeout: 30 * time.Second}
+	return build([]string{baseURL}, opts)
+}
+
+// NewClient is a client of the nodes of one deployment (several stateless nodes over
+// etcd, docs/deployment.md), tried in order from the last one that answered: a call
+// moves on when a node cannot be reached or answers 503, under the rules of failover.go
+// (docs/go.md). With several endpoints, every fenced write and barrier carries an
+// Idempotency-Key (a fresh one unless the caller gave one), so that a resent write is
+// never applied twice. It refuses a URL that is not http(s)://host[:port] (with no query
+// or fragment), repeated URLs, a TLS option with an http:// URL, and a CA or certificate
+// file that does not load.
+func NewClient(baseURLs []string, opts ...Option) (*Client, error) {
+	c := build(baseURLs, opts)
+	if c.err != nil {
+		return nil, c.err
+	}
+	return c, nil
+}
+
+func build(baseURLs []string, opts []Option) *Client {
+	c := &Client{timeout: 30 * time.Second, connectTimeout: 3 * time.Second}
 	for _, opt := range opts {
 		opt(c)
 	}
+	bases, err := normaliseBases(baseURLs)
+	c.endpoints = &endpoints{bases: bases}
+	if err != nil {
+		c.err = err
+		return c
+	}
+	if c.timeout <= 0 || c.connectTimeout <= 0 {
+		c.err = badRequest("timeouts must be positive")
+		return c
+	}
+	c.err = c.setUpTransport(bases)
 	return c
+}
+
+// normaliseBases checks each base URL and drops a trailing "/".
+func normaliseBases(urls []string) ([]string, error) {
+	if len(urls) == 0 {
+		return nil, badRequest("at least one server URL is needed")
+	}
+	seen := map[string]bool{}
+	var bases []string
+	for _, raw := range urls {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, badRequest("server URL %q is not http(s)://host[:port]", raw)
+		}
+		if u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(raw, "?#") {
+			return nil, badRequest("server URL %q must not have a query or fragment", raw)
+		}
+		base := strings.TrimRight(raw, "/")
+		if seen[base] {
+			return nil, badRequest("server URL %q is given twice", raw)
+		}
+		seen[base] = true
+		bases = append(bases, base)
+	}
+	return bases, nil
+}
+
+// authenticated says whether the server will name the caller (a key, or a client
+// certificate): the holder is then the caller's principal.
+func (c *Client) authenticated() bool {
+	return c.key != "" || c.tls.certFile != "" || (c.tls.config != nil && len(c.tls.config.Certificates) > 0)
+}
+
+// holderFor is the holder an acquisition sends: the one given; none with credentials
+// (the principal is the holder); otherwise <hostname>/<pid>, as a server without
+// authentication needs one.
+func (c *Client) holderFor(holder string) string {
+	if holder != "" || c.authenticated() {
+		return holder
+	}
+	host, _ := os.Hostname()
+	label := strings.Map(func(r rune) rune {
+		if unicode.IsPrint(r) {
+			return r
+		}
+		return -1
+	}, fmt.Sprintf("%s/%d", host, os.Getpid()))
+	if len(label) > 200 {
+		label = strings.ToValidUTF8(label[:200], "")
+	}
+	return label
+}
+
+// jsonCall is a call with a JSON body (none when body is nil).
+func (c *Client) jsonCall(method, path string, body any, retry retryClass) (call, error) {
+	k := call{method: method, path: path, timeout: c.timeout, retry: retry}
+	if body != nil {
+		encoded, err := json.Marshal(body)
+		if err != nil {
+			return k, badRequest("cannot encode the request: %v", err)
+		}
+		k.body, k.contentType = encoded, "application/json"
+	}
+	return k, nil
+}
+
+// do sends k and reads the answer: a 200's JSON into out (when out is not nil) with the
+// required fields present and not null; any other status as its typed error. It returns
+// the answer's headers.
+func (c *Client) do(ctx context.Context, k call, out any, required ...string) (http.Header, error) {
+	answer, headers, err := c.raw(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	if out != nil {
+		if err := decode(http.StatusOK, answer, out, required); err != nil {
+			return nil, err
+		}
+	}
+	return headers, nil
+}
+
+// raw sends k and answers a 200's body and headers; any other status is its typed error.
+func (c *Client) raw(ctx context.Context, k call) ([]byte, http.Header, error) {
+	response, release, err := c.exchange(ctx, k)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer release()
+	answer, err := io.ReadAll(io.LimitReader(response.Body, 16<<20))
+	if err != nil {
+		return nil, nil, &TransportError{Method: k.method, Path: k.path, OutcomeUnknown: response.StatusCode == http.StatusOK,
+			Attempts: []string{"the answer's body broke off: " + err.Error()}, Err: err}
+	}
+	if response.StatusCode != http.StatusOK {
+		return nil, nil, ParseError(response.StatusCode, answer)
+	}
+	return answer, response.Header, nil
+}
+
+// decode reads a success's JSON into out, strictly: a field of another type, or a
+// required field missing or null, is a *DecodeError (never a zero value invented).
+func decode(status int, answer []byte, out any, required []string) error {
+	bad := func(why string) error {
+		return &DecodeError{Status: status, Snippet: fmt.Sprintf("%s: %.200s", why, answer)}
+	}
+	if err := json.Unmarshal(answer, out); err != nil {
+		return bad(err.Error())
+	}
+	if len(required) > 0 {
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(answer, &fields); err != nil {
+			return bad(err.Error())
+		}
+		for _, name := range required {
+			if raw, ok := fields[name]; !ok || string(raw) == "null" {
+				return bad("field " + name + " is missing")
+			}
+		}
+	}
+	return nil
+}
+
+// Health returns nil when a server answers and its store has not latched a failure
+// (GET /healthz; an *APIError storage_failed when it has).
+func (c *Client) Health(ctx context.Context) error {
+	k, _ := c.jsonCall(http.MethodGet, "/healthz", nil, retrySafe)
+	_, err := c.do(ctx, k, nil)
+	return err
 }
 
 // AcquireOptions are the settings of one acquisition.
 type AcquireOptions struct {
 	// Holder names who holds the lease (with authentication: a label after the
-	// principal's name).
+	// principal's name). Empty: <hostname>/<pid> without credentials, the principal with
+	// them.
 	Holder string
-	// TTL is how long the lease lives without a keepalive (whole milliseconds).
+	// TTL is how long the lease lives without a keepalive (whole milliseconds, at least
+	// 50 ms). Leave it zero with Session: the session's TTL applies.
 	TTL time.Duration
-	// Wait is how long to wait in the lock's first-come first-served line; 0 refuses at
-	// once with *LockHeldError when the lock is held.
+	// Wait is how long to wait in the lock's first-come first-served line (at most
+	// 300 s); 0 refuses at once with *LockHeldError when the lock is held.
 	Wait time.Duration
+	// Value is what the holder advertises (at most 4096 bytes; lock status shows it to
+	// everyone who may see the lock). Nil sends none.
+	Value []byte
+	// LockDelay is how long the lock stays ungrantable if this lease expires (not when
+	// it is released). Zero leaves the server's --lock-delay-ms; a negative value asks
+	// for none, whatever the server's default.
+	LockDelay time.Duration
+	// Session acquires inside this session (a session id): the lease takes the session's
+	// TTL, is renewed by the session's keepalives and ends with it. Prefer
+	// SessionGuard.Acquire.
+	Session string
 }
 
 // Lease is a granted lock: its epoch and the signed token every write it guards carries.
@@ -71,278 +261,247 @@ type Lease struct {
 	LeaseID     string `json:"lease_id"`
 	TTLMs       uint64 `json:"ttl_ms"`
 	LockDelayMs uint64 `json:"lock_delay_ms"`
+	// Value is what the lease advertises (nil: none).
+	Value []byte `json:"value"`
+	// Session is the session the lease belongs to ("" for none).
+	Session string `json:"session"`
 }
 
-// Written is the answer to a fenced write: the key's new revision and the epoch that
-// wrote it.
-type Written struct {
-	Revision uint64 `json:"revision"`
-	Epoch    uint64 `json:"epoch"`
-}
+// MaxWait is the longest wait in line an acquisition may ask for.
+const MaxWait = 300 * time.Second
 
-// Entry is a key of the fenced store: its value, revision, and the epoch that wrote it.
-type Entry struct {
-	Value    []byte
-	Revision uint64
-	Epoch    uint64
-}
-
-// Acquire takes lock (POST /v1/locks/{lock}/acquire).
+// Acquire takes lock (POST /v1/locks/{lock}/acquire). An acquisition whose answer was
+// lost is not resent (it would take a second lease): *TransportError with
+// OutcomeUnknown, and a lease it may have created ends after its TTL.
 func (c *Client) Acquire(ctx context.Context, lock string, opts AcquireOptions) (*Lease, error) {
-	body := map[string]any{"ttl_ms": opts.TTL.Milliseconds()}
-	if opts.Holder != "" {
-		body["holder"] = opts.Holder
-	}
-	if opts.Wait > 0 {
-		body["wait_ms"] = opts.Wait.Milliseconds()
-	}
-	var lease Lease
 	name, err := segment("lock name", lock)
 	if err != nil {
 		return nil, err
 	}
-	path := "/v1/locks/" + name + "/acquire"
-	if err := c.callWithin(ctx, c.timeout+opts.Wait, http.MethodPost, path, body, nil, &lease); err != nil {
+	body := map[string]any{}
+	if opts.Session == "" {
+		if opts.TTL < 50*time.Millisecond {
+			return nil, badRequest("TTL must be at least 50 ms, not %v", opts.TTL)
+		}
+		body["ttl_ms"] = opts.TTL.Milliseconds()
+	} else {
+		if opts.TTL != 0 {
+			return nil, badRequest("a lock in a session takes the session's TTL: leave TTL zero")
+		}
+		body["session"] = opts.Session
+	}
+	if opts.Wait < 0 || opts.Wait > MaxWait {
+		return nil, badRequest("Wait must be from 0 to %v, not %v", MaxWait, opts.Wait)
+	}
+	if opts.Wait > 0 {
+		body["wait_ms"] = opts.Wait.Milliseconds()
+	}
+	if holder := c.holderFor(opts.Holder); holder != "" {
+		body["holder"] = holder
+	}
+	if opts.Value != nil {
+		body["value"] = base64.StdEncoding.EncodeToString(opts.Value)
+	}
+	switch {
+	case opts.LockDelay > 0:
+		body["lock_delay_ms"] = opts.LockDelay.Milliseconds()
+	case opts.LockDelay < 0:
+		body["lock_delay_ms"] = 0
+	}
+	k, err := c.jsonCall(http.MethodPost, "/v1/locks/"+name+"/acquire", body, retryUnlessUnknown)
+	if err != nil {
+		return nil, err
+	}
+	k.timeout += opts.Wait
+	var lease Lease
+	if _, err := c.do(ctx, k, &lease, "lock", "holder", "epoch", "token", "lease_id", "ttl_ms"); err != nil {
 		return nil, err
 	}
 	return &lease, nil
 }
 
-// KeepAlive renews a lease for a full TTL from now; *APIError with code lease_expired
-// when it is gone.
-func (c *Client) KeepAlive(ctx context.Context, leaseID string) error {
-	id, err := segment("lease id", leaseID)
-	if err != nil {
-		return err
-	}
-	return c.call(ctx, http.MethodPost, "/v1/leases/"+id+"/keepalive", nil, nil, nil)
+// KeepAliveInfo is the answer to a keepalive: the lease runs TTLMs from the moment the
+// server handled it.
+type KeepAliveInfo struct {
+	LeaseID string `json:"lease_id"`
+	Lock    string `json:"lock"`
+	Epoch   uint64 `json:"epoch"`
+	TTLMs   uint64 `json:"ttl_ms"`
 }
 
-// Release gives a lease up; the lock passes to the next in line.
+// KeepAlive renews a lease for a full TTL from now (a lease in a session renews its
+// whole session); *APIError with code lease_expired when it is gone.
+func (c *Client) KeepAlive(ctx context.Context, leaseID string) (*KeepAliveInfo, error) {
+	id, err := segment("lease id", leaseID)
+	if err != nil {
+		return nil, err
+	}
+	k, _ := c.jsonCall(http.MethodPost, "/v1/leases/"+id+"/keepalive", nil, retrySafe)
+	var info KeepAliveInfo
+	if _, err := c.do(ctx, k, &info, "lease_id", "lock", "epoch", "ttl_ms"); err != nil {
+		return nil, err
+	}
+	return &info, nil
+}
+
+// Release gives a lease up; the lock passes to the next in line at once (no
+// lock-delay). *APIError lease_expired when it is gone.
 func (c *Client) Release(ctx context.Context, leaseID string) error {
 	id, err := segment("lease id", leaseID)
 	if err != nil {
 		return err
 	}
-	return c.call(ctx, http.MethodPost, "/v1/leases/"+id+"/release", nil, nil, nil)
+	k, _ := c.jsonCall(http.MethodPost, "/v1/leases/"+id+"/release", nil, retrySafe)
+	_, err = c.do(ctx, k, nil)
+	return err
 }
 
-// Put writes value under key in lock's namespace, fenced by token: refused with
-// *StaleTokenError once a newer epoch wrote there.
-func (c *Client) Put(ctx context.Context, lock, key string, value []byte, token string) (*Written, error) {
-	var written Written
-	headers := http.Header{"Fencing-Token": {token}}
-	path, err := kvPath(lock, key)
+// Proclaimed is the answer to a proclaim: the lease's new value (nil: cleared); its epoch
+// and deadline did not change.
+type Proclaimed struct {
+	LeaseID string `json:"lease_id"`
+	Lock    string `json:"lock"`
+	Epoch   uint64 `json:"epoch"`
+	Value   []byte `json:"value"`
+}
+
+// Proclaim replaces what lease leaseID advertises (POST /v1/leases/{id}/proclaim); nil
+// clears it. Its owner only (*PermissionDeniedError for anyone else); more than 4096
+// bytes is *PayloadTooLargeError.
+func (c *Client) Proclaim(ctx context.Context, leaseID string, value []byte) (*Proclaimed, error) {
+	id, err := segment("lease id", leaseID)
 	if err != nil {
 		return nil, err
 	}
-	if err := c.call(ctx, http.MethodPut, path, value, headers, &written); err != nil {
-		return nil, err
+	body := map[string]any{"value": nil}
+	if value != nil {
+		body["value"] = base64.StdEncoding.EncodeToString(value)
 	}
-	return &written, nil
-}
-
-// Get reads key in lock's namespace; *NotFoundError when it does not exist.
-func (c *Client) Get(ctx context.Context, lock, key string) (*Entry, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	path, err := kvPath(lock, key)
+	// Replacing a value twice leaves what replacing it once does: safe to resend.
+	k, err := c.jsonCall(http.MethodPost, "/v1/leases/"+id+"/proclaim", body, retrySafe)
 	if err != nil {
 		return nil, err
 	}
-	response, err := c.send(ctx, http.MethodGet, path, nil, nil)
-	if err != nil {
+	var answer Proclaimed
+	if _, err := c.do(ctx, k, &answer, "lease_id", "lock", "epoch"); err != nil {
 		return nil, err
 	}
-	defer response.Body.Close()
-	value, err := io.ReadAll(response.Body)
-	if err != nil {
-		return nil, err
-	}
-	if response.StatusCode != http.StatusOK {
-		return nil, ParseError(response.StatusCode, value)
-	}
-	revision, err1 := strconv.ParseUint(strings.Trim(response.Header.Get("ETag"), `"`), 10, 64)
-	epoch, err2 := strconv.ParseUint(response.Header.Get("Fencing-Epoch"), 10, 64)
-	if err1 != nil || err2 != nil {
-		return nil, &DecodeError{Status: response.StatusCode, Snippet: "no ETag or Fencing-Epoch header"}
-	}
-	return &Entry{Value: value, Revision: revision, Epoch: epoch}, nil
+	return &answer, nil
 }
 
-// ErrUnsendablePath is the error of a name that cannot be sent in a URL path: empty, or
-// a "." or ".." segment, which URL normalisation (here, or in a proxy) would remove,
-// silently addressing another key or route. Nothing is sent.
-var ErrUnsendablePath = errors.New("cannot be sent in a URL path")
-
-// segment percent-encodes a name that is exactly one path segment (a lock name, a
-// lease id).
-func segment(what, value string) (string, error) {
-	if value == "" || value == "." || value == ".." {
-		return "", fmt.Errorf("%s %q: %w", what, value, ErrUnsendablePath)
-	}
-	return url.PathEscape(value), nil
+// LockStatus is one lock as GET /v1/locks/{lock} shows it. Epoch is the lock's one epoch:
+// the live lease's while it is held, the last one granted while it is free (0 if never
+// acquired). The pointer fields are nil while the lock is free (LeaseID and Session also
+// for a caller who does not own the lease, with authentication on).
+type LockStatus struct {
+	Lock        string  `json:"lock"`
+	Epoch       uint64  `json:"epoch"`
+	Holder      *string `json:"holder"`
+	LeaseID     *string `json:"lease_id"`
+	RemainingMs *uint64 `json:"remaining_ms"`
+	// Waiters is how many acquisitions wait in the lock's line.
+	Waiters uint64 `json:"waiters"`
+	// LeaseEpoch is the live lease's epoch (its token's).
+	LeaseEpoch *uint64 `json:"lease_epoch"`
+	// Value is what the holder advertises (nil: none, or free).
+	Value       []byte  `json:"value"`
+	LockDelayMs *uint64 `json:"lock_delay_ms"`
+	Session     *string `json:"session"`
+	// EpochBound: no epoch above it was granted for the lock (absent from older servers).
+	EpochBound *uint64 `json:"epoch_bound"`
 }
 
-// kvPath is a key's path: each "/"-separated segment of the key encoded on its own, the
-// separators kept (the server reads a%2Fb and a/b as the same key).
-func kvPath(lock, key string) (string, error) {
+var lockStatusFields = []string{"lock", "epoch", "waiters"}
+
+// LockStatus reads one lock's status; a lock never acquired answers epoch 0.
+func (c *Client) LockStatus(ctx context.Context, lock string) (*LockStatus, error) {
 	name, err := segment("lock name", lock)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	if key == "" {
-		return "", fmt.Errorf("key %q: %w", key, ErrUnsendablePath)
+	k, _ := c.jsonCall(http.MethodGet, "/v1/locks/"+name, nil, retrySafe)
+	var status LockStatus
+	if _, err := c.do(ctx, k, &status, lockStatusFields...); err != nil {
+		return nil, err
 	}
-	parts := strings.Split(key, "/")
-	for i, part := range parts {
-		if part == "." || part == ".." {
-			return "", fmt.Errorf("key %q has a %q segment: %w", key, part, ErrUnsendablePath)
-		}
-		parts[i] = url.PathEscape(part)
-	}
-	return "/v1/kv/" + name + "/" + strings.Join(parts, "/"), nil
+	return &status, nil
 }
 
-// call sends body (JSON, or raw bytes) and decodes a 200's JSON into out, within the
-// client's timeout.
-func (c *Client) call(ctx context.Context, method, path string, body any, headers http.Header, out any) error {
-	return c.callWithin(ctx, c.timeout, method, path, body, headers, out)
+// LocksOptions choose one page of GET /v1/locks.
+type LocksOptions struct {
+	// Prefix keeps the locks whose names start with it.
+	Prefix string
+	// After starts the page after this name (a previous page's Next).
+	After string
+	// Limit is the most locks on the page (0: the server's default, 1,000; at most
+	// 10,000).
+	Limit int
 }
 
-// callWithin is call with the request bounded by timeout.
-func (c *Client) callWithin(ctx context.Context, timeout time.Duration, method, path string, body any, headers http.Header, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	response, err := c.send(ctx, method, path, body, headers)
-	if err != nil {
-		return err
-	}
-	defer response.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(response.Body, 16<<20))
-	if err != nil {
-		return err
-	}
-	if response.StatusCode != http.StatusOK {
-		return ParseError(response.StatusCode, answer)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(answer, out); err != nil {
-		return &DecodeError{Status: response.StatusCode, Snippet: fmt.Sprintf("%.200s", answer)}
-	}
-	return nil
+// LockPage is one page of locks, in name order. Next is nil on the last page; otherwise
+// pass it as After for the next one (with authentication on, a page may hold fewer than
+// Limit locks while Next is not nil).
+type LockPage struct {
+	Locks []LockStatus `json:"locks"`
+	Next  *string      `json:"next"`
 }
 
-func (c *Client) send(ctx context.Context, method, path string, body any, headers http.Header) (*http.Response, error) {
-	var reader io.Reader
-	contentType := ""
-	switch b := body.(type) {
-	case nil:
-	case []byte:
-		reader = bytes.NewReader(b)
-		contentType = "application/octet-stream"
-	default:
-		encoded, err := json.Marshal(b)
-		if err != nil {
+// Locks reads one page of locks (GET /v1/locks?prefix=&after=&limit=).
+func (c *Client) Locks(ctx context.Context, opts LocksOptions) (*LockPage, error) {
+	query := url.Values{}
+	if opts.Prefix != "" {
+		query.Set("prefix", opts.Prefix)
+	}
+	if opts.After != "" {
+		query.Set("after", opts.After)
+	}
+	if opts.Limit < 0 {
+		return nil, badRequest("Limit must not be negative")
+	}
+	if opts.Limit > 0 {
+		query.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	path := "/v1/locks"
+	if len(query) > 0 {
+		path += "?" + query.Encode()
+	}
+	k, _ := c.jsonCall(http.MethodGet, path, nil, retrySafe)
+	var raw struct {
+		Locks []json.RawMessage `json:"locks"`
+		Next  *string           `json:"next"`
+	}
+	if _, err := c.do(ctx, k, &raw, "locks"); err != nil {
+		return nil, err
+	}
+	page := &LockPage{Locks: make([]LockStatus, len(raw.Locks)), Next: raw.Next}
+	for i, status := range raw.Locks {
+		if err := decode(http.StatusOK, status, &page.Locks[i], lockStatusFields); err != nil {
 			return nil, err
 		}
-		reader = bytes.NewReader(encoded)
-		contentType = "application/json"
 	}
-	request, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
-	if err != nil {
-		return nil, err
-	}
-	for name, values := range headers {
-		request.Header[name] = values
-	}
-	if contentType != "" {
-		request.Header.Set("Content-Type", contentType)
-	}
-	if c.key != "" {
-		request.Header.Set("Authorization", "Bearer "+c.key)
-	}
-	return c.http.Do(request)
+	return page, nil
 }
 
-// Guard holds a lease and renews it in the background, every third of its TTL, until
-// Release, or until a renewal is refused (the lease is lost: Lost is closed). A guard
-// does not stop the work it protects by itself: check Lost, and let the resource's gate
-// refuse the late writes fencing exists for.
-type Guard struct {
-	Lease  *Lease
-	client *Client
-	lost   chan struct{}
-	stop   chan struct{}
-	done   chan struct{}
-	once   sync.Once
-	err    error
-}
-
-// Hold acquires lock and starts renewing it.
-func (c *Client) Hold(ctx context.Context, lock string, opts AcquireOptions) (*Guard, error) {
-	lease, err := c.Acquire(ctx, lock, opts)
-	if err != nil {
-		return nil, err
-	}
-	g := &Guard{Lease: lease, client: c, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
-	go g.renew(time.Duration(lease.TTLMs) * time.Millisecond / 3)
-	return g, nil
-}
-
-// Lost is closed when a renewal was refused or failed past the lease's TTL: the lease
-// may have ended, and another holder may have the lock.
-func (g *Guard) Lost() <-chan struct{} { return g.lost }
-
-// Err is why the lease was lost (nil while it is held).
-func (g *Guard) Err() error {
-	select {
-	case <-g.lost:
-		return g.err
-	default:
-		return nil
-	}
-}
-
-func (g *Guard) renew(every time.Duration) {
-	defer close(g.done)
-	ttl := time.Duration(g.Lease.TTLMs) * time.Millisecond
-	renewed := time.Now()
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-g.stop:
-			return
-		case <-ticker.C:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		err := g.client.KeepAlive(ctx, g.Lease.LeaseID)
-		cancel()
-		if err == nil {
-			renewed = time.Now()
-			continue
-		}
-		var api *APIError
-		// A refusal is final; a failed request is retried until the TTL is spent.
-		if errors.As(err, &api) || time.Since(renewed) >= ttl {
-			g.err = err
-			close(g.lost)
-			return
+// AllLocks yields every lock whose name starts with prefix, in name order, reading one
+// page of up to pageSize (0: the server's default) at a time. An error ends it.
+func (c *Client) AllLocks(ctx context.Context, prefix string, pageSize int) iter.Seq2[LockStatus, error] {
+	return func(yield func(LockStatus, error) bool) {
+		opts := LocksOptions{Prefix: prefix, Limit: pageSize}
+		for {
+			page, err := c.Locks(ctx, opts)
+			if err != nil {
+				yield(LockStatus{}, err)
+				return
+			}
+			for _, status := range page.Locks {
+				if !yield(status, nil) {
+					return
+				}
+			}
+			if page.Next == nil {
+				return
+			}
+			opts.After = *page.Next
 		}
 	}
-}
-
-// Release stops renewing and releases the lease (nothing to release once it was lost).
-func (g *Guard) Release(ctx context.Context) error {
-	g.once.Do(func() { close(g.stop) })
-	<-g.done
-	select {
-	case <-g.lost:
-		return g.err
-	default:
-	}
-	return g.client.Release(ctx, g.Lease.LeaseID)
 }

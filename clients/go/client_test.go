@@ -1,3 +1,6 @@
+// Tests of the lock client against a real server (started by serve, stopped by its pid):
+// acquisitions, guards and their renewal, loss and context, and names in paths.
+
 package palisade
 
 import (
@@ -16,6 +19,20 @@ import (
 // free loopback port in a temp dir, and stops it by its pid when the test ends.
 func server(t *testing.T) *Client {
 	t.Helper()
+	return New(serve(t))
+}
+
+// serve starts `palisade serve` with extra flags (a policy, TLS files, an auth file) and
+// answers its base URL, from its start-up line.
+func serve(t *testing.T, flags ...string) string {
+	t.Helper()
+	base, _ := serveProcess(t, flags...)
+	return base
+}
+
+// serveProcess is serve, with the server's process (to kill it in a test).
+func serveProcess(t *testing.T, flags ...string) (string, *exec.Cmd) {
+	t.Helper()
 	bin := os.Getenv("PALISADE_BIN")
 	if bin == "" {
 		bin = filepath.Join("..", "..", "target", "debug", "palisade")
@@ -23,7 +40,8 @@ func server(t *testing.T) *Client {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("no palisade binary at %s (build it, or set PALISADE_BIN): %v", bin, err)
 	}
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data"))
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--data-dir", filepath.Join(t.TempDir(), "data")}, flags...)
+	cmd := exec.Command(bin, args...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +58,19 @@ func server(t *testing.T) *Client {
 	if err != nil || !found {
 		t.Fatalf("no start-up line: %q %v", line, err)
 	}
-	return New(strings.Split(url, ",")[0])
+	return strings.Split(url, ",")[0], cmd
+}
+
+// eventually polls cond every 20 ms until it holds, failing the test after timeout.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // The fencing story against a real server: a holder writes, loses the lock, and its
@@ -113,7 +143,8 @@ func TestAGuardRenewsUntilReleased(t *testing.T) {
 	}
 }
 
-// A guard whose lease was taken away (released by someone else here) says so.
+// A guard whose lease was taken away (released by someone else here) says so: Lost is
+// closed, Err is the server's lease_expired, and Context is cancelled with it as cause.
 func TestAGuardSaysWhenItsLeaseIsLost(t *testing.T) {
 	c, ctx := server(t), context.Background()
 	guard, err := c.Hold(ctx, "jobs", AcquireOptions{Holder: "a", TTL: 600 * time.Millisecond})
@@ -129,49 +160,114 @@ func TestAGuardSaysWhenItsLeaseIsLost(t *testing.T) {
 		t.Fatal("the loss was never noticed")
 	}
 	var api *APIError
-	if !errors.As(guard.Err(), &api) || api.Code != "lease_expired" {
+	if !errors.As(guard.Err(), &api) || api.Code != "lease_expired" || api.Status != 404 {
 		t.Fatalf("got %#v", guard.Err())
 	}
-}
-
-// An acquisition that waits in line longer than the client's timeout is still answered:
-// the wait is added to the request's bound.
-func TestAWaitLongerThanTheTimeoutIsAnswered(t *testing.T) {
-	c, ctx := server(t), context.Background()
-	c.timeout = 300 * time.Millisecond
-	first, err := c.Acquire(ctx, "queue", AcquireOptions{Holder: "a", TTL: 700 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	select {
+	case <-guard.Context().Done():
+	default:
+		t.Fatal("Lost is closed, the context is not cancelled")
 	}
-	// The first lease expires (no keepalive) about 700 ms from now, well past the
-	// timeout; the waiter is granted then.
-	second, err := c.Acquire(ctx, "queue", AcquireOptions{Holder: "b", TTL: time.Second, Wait: 5 * time.Second})
-	if err != nil || second.Epoch <= first.Epoch {
-		t.Fatalf("second: %+v %v", second, err)
+	if context.Cause(guard.Context()) != guard.Err() {
+		t.Fatalf("cause %#v", context.Cause(guard.Context()))
+	}
+	if err := guard.Release(ctx); !IsLost(err) {
+		t.Fatalf("releasing a lease that ended: %#v", err)
 	}
 }
 
-// Names that URL normalisation would rewrite are refused before anything is sent; a key
-// with "/" keeps its segments and is read back as written.
-func TestDotSegmentsAreRefusedAndSlashesKept(t *testing.T) {
+// Releasing a guard cancels its context with ErrReleased (not a loss: Lost stays open),
+// and calls through it are refused from then on.
+func TestReleasingAGuardCancelsItsContext(t *testing.T) {
 	c, ctx := server(t), context.Background()
-	lease, err := c.Acquire(ctx, "orders", AcquireOptions{Holder: "a", TTL: 10 * time.Second})
+	guard, err := c.Hold(ctx, "jobs", AcquireOptions{Holder: "a", TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"", ".", "..", "a/../b", "a/./b", "a/.."} {
-		if _, err := c.Put(ctx, "orders", key, []byte("x"), lease.Token); !errors.Is(err, ErrUnsendablePath) {
-			t.Fatalf("%q: %v", key, err)
-		}
+	work := guard.Context()
+	if work.Err() != nil {
+		t.Fatal("cancelled before the release")
 	}
-	if _, err := c.Acquire(ctx, "..", AcquireOptions{Holder: "a", TTL: time.Second}); !errors.Is(err, ErrUnsendablePath) {
-		t.Fatalf("lock ..: %v", err)
-	}
-	if _, err := c.Put(ctx, "orders", "dir/file name", []byte("v"), lease.Token); err != nil {
+	if err := guard.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	entry, err := c.Get(ctx, "orders", "dir/file name")
-	if err != nil || string(entry.Value) != "v" {
-		t.Fatalf("%+v %v", entry, err)
+	if work.Err() == nil || !errors.Is(context.Cause(work), ErrReleased) {
+		t.Fatalf("after the release: %v %v", work.Err(), context.Cause(work))
+	}
+	select {
+	case <-guard.Lost():
+		t.Fatal("a release is not a loss")
+	default:
+	}
+	if _, err := guard.Put(ctx, "k", []byte("v")); !IsLost(err) {
+		t.Fatalf("a put through a released guard: %#v", err)
+	}
+	status, err := c.LockStatus(ctx, "jobs")
+	if err != nil || status.Holder != nil {
+		t.Fatalf("%+v %v", status, err)
+	}
+}
+
+// A guard whose server is gone presumes its lease lost at its local deadline: the time
+// its last successful renewal was sent plus the TTL, so no later than one TTL after the
+// server died. Err says no renewal succeeded.
+func TestAGuardPresumesItsLeaseLostAtItsDeadline(t *testing.T) {
+	base, process := serveProcess(t)
+	c, ctx := New(base, WithTimeout(time.Second)), context.Background()
+	ttl := 900 * time.Millisecond
+	guard, err := c.Hold(ctx, "jobs", AcquireOptions{Holder: "a", TTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let a renewal or two succeed, then kill the server.
+	time.Sleep(ttl / 2)
+	if err := process.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	select {
+	case <-guard.Lost():
+	case <-time.After(5 * ttl):
+		t.Fatal("never presumed lost")
+	}
+	if late := time.Since(killed); late > ttl+150*time.Millisecond {
+		t.Fatalf("presumed lost %v after the server died, more than the TTL", late)
+	}
+	var api *APIError
+	if !errors.As(guard.Err(), &api) || api.Code != "lease_expired" || api.Status != 0 ||
+		!strings.Contains(api.Message, "no renewal succeeded") {
+		t.Fatalf("%#v", guard.Err())
+	}
+	if !errors.As(context.Cause(guard.Context()), &api) {
+		t.Fatalf("cause %#v", context.Cause(guard.Context()))
+	}
+}
+
+// A Hold that waited in line longer than its TTL renews once before it returns, so its
+// local deadline counts from that renewal, not from the send: without it, the guard
+// would presume its fresh lease lost at once.
+func TestAHoldThatWaitedRenewsBeforeReturning(t *testing.T) {
+	c, ctx := server(t), context.Background()
+	first, err := c.Acquire(ctx, "queue", AcquireOptions{Holder: "a", TTL: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		_ = c.Release(ctx, first.LeaseID)
+	}()
+	ttl := 600 * time.Millisecond
+	guard, err := c.Hold(ctx, "queue", AcquireOptions{Holder: "b", TTL: ttl, Wait: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer guard.Release(ctx)
+	time.Sleep(2 * ttl)
+	if guard.Err() != nil {
+		t.Fatalf("lost after its wait: %v", guard.Err())
+	}
+	status, err := c.LockStatus(ctx, "queue")
+	if err != nil || status.Holder == nil || *status.Holder != "b" || *status.LeaseEpoch != guard.Lease.Epoch {
+		t.Fatalf("%+v %v", status, err)
 	}
 }

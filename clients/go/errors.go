@@ -1,11 +1,14 @@
-// Package palisade is the Go client of Palisade. This first part holds its typed errors
-// (the decoding of every error answer the server sends) and, in package token, the
-// offline token verifier; the lock client and the gates come next.
+// The typed errors: the decoding of every error answer the server sends (ParseError),
+// the errors a call raises before anything is sent or when no answer came back
+// (TransportError), and the predicates callers branch on (IsFenced, IsLost).
+
 package palisade
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strings"
 )
 
 // APIError is an error answer of the server: its stable Code (docs/api.md, "Error
@@ -20,7 +23,16 @@ type APIError struct {
 }
 
 func (e *APIError) Error() string {
+	if e.Status == 0 {
+		return fmt.Sprintf("%s (refused by the client, nothing sent): %s", e.Code, e.Message)
+	}
 	return fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.Status, e.Message)
+}
+
+// badRequest is a call this client refuses before sending anything: the server's code
+// bad_request with Status 0.
+func badRequest(format string, args ...any) error {
+	return &APIError{Code: "bad_request", Message: fmt.Sprintf(format, args...)}
 }
 
 // StaleTokenError is stale_token: a newer epoch (HighWater) reached the resource first;
@@ -116,6 +128,39 @@ func IsFenced(err error) bool {
 	}
 	return false
 }
+
+// IsLost reports whether err says a lease or session is gone: lease_expired or
+// session_expired, from the server (Status 404) or from this client, which refuses a
+// call through a guard it knows or presumes lost (Status 0) before sending anything.
+func IsLost(err error) bool {
+	var api *APIError
+	return errors.As(err, &api) && (api.Code == "lease_expired" || api.Code == "session_expired")
+}
+
+// TransportError is a call that got no answer to decode: no endpoint could be reached,
+// or an answer was lost. OutcomeUnknown is true when a request was sent and no answer came
+// back, so it may have been applied (an acquire may have granted a lease, a write without
+// an idempotency key may have been written). Attempts lists each endpoint tried and how
+// it failed; Err is the last failure (errors.Is(err, context.DeadlineExceeded) and
+// errors.As(err, &urlErr) see through it).
+type TransportError struct {
+	Method         string
+	Path           string
+	Attempts       []string
+	OutcomeUnknown bool
+	Err            error
+}
+
+func (e *TransportError) Error() string {
+	outcome := "not sent"
+	if e.OutcomeUnknown {
+		outcome = "outcome unknown"
+	}
+	return fmt.Sprintf("%s %s failed (%s): %s", e.Method, e.Path, outcome, strings.Join(e.Attempts, "; "))
+}
+
+// Unwrap gives the last failure to errors.Is and errors.As.
+func (e *TransportError) Unwrap() error { return e.Err }
 
 // DecodeError is an answer this client cannot read as an error body (a proxy's HTML page,
 // an empty 404 from a wrong base URL): never a guessed code.

@@ -1,12 +1,19 @@
+// Tests of the typed errors: every answer of vectors/errors.json, and answers that
+// must never be read as values.
+
 package palisade
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // Codes this client reads as the plain *APIError on purpose: nothing to branch on.
@@ -135,4 +142,25 @@ func fieldsOf(err error) map[string]any {
 		out["key_id"] = e.KeyID
 	}
 	return out
+}
+
+// A success whose required fields are missing, null or of another type is a
+// *DecodeError: never a zero epoch or an empty token read as the server's.
+func TestASuccessMissingAFieldIsADecodeError(t *testing.T) {
+	for _, body := range []string{
+		`{"lock":"orders","holder":"a","token":"t","lease_id":"l","ttl_ms":1000}`,
+		`{"lock":"orders","holder":"a","epoch":null,"token":"t","lease_id":"l","ttl_ms":1000}`,
+		`{"lock":"orders","holder":"a","epoch":"1","token":"t","lease_id":"l","ttl_ms":1000}`,
+		`<html>ok</html>`,
+	} {
+		node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(body))
+		}))
+		_, err := New(node.URL).Acquire(context.Background(), "orders", AcquireOptions{Holder: "a", TTL: time.Second})
+		node.Close()
+		var decode *DecodeError
+		if !errors.As(err, &decode) || decode.Status != 200 {
+			t.Fatalf("%s: %#v", body, err)
+		}
+	}
 }

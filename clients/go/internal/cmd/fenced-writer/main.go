@@ -37,7 +37,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 || args[0] != "write" {
-		return errors.New("usage: fenced-writer write --db postgres:<conninfo> ...")
+		return errors.New("usage: fenced-writer write --db postgres:<conninfo> --table <name> --public-key <hex> --lock <lock> --key <key> --value <value> --token <token> [--seq <n>]")
 	}
 	flags := map[string]string{}
 	for rest := args[1:]; len(rest) > 0; rest = rest[2:] {
