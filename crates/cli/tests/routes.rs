@@ -123,6 +123,18 @@ async fn malformed_requests_get_typed_errors() {
             "not_found",
         ),
         bad(c.post(url("/v1/tokens/check")).body("[]")),
+        // The key listing has no continuation: a paging parameter is refused, not ignored.
+        bad(c.get(url("/v1/kv/ns?after=k"))),
+        bad(c.get(url("/v1/kv/ns?prefx=k"))),
+        // The barrier writes no key: preconditions are refused, not ignored.
+        bad(c
+            .post(url("/v1/fences/ns"))
+            .header("Fencing-Token", &token)
+            .header("If-Match", "\"1\"")),
+        bad(c
+            .post(url("/v1/fences/ns"))
+            .header("Fencing-Token", &token)
+            .header("If-None-Match", "*")),
     ];
     for (req, status, expected) in cases {
         let built = req.try_clone().unwrap().build().unwrap();

@@ -344,6 +344,12 @@ async fn fence_seen(
     let lock = path(lock)?;
     lock_name(&lock)?;
     seen.lock = Some(lock.clone());
+    if headers.contains_key("if-match") || headers.contains_key("if-none-match") {
+        // The barrier writes no key: a precondition on one would be silently meaningless.
+        return Err(ApiError::bad_request(
+            "the barrier writes no key: If-Match and If-None-Match do not apply to it",
+        ));
+    }
     let f = fencing(state, &caller, &lock, &headers).await?;
     seen.epoch = Some(f.epoch);
     let op = FencedOp {

@@ -110,8 +110,11 @@ pub fn listing_permits() -> usize {
     std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
-/// `?prefix=&limit=` of the list routes.
+/// `?prefix=&limit=` of the key listing. Any other parameter (an `after=` for paging, a
+/// typo) is refused with `bad_request` rather than ignored: this listing has no
+/// continuation, and a caller paging with one would read the first page again and again.
 #[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     #[serde(default)]
     prefix: String,
