@@ -402,3 +402,21 @@ def test_a_lock_shows_one_epoch_before_and_after_a_crash(lock_name: str) -> None
             second.stop()
     finally:
         first.stop()
+
+
+def test_locks_reads_every_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``client.locks()`` follows ``next`` through every page of ``GET /v1/locks``, not only
+    the first (pages of two here, so five locks take three pages)."""
+    import palisade._protocol
+
+    monkeypatch.setattr(palisade._protocol, "LOCK_PAGE", 2)
+    server = PalisadeServer()
+    try:
+        with Client(server.url) as client:
+            names = [f"page-{i}" for i in range(5)]
+            for name in names:
+                client.acquire(name, holder="a", ttl_ms=60_000)
+            assert [s.lock for s in client.locks()] == names
+            assert all(s.holder == "a" for s in client.locks())
+    finally:
+        server.stop()

@@ -280,8 +280,15 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT, ContextT]):
         return proto.read(LockStatus.parse, (yield proto.lock_status(name)))
 
     def _locks(self) -> Op[List[LockStatus]]:
-        """Every known lock, sorted by name."""
-        return proto.read(LockStatus.parse_list, (yield proto.locks()))
+        """Every known lock, sorted by name: every page of ``GET /v1/locks`` in turn (with
+        authentication on, the ones the caller may see)."""
+        out: List[LockStatus] = []
+        after: Optional[str] = None
+        while True:
+            page, after = proto.read(LockStatus.parse_page, (yield proto.locks(after)))
+            out.extend(page)
+            if after is None:
+                return out
 
     # ---- sessions --------------------------------------------------------------------
 

@@ -193,8 +193,14 @@ def lock_status(lock: str) -> Call:
     return Call("GET", f"/v1/locks/{segment('lock name', lock)}")
 
 
-def locks() -> Call:
-    return Call("GET", "/v1/locks")
+def locks(after: Optional[str] = None) -> Call:
+    """One page of ``GET /v1/locks`` (the largest the server gives), after lock ``after``."""
+    query = httpx.QueryParams({"limit": LOCK_PAGE, **({"after": after} if after is not None else {})})
+    return Call("GET", f"/v1/locks?{query}")
+
+
+#: The largest page of ``GET /v1/locks`` the server answers.
+LOCK_PAGE = 10_000
 
 
 # ---- keys, tokens, health -------------------------------------------------------------

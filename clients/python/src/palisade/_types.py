@@ -219,6 +219,12 @@ class LockStatus(_Wire):
         f = _Fields("lock list", body)
         return [LockStatus.parse(f.obj(item, "locks").body) for item in f.items("locks")]
 
+    @staticmethod
+    def parse_page(body: Mapping[str, Any]) -> "Tuple[List[LockStatus], Optional[str]]":
+        """One page of ``GET /v1/locks``: its locks, and the name to pass as ``after`` for
+        the next page (``None`` on the last)."""
+        return LockStatus.parse_list(body), _Fields("lock list", body).read("next", str, True)
+
 
 @dataclass(frozen=True)
 class PublicKey:
