@@ -2,7 +2,6 @@
 package dev.palisade.client;
 
 import java.io.IOException;
-import java.io.InterruptedIOException;
 import java.util.concurrent.CompletableFuture;
 
 /**
@@ -41,12 +40,12 @@ public final class LeaseGuard implements AutoCloseable {
    * another holder may have the lock. Never completes while the lease is held.
    */
   public CompletableFuture<IOException> lost() {
-    return renewal.lost().copy();
+    return renewal.lost();
   }
 
   /** Whether the lease is known lost. */
   public boolean isLost() {
-    return renewal.lost().isDone();
+    return renewal.isLost();
   }
 
   /**
@@ -57,15 +56,6 @@ public final class LeaseGuard implements AutoCloseable {
    */
   @Override
   public void close() throws IOException {
-    try {
-      renewal.stop();
-      if (renewal.lost().isDone()) {
-        throw renewal.lost().join();
-      }
-      client.release(lease.leaseId());
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new InterruptedIOException("interrupted while releasing lease " + lease.leaseId());
-    }
+    renewal.finish("lease " + lease.leaseId(), () -> client.release(lease.leaseId()));
   }
 }

@@ -29,14 +29,38 @@ final class Renewal {
     thread.start();
   }
 
-  CompletableFuture<IOException> lost() {
-    return lost;
+  /** What ends the renewed thing (a release, a session's close). */
+  interface End {
+    void run() throws IOException, InterruptedException;
   }
 
-  /** Stops renewing and waits for the thread (at most one renewal's timeout). */
-  void stop() throws InterruptedException {
+  /** A copy of the loss future: callers cannot complete the guard's own. */
+  CompletableFuture<IOException> lost() {
+    return lost.copy();
+  }
+
+  boolean isLost() {
+    return lost.isDone();
+  }
+
+  /**
+   * Stops renewing (waiting at most one renewal's timeout), then throws why it was lost,
+   * or runs {@code end}. An interrupt is an {@link java.io.InterruptedIOException} with the
+   * thread's interrupt status kept: {@code end}'s outcome is then unknown, and the thing
+   * ends at its TTL at the latest.
+   */
+  void finish(String what, End end) throws IOException {
     stop.countDown();
-    thread.join();
+    try {
+      thread.join();
+      if (lost.isDone()) {
+        throw lost.join();
+      }
+      end.run();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new java.io.InterruptedIOException("interrupted while ending " + what);
+    }
   }
 
   private void run(long ttlMs, Renew renew) {

@@ -2,7 +2,6 @@
 package dev.palisade.client;
 
 import java.io.IOException;
-import java.io.InterruptedIOException;
 import java.util.concurrent.CompletableFuture;
 
 /**
@@ -46,12 +45,12 @@ public final class SessionGuard implements AutoCloseable {
 
   /** Completes, with the refusal or the last failure, when the session may have ended. */
   public CompletableFuture<IOException> lost() {
-    return renewal.lost().copy();
+    return renewal.lost();
   }
 
   /** Whether the session is known lost. */
   public boolean isLost() {
-    return renewal.lost().isDone();
+    return renewal.isLost();
   }
 
   /**
@@ -60,15 +59,6 @@ public final class SessionGuard implements AutoCloseable {
    */
   @Override
   public void close() throws IOException {
-    try {
-      renewal.stop();
-      if (renewal.lost().isDone()) {
-        throw renewal.lost().join();
-      }
-      client.closeSession(session.sessionId());
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new InterruptedIOException("interrupted while closing session " + session.sessionId());
-    }
+    renewal.finish("session " + session.sessionId(), () -> client.closeSession(session.sessionId()));
   }
 }
