@@ -77,11 +77,7 @@ impl<'a> Trust<'a> {
             });
         }
         if let Some(principal) = self.principal {
-            let held = match claims.holder.strip_prefix(principal) {
-                Some(rest) => rest.is_empty() || rest.starts_with('/'),
-                None => false,
-            };
-            if !held {
+            if !palisade_token::holder_belongs_to(&claims.holder, principal) {
                 return Err(AdmitError::NotHolder {
                     principal: principal.to_owned(),
                     token_holder: claims.holder.clone(),

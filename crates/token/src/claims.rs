@@ -30,6 +30,17 @@ pub struct Claims {
     pub key_id: String,
 }
 
+/// Whether `holder` names `principal`: the principal's name alone, or the name followed by
+/// `/` and a label (`billing`, `billing/worker-1`; not `billing2` nor `other/billing`). The
+/// one rule for "this lease or token belongs to this principal", used by the server's
+/// authorisation and by the adapters' holder check.
+pub fn holder_belongs_to(holder: &str, principal: &str) -> bool {
+    match holder.strip_prefix(principal) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
 impl Claims {
     /// Checks the claims' own shape: legal lock name, epoch at least 1, bounded holder.
     pub fn check_shape(&self) -> Result<(), &'static str> {
@@ -77,6 +88,16 @@ mod tests {
         }
         for bad in ["", ".", "..", "a/b", "a b", "é", &"x".repeat(129), "a%2f"] {
             assert!(validate_lock_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_holder_belongs_to_its_principal_and_its_labels_only() {
+        for yes in ["billing", "billing/worker-1", "billing/"] {
+            assert!(holder_belongs_to(yes, "billing"), "{yes}");
+        }
+        for no in ["billing2", "billing-x/y", "other/billing", "bill", ""] {
+            assert!(!holder_belongs_to(no, "billing"), "{no}");
         }
     }
 }

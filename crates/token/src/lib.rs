@@ -41,7 +41,9 @@ mod keys;
 pub mod nonce;
 mod verify;
 
-pub use claims::{validate_lock_name, Claims, Epoch, InvalidLockName, MAX_HOLDER_LEN};
+pub use claims::{
+    holder_belongs_to, validate_lock_name, Claims, Epoch, InvalidLockName, MAX_HOLDER_LEN,
+};
 pub use key_set::{KeyRecord, KeySet, KeySetError, KeyState, MAX_RETIRED_KEPT, MAX_VERIFYING_KEYS};
 pub use keys::{
     key_id_of, ActiveSigner, KeyId, KeyListing, KeyRing, ListedKey, ListingError, Signer,

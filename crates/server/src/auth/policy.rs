@@ -165,10 +165,7 @@ impl Principal {
     /// Whether a token or lease holder names this principal: the holder is the
     /// principal's name alone, or the name followed by `/` and a label.
     pub fn owns_holder(&self, holder: &str) -> bool {
-        match holder.strip_prefix(self.name.as_str()) {
-            Some(rest) => rest.is_empty() || rest.starts_with('/'),
-            None => false,
-        }
+        palisade_token::holder_belongs_to(holder, &self.name)
     }
 }
 
