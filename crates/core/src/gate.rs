@@ -27,6 +27,23 @@ pub struct HighWater {
     pub seq: u64,
 }
 
+impl HighWater {
+    /// The mark with the restore floor applied: after a restore, every namespace's mark
+    /// is at least `floor` (as `(floor, 0)`), whether or not the restored store knew the
+    /// namespace, so every token from before the restore is stale. The one rule every
+    /// backend reads its marks through; a mark already at or above the floor is unchanged.
+    pub fn at_least(self, floor: Epoch) -> HighWater {
+        if floor > self.epoch {
+            HighWater {
+                epoch: floor,
+                seq: 0,
+            }
+        } else {
+            self
+        }
+    }
+}
+
 /// How a namespace orders the operations it admits.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -116,6 +133,17 @@ pub fn admit(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn the_restore_floor_raises_a_mark_below_it_only() {
+        let mark = HighWater { epoch: 5, seq: 9 };
+        assert_eq!(mark.at_least(0), mark);
+        assert_eq!(mark.at_least(5), mark, "a mark at the floor keeps its seq");
+        assert_eq!(mark.at_least(7), HighWater { epoch: 7, seq: 0 });
+        assert_eq!(HighWater::default().at_least(3), HighWater { epoch: 3, seq: 0 });
+        // Every token from before the restore is then refused.
+        assert!(admit(mark.at_least(7), Policy::Epoch, 6, None).is_err());
+    }
 
     #[test]
     fn fencing_py_sequence() {

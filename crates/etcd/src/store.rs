@@ -157,14 +157,7 @@ impl EtcdStore {
             Some(kv) => (keys::decode_epoch(kv.key(), kv.value())?, kv.mod_revision()),
             None => (0, 0),
         };
-        let mark = if floor > mark.epoch {
-            HighWater {
-                epoch: floor,
-                seq: 0,
-            }
-        } else {
-            mark
-        };
+        let mark = mark.at_least(floor);
         let (usage, usage_rev) = match snap.first(1) {
             Some(kv) => (from_json::<Usage>(kv.key(), kv.value())?, kv.mod_revision()),
             None if data_key.is_none() => (Usage::default(), 0),
@@ -383,17 +376,7 @@ impl FencedStore for EtcdStore {
             None => HighWater::default(),
         };
         match snap.first(1) {
-            Some(kv) => {
-                let floor = keys::decode_epoch(kv.key(), kv.value())?;
-                Ok(if floor > mark.epoch {
-                    HighWater {
-                        epoch: floor,
-                        seq: 0,
-                    }
-                } else {
-                    mark
-                })
-            }
+            Some(kv) => Ok(mark.at_least(keys::decode_epoch(kv.key(), kv.value())?)),
             None => Ok(mark),
         }
     }
@@ -438,14 +421,8 @@ impl FencedStore for EtcdStore {
             let name = kv.key().strip_prefix(base.as_slice()).unwrap_or_default();
             let name = String::from_utf8(name.to_vec())
                 .map_err(|_| crate::error::corrupt(kv.key(), "namespace is not UTF-8"))?;
-            let mut mark: HighWater = from_json(kv.key(), kv.value())?;
-            if floor > mark.epoch {
-                mark = HighWater {
-                    epoch: floor,
-                    seq: 0,
-                };
-            }
-            marks.push((name, mark));
+            let mark: HighWater = from_json(kv.key(), kv.value())?;
+            marks.push((name, mark.at_least(floor)));
         }
         let mut out = Vec::with_capacity(marks.len());
         // etcd refuses a transaction of more than 128 operations (`--max-txn-ops`).

@@ -220,10 +220,9 @@ pub(super) fn high_water(
 ) -> Result<HighWater, ReadError> {
     match view.row(&Key::Fence(namespace.to_owned()))? {
         Some(Val::Pair(epoch, seq)) => Ok(HighWater { epoch, seq }),
-        _ => Ok(HighWater {
-            epoch: restore_floor(view)?,
-            seq: 0,
-        }),
+        // A namespace this file never saw may have been written before a restore: the
+        // restore's floor stands in for its lost mark (stored marks were raised to it).
+        _ => Ok(HighWater::default().at_least(restore_floor(view)?)),
     }
 }
 

@@ -298,10 +298,7 @@ impl Inputs {
             Some(mark) => mark,
             // A namespace this file never saw may have been written before a restore: the
             // restore's floor stands in for its lost mark.
-            None => HighWater {
-                epoch: reads::restore_floor(p)?,
-                seq: 0,
-            },
+            None => HighWater::default().at_least(reads::restore_floor(p)?),
         };
         let (key, usage) = match &op.action {
             Action::Put { key, .. } | Action::Delete { key, .. } => {
