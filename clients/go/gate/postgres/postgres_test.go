@@ -499,3 +499,25 @@ func TestTheMigrationIsTheRustAdaptersOwn(t *testing.T) {
 		t.Fatal("gate/postgres/postgres.sql differs from crates/adapters/migrations/postgres.sql")
 	}
 }
+
+// The barrier: a new holder's admit with no data, committed on its own, shuts out every
+// older holder before the new one writes anything.
+func TestABarrierAdmitShutsOutOlderHoldersBeforeAnyWrite(t *testing.T) {
+	f := setup(t)
+	if err := f.write(f.issuer.token(lock, 1), lock, "k", "v1"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := f.pool.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admitted, err := Admit(f.ctx, tx, f.verifier, f.issuer.token(lock, 2), lock)
+	if err != nil || admitted.Previous.Epoch != 1 || admitted.HighWater.Epoch != 2 {
+		t.Fatalf("%+v %v", admitted, err)
+	}
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustStale(t, f.write(f.issuer.token(lock, 1), lock, "k", "late"), 2, 1)
+	f.state("k", "v1", 2)
+}

@@ -412,6 +412,24 @@ class PostgresGateTest {
     assertEquals(2, mark(LOCK));
   }
 
+  /**
+   * The barrier: a new holder's admit with no data, committed on its own, shuts out every
+   * older holder before the new one writes anything.
+   */
+  @Test
+  void aBarrierAdmitShutsOutOlderHoldersBeforeAnyWrite() throws Exception {
+    write(issuer.token(LOCK, 1), LOCK, "k", "v1");
+    try (Connection conn = connect()) {
+      conn.setAutoCommit(false);
+      Admitted admitted = PostgresGate.admit(conn, verifier, issuer.token(LOCK, 2), LOCK);
+      assertEquals(new HighWater(1, 0), admitted.previous());
+      assertEquals(new HighWater(2, 0), admitted.highWater());
+      conn.commit();
+    }
+    stale(assertThrows(PalisadeException.StaleToken.class, () -> write(issuer.token(LOCK, 1), LOCK, "k", "late")), 2, 1);
+    state("k", "v1", 2);
+  }
+
   /** An autocommit connection is refused before anything runs. */
   @Test
   void autocommitOutsideATransactionIsRefused() throws Exception {
