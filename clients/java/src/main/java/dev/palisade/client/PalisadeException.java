@@ -99,6 +99,7 @@ public class PalisadeException extends IOException {
           case "permission_denied" -> new PermissionDenied(base, f.optString("principal"));
           case "not_found" -> new NotFound(base, f.optString("key_id"));
           case "key_active" -> new KeyActive(base, f.string("key_id"));
+          case "lease_expired" -> new LeaseLost(base);
           default -> null;
         };
     return typed != null && f.ok ? typed : new PalisadeException(base);
@@ -150,6 +151,26 @@ public class PalisadeException extends IOException {
       map.put((String) nameValue[i], nameValue[i + 1]);
     }
     return map;
+  }
+
+  /**
+   * lease_expired: the lease is gone (it expired, or was released), or the client saw no
+   * successful renewal within the lease's TTL (then {@link #status()} is 0 and the cause is
+   * the last failure). Another holder may have the lock; a new lease would be a new epoch.
+   */
+  public static final class LeaseLost extends PalisadeException {
+    private static final long serialVersionUID = 1L;
+
+    private LeaseLost(Base base) {
+      super(base);
+    }
+
+    /** The loss the client decides on its own: no renewal worked within the TTL. */
+    static LeaseLost presumed(String what, IOException lastFailure) {
+      LeaseLost lost = new LeaseLost(new Base(0, "lease_expired", "no renewal of " + what + " worked within its TTL"));
+      lost.initCause(lastFailure);
+      return lost;
+    }
   }
 
   /** stale_token: a newer epoch reached the resource first; this holder is fenced off. */

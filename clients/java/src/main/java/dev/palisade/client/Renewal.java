@@ -10,8 +10,9 @@ import java.util.concurrent.TimeUnit;
 /**
  * Renews something with a TTL (a lease, a session) on a daemon thread every third of the
  * TTL until {@link #stop}, or until a renewal is refused (a {@link PalisadeException}: final)
- * or has failed for a whole TTL counted from the sending of the last renewal that worked:
- * then {@link #lost} completes with why.
+ * or has failed for a whole TTL counted from the sending of the last renewal that worked (a
+ * {@link PalisadeException.LeaseLost} whose cause is the last failure): then {@link #lost}
+ * completes with why.
  */
 final class Renewal {
   /** One renewal, bounded by {@code timeout}. */
@@ -23,7 +24,10 @@ final class Renewal {
   private final CountDownLatch stop = new CountDownLatch(1);
   private final Thread thread;
 
+  private final String name;
+
   Renewal(String name, long ttlMs, Renew renew) {
+    this.name = name;
     thread = new Thread(() -> run(ttlMs, renew), name);
     thread.setDaemon(true);
     thread.start();
@@ -78,7 +82,7 @@ final class Renewal {
         } catch (IOException failed) {
           // A failed request is retried until the TTL is spent.
           if (System.nanoTime() - renewedAt >= TimeUnit.MILLISECONDS.toNanos(ttlMs)) {
-            lost.complete(failed);
+            lost.complete(PalisadeException.LeaseLost.presumed(name, failed));
             return;
           }
         }

@@ -105,7 +105,7 @@ class ClientTest {
     LeaseGuard guard = client.hold("jobs", as("a", Duration.ofMillis(600)));
     client.release(guard.lease().leaseId());
     IOException why = guard.lost().get(10, TimeUnit.SECONDS);
-    assertTrue(why instanceof PalisadeException p && p.code().equals("lease_expired"), String.valueOf(why));
+    assertTrue(why instanceof PalisadeException.LeaseLost p && p.code().equals("lease_expired"), String.valueOf(why));
     assertTrue(guard.isLost());
     assertThrows(PalisadeException.class, guard::close);
   }

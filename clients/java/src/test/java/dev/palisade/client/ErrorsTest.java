@@ -25,7 +25,7 @@ class ErrorsTest {
   private static final Set<String> PLAIN =
       Set.of(
           "bad_request", "method_not_allowed", "uri_too_long", "headers_too_large",
-          "unauthenticated", "missing_token", "invalid_token", "lease_expired",
+          "unauthenticated", "missing_token", "invalid_token",
           "session_expired", "idempotency_conflict", "storage_failed", "unavailable");
 
   /**

@@ -61,15 +61,20 @@ class EventsAndElectionTest {
   @Test
   void eventsArriveTypedAndInOrder() throws Exception {
     try (EventStream events = client.lockEvents("orders")) {
-      // The stream is live once it shows a grant made after it was opened.
+      // The stream is live once it shows a grant made after it was opened: until then,
+      // grant, read everything the stream has, and let go again.
       Lease first;
       LockEvent.Granted granted = null;
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
       do {
+        assertTrue(System.nanoTime() < deadline, "the stream never showed a grant");
         first = client.acquire("orders", AcquireOptions.ttl(TTL).holder("a"));
-        LockEvent event = events.poll(Duration.ofMillis(300));
-        if (event instanceof LockEvent.Granted g && g.epoch() == first.epoch()) {
-          granted = g;
-        } else {
+        for (LockEvent e = events.poll(Duration.ofMillis(300)); e != null && granted == null; e = events.poll(Duration.ofMillis(300))) {
+          if (e instanceof LockEvent.Granted g && g.epoch() == first.epoch()) {
+            granted = g;
+          }
+        }
+        if (granted == null) {
           client.release(first.leaseId());
         }
       } while (granted == null);
@@ -100,7 +105,9 @@ class EventsAndElectionTest {
   void aStreamReconnectsAfterARestartWithAReset() throws Exception {
     try (EventStream events = client.events("jobs")) {
       Lease lease;
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
       do {
+        assertTrue(System.nanoTime() < deadline, "the stream never showed an event");
         lease = client.acquire("jobs", AcquireOptions.ttl(TTL).holder("a"));
         client.release(lease.leaseId());
       } while (events.poll(Duration.ofMillis(300)) == null);
