@@ -1,18 +1,44 @@
-// The lock client: speaks the HTTP API of one Palisade server (docs/api.md) with Node's
-// fetch: acquire (with a wait in line), keepalive, release, the fenced store's put and
-// get, the key listing, and Guard, a lease renewed in the background every third of its
-// TTL. Every failure the server answers is a typed error (errors.ts); a request that did
-// not complete rejects with fetch's own error, for a mutation an unknown outcome.
+// The lock client: speaks the HTTP API of a Palisade server (docs/api.md) with Node's
+// fetch. Its methods are the API's routes (the wire work lives in locks.ts, kv.ts,
+// fence.ts, session.ts) and Guard, a lease renewed in the background (renewal.ts). Every
+// failure the server answers is a typed error (errors.ts); a request that did not
+// complete rejects with fetch's own error, for a mutation an unknown outcome. Given
+// several endpoints, a call moves on from one that failed by failover.ts's rule.
 
-import { DecodeError, PalisadeError, parseError } from "./errors.js";
-import { type Json, parseJson, safeInteger, u64 } from "./json.js";
+import { randomUUID } from "node:crypto";
+
+import { parseError } from "./errors.js";
+import { Election, type ElectionOptions } from "./election.js";
+import { type EventsOptions, EventStream } from "./events.js";
+import { Endpoints, classify, mayTryNext, retryClass } from "./failover.js";
+import { type FenceOptions, type Fenced, type FenceStatus, type TokenCheck, checkToken, fence, highWater } from "./fence.js";
+import { Answer, CALL, OPEN, type Request } from "./http.js";
+import { type CallOptions, type Entry, type ListOptions, type WriteOptions, type Written, del, get, list, put } from "./kv.js";
+import {
+  type AcquireOptions,
+  type Lease,
+  type LockPage,
+  type LockPageOptions,
+  type LockStatus,
+  type Proclaimed,
+  type Renewed,
+  acquire,
+  keepAlive,
+  lockPage,
+  lockStatus,
+  proclaim,
+  release,
+} from "./locks.js";
+import { Renewal } from "./renewal.js";
+import { type TlsOptions, tlsDispatcher, tlsFetch } from "./tls.js";
+import { type Session, type SessionOptions, SessionGuard, closeSession, createSession, getSession, keepAliveSession } from "./session.js";
 import type { KeyListing } from "./token.js";
 
 /** The fetch the client calls: Node's global fetch unless the options name another. */
 export type Fetch = (url: string, init: RequestInit) => Promise<Response>;
 
 /** How a Client reaches its server. */
-export interface ClientOptions {
+export interface ClientOptions extends TlsOptions {
   /** Sent as `Authorization: Bearer <key>` on every request (a server with
    * authentication). */
   key?: string;
@@ -26,138 +52,122 @@ export interface ClientOptions {
   timeoutMs?: number;
 }
 
-/** Settings every call takes. */
-export interface CallOptions {
-  /** Aborts the request. */
-  signal?: AbortSignal;
-}
-
-/** The settings of one acquisition. */
-export interface AcquireOptions extends CallOptions {
-  /** Who holds the lease (with authentication: a label after the principal's name).
-   * Required by a server without authentication. */
-  holder?: string;
-  /** How long the lease lives without a keepalive, in whole milliseconds (50 to
-   * 3,600,000 by default). */
-  ttlMs: number;
-  /** How long to wait in the lock's first-come first-served line, in milliseconds; 0 (the
-   * default) refuses at once with LockHeldError when the lock is held. */
-  waitMs?: number;
-}
-
-/** A granted lock: its epoch and the signed token every write it guards carries. */
-export interface Lease {
-  readonly lock: string;
-  readonly holder: string;
-  readonly epoch: bigint;
-  readonly token: string;
-  readonly leaseId: string;
-  readonly ttlMs: number;
-  readonly lockDelayMs: number;
-}
-
-/** The answer to a fenced write: the key's new revision and the epoch that wrote it. */
-export interface Written {
-  readonly revision: bigint;
-  readonly epoch: bigint;
-}
-
-/** A key of the fenced store: its value, revision, and the epoch that wrote it. */
-export interface Entry {
-  readonly value: Uint8Array;
-  readonly revision: bigint;
-  readonly epoch: bigint;
-}
-
-/** A client of one Palisade server. */
+/** A client of one Palisade deployment: one server, or several endpoints of it (the nodes
+ * of an etcd-backed deployment), tried by failover.ts's rule. */
 export class Client {
+  /** The first endpoint's base URL. */
   readonly baseUrl: string;
+  readonly #endpoints: Endpoints;
   readonly #key: string | undefined;
   readonly #fetch: Fetch;
   readonly #dispatcher: object | undefined;
   readonly #timeoutMs: number;
 
-  /** A client of the server at `baseUrl` (http://127.0.0.1:7070, say). */
-  constructor(baseUrl: string, options: ClientOptions = {}) {
-    let url: URL;
-    try {
-      url = new URL(baseUrl);
-    } catch {
-      throw new TypeError(`base URL ${JSON.stringify(baseUrl)} is not a URL: write http://host:port`);
-    }
-    if ((url.protocol !== "http:" && url.protocol !== "https:") || url.search !== "" || url.hash !== "") {
-      throw new TypeError(`base URL ${JSON.stringify(baseUrl)} must be http(s)://host[:port], without query or fragment`);
-    }
-    this.baseUrl = url.href.replace(/\/+$/, "");
+  /** A client of the server at `baseUrl` (http://127.0.0.1:7070, say), or of the
+   * endpoints listed, in order of preference. */
+  constructor(baseUrl: string | readonly string[], options: ClientOptions = {}) {
+    const bases = (typeof baseUrl === "string" ? [baseUrl] : [...baseUrl]).map(checkBase);
+    this.#endpoints = new Endpoints(bases);
+    this.baseUrl = bases[0]!;
     this.#key = options.key;
-    this.#fetch = options.fetch ?? ((input, init) => fetch(input, init));
-    this.#dispatcher = options.dispatcher;
+    const tls = tlsDispatcher(options);
+    this.#fetch = options.fetch ?? (tls !== undefined ? tlsFetch : (input, init) => fetch(input, init));
+    this.#dispatcher = options.dispatcher ?? tls;
     this.#timeoutMs = options.timeoutMs ?? 30_000;
   }
 
-  /** Takes `lock` (POST /v1/locks/{lock}/acquire). Held by another: LockHeldError. */
-  async acquire(lock: string, options: AcquireOptions): Promise<Lease> {
-    const { holder, ttlMs, waitMs = 0 } = options;
-    wholeMs("ttlMs", ttlMs);
-    wholeMs("waitMs", waitMs);
-    const body: Record<string, unknown> = { ttl_ms: ttlMs };
-    if (holder !== undefined && holder !== "") body.holder = holder;
-    if (waitMs > 0) body.wait_ms = waitMs;
-    const answer = await this.#call("POST", `/v1/locks/${segment("lock name", lock)}/acquire`, {
-      json: body,
-      signal: options.signal,
-      extraMs: waitMs,
-    });
-    const o = answer.object();
-    return answer.read<Lease>({
-      lock: str(o.get("lock")),
-      holder: str(o.get("holder")),
-      epoch: u64(o.get("epoch")),
-      token: str(o.get("token")),
-      leaseId: str(o.get("lease_id")),
-      ttlMs: safeInteger(o.get("ttl_ms")),
-      lockDelayMs: safeInteger(o.get("lock_delay_ms")),
-    });
+  /** Every endpoint's base URL, in the order given. */
+  get endpoints(): readonly string[] {
+    return this.#endpoints.bases;
   }
 
-  /** Renews a lease for a full TTL from now; LeaseExpiredError when it is gone. */
-  async keepAlive(leaseId: string, options: CallOptions = {}): Promise<void> {
-    await this.#call("POST", `/v1/leases/${segment("lease id", leaseId)}/keepalive`, options);
+  /** Takes `lock` (POST /v1/locks/{lock}/acquire). Held by another: LockHeldError. */
+  acquire(lock: string, options: AcquireOptions): Promise<Lease> {
+    return acquire(this, lock, options);
+  }
+
+  /** Renews a lease for a full TTL from now; LeaseExpiredError when it is gone. A lease in
+   * a session renews its whole session. */
+  keepAlive(leaseId: string, options: CallOptions = {}): Promise<Renewed> {
+    return keepAlive(this, leaseId, options);
   }
 
   /** Gives a lease up; the lock passes to the next in line. */
-  async release(leaseId: string, options: CallOptions = {}): Promise<void> {
-    await this.#call("POST", `/v1/leases/${segment("lease id", leaseId)}/release`, options);
+  release(leaseId: string, options: CallOptions = {}): Promise<void> {
+    return release(this, leaseId, options);
+  }
+
+  /** Replaces the value a lease shows in its lock's status (null clears it); the
+   * lease's epoch and deadline do not change. */
+  proclaim(leaseId: string, value: Uint8Array | null, options: CallOptions = {}): Promise<Proclaimed> {
+    return proclaim(this, leaseId, value, options);
+  }
+
+  /** A lock's status (GET /v1/locks/{lock}). */
+  lockStatus(lock: string, options: CallOptions = {}): Promise<LockStatus> {
+    return lockStatus(this, lock, options);
+  }
+
+  /** One page of locks (GET /v1/locks), in name order; pass `next` as `after` for the
+   * following page. */
+  listLocks(options: LockPageOptions = {}): Promise<LockPage> {
+    return lockPage(this, options);
+  }
+
+  /** Every lock whose name starts with `prefix`, page after page (`limit` per page). */
+  async *locks(options: Omit<LockPageOptions, "after"> = {}): AsyncGenerator<LockStatus, void, undefined> {
+    let after: string | undefined;
+    for (;;) {
+      const page = await lockPage(this, after === undefined ? options : { ...options, after });
+      yield* page.locks;
+      if (page.next === null) return;
+      after = page.next;
+    }
   }
 
   /** Writes `value` under `key` in `lock`'s namespace, fenced by `token`: refused with
    * StaleTokenError once a newer epoch wrote there. A string value is sent as UTF-8. */
-  async put(lock: string, key: string, value: Uint8Array | string, token: string, options: CallOptions = {}): Promise<Written> {
-    const raw = typeof value === "string" ? new TextEncoder().encode(value) : value;
-    const answer = await this.#call("PUT", kvPath(lock, key), {
-      raw,
-      headers: { "Fencing-Token": token },
-      signal: options.signal,
-    });
-    const o = answer.object();
-    return answer.read<Written>({ revision: u64(o.get("revision")), epoch: u64(o.get("epoch")) });
+  put(lock: string, key: string, value: Uint8Array | string, token: string, options: WriteOptions = {}): Promise<Written> {
+    return put(this, lock, key, value, token, options);
   }
 
   /** Reads `key` in `lock`'s namespace; NotFoundError when it does not exist. */
-  async get(lock: string, key: string, options: CallOptions = {}): Promise<Entry> {
-    const answer = await this.#call("GET", kvPath(lock, key), options);
-    const etag = answer.headers.get("etag") ?? "";
-    const revision = decimalU64(etag.startsWith('"') && etag.endsWith('"') ? etag.slice(1, -1) : etag);
-    const epoch = decimalU64(answer.headers.get("fencing-epoch") ?? "");
-    if (revision === undefined || epoch === undefined) {
-      throw new DecodeError(answer.status, "no ETag or Fencing-Epoch header");
-    }
-    return Object.freeze({ value: answer.bytes, revision, epoch });
+  get(lock: string, key: string, options: CallOptions = {}): Promise<Entry> {
+    return get(this, lock, key, options);
+  }
+
+  /** Deletes `key`, fenced like a put; NotFoundError when it does not exist. */
+  delete(lock: string, key: string, token: string, options: WriteOptions = {}): Promise<Written> {
+    return del(this, lock, key, token, options);
+  }
+
+  /** The keys of `lock`'s namespace in key order, at most `limit` (the server's default
+   * 1,000). The server has no continuation for this listing: a namespace with more keys
+   * than `limit` cannot be read past it (narrow with `prefix`). */
+  list(lock: string, options: ListOptions = {}): Promise<string[]> {
+    return list(this, lock, options);
+  }
+
+  /** The barrier: advances `lock`'s namespace's high-water mark to the token's epoch
+   * without writing data, so every older holder's write is refused from now on. */
+  fence(lock: string, token: string, options: FenceOptions = {}): Promise<Fenced> {
+    return fence(this, lock, token, options);
+  }
+
+  /** A namespace's high-water mark and policy (GET /v1/fences/{lock}). */
+  highWater(lock: string, options: CallOptions = {}): Promise<FenceStatus> {
+    return highWater(this, lock, options);
+  }
+
+  /** The server's reading of a token: genuine, and whether it is the lock's current
+   * epoch with a live lease. A snapshot: only a resource's check at the write fences. */
+  checkToken(token: string, options: CallOptions = {}): Promise<TokenCheck> {
+    return checkToken(this, token, options);
   }
 
   /** The keys whose tokens verify here (GET /v1/keys), for KeyRing.fromListing. */
   async keys(options: CallOptions = {}): Promise<KeyListing> {
-    const answer = await this.#call("GET", "/v1/keys", options);
+    const answer = await this[CALL]("GET", "/v1/keys", { signal: options.signal });
     try {
       const listing = JSON.parse(answer.text()) as KeyListing;
       if (listing !== null && typeof listing === "object" && Array.isArray(listing.keys)) return listing;
@@ -175,12 +185,62 @@ export class Client {
     return new Guard(this, lease, asked);
   }
 
-  async #call(
-    method: string,
-    path: string,
-    request: CallOptions & { json?: unknown; raw?: Uint8Array; headers?: Record<string, string>; extraMs?: number },
-  ): Promise<Answer> {
+  /** Opens a session (POST /v1/sessions): one keepalive for many locks. */
+  createSession(options: SessionOptions): Promise<Session> {
+    return createSession(this, options);
+  }
+
+  /** A session's state; SessionExpiredError once it expired or was closed. */
+  getSession(sessionId: string, options: CallOptions = {}): Promise<Session> {
+    return getSession(this, sessionId, options);
+  }
+
+  /** Renews a session and every lease in it for a full TTL from now. */
+  keepAliveSession(sessionId: string, options: CallOptions = {}): Promise<Session> {
+    return keepAliveSession(this, sessionId, options);
+  }
+
+  /** Closes a session, releasing every lease in it at once (they are its `leases`). */
+  closeSession(sessionId: string, options: CallOptions = {}): Promise<Session> {
+    return closeSession(this, sessionId, options);
+  }
+
+  /** Opens a session and keeps it: the SessionGuard renews it every third of its TTL
+   * until closed, or until a renewal is refused. */
+  async holdSession(options: SessionOptions): Promise<SessionGuard> {
+    const asked = performance.now();
+    const session = await createSession(this, options);
+    return new SessionGuard(this, session, asked);
+  }
+
+  /** A live stream of the server's events, of one lock, of a prefix, or of all locks;
+   * it reconnects by itself and resumes after the last event it delivered (events.ts). */
+  events(options: EventsOptions = {}): EventStream {
+    return new EventStream(this, options);
+  }
+
+  /** The election named `name` (its lock), to campaign in or observe (election.ts). */
+  election(name: string, options: ElectionOptions = {}): Election {
+    return new Election(this, name, options);
+  }
+
+  /** The package's request function (http.ts): the call, over the endpoints. */
+  async [CALL](method: string, path: string, request: Request): Promise<Answer> {
+    return (await this.#send(method, path, request, false)) as Answer;
+  }
+
+  /** The package's stream opener (http.ts): a GET whose body the caller reads. */
+  async [OPEN](path: string, request: Request): Promise<Response> {
+    return (await this.#send("GET", path, request, true)) as Response;
+  }
+
+  async #send(method: string, path: string, request: Request, stream: boolean): Promise<Answer | Response> {
     const headers: Record<string, string> = { ...request.headers };
+    if (request.retry === "write" && this.#endpoints.several && headers["Idempotency-Key"] === undefined) {
+      // A resend to another node then carries the same key: applied at most once.
+      headers["Idempotency-Key"] = randomUUID();
+    }
+    const retry = retryClass(method, { ...request, headers });
     let body: Uint8Array | string | undefined;
     if (request.json !== undefined) {
       body = JSON.stringify(request.json);
@@ -190,125 +250,97 @@ export class Client {
       headers["Content-Type"] = "application/octet-stream";
     }
     if (this.#key !== undefined && this.#key !== "") headers.Authorization = `Bearer ${this.#key}`;
-    const timeout = AbortSignal.timeout(this.#timeoutMs + (request.extraMs ?? 0));
-    const init: RequestInit = {
-      method,
-      headers,
-      signal: request.signal === undefined ? timeout : AbortSignal.any([request.signal, timeout]),
-    };
-    if (body !== undefined) init.body = body;
-    // undici's own option, which RequestInit does not name in every set of types.
-    if (this.#dispatcher !== undefined) Object.assign(init, { dispatcher: this.#dispatcher });
-    const response = await this.#fetch(this.baseUrl + path, init);
-    const bytes = new Uint8Array(await response.arrayBuffer());
-    if (response.status !== 200) throw parseError(response.status, bytes);
-    return new Answer(response.status, response.headers, bytes);
-  }
-}
-
-/** A 200 answer, read strictly: a field missing or of another type is a DecodeError. */
-class Answer {
-  constructor(
-    readonly status: number,
-    readonly headers: Headers,
-    readonly bytes: Uint8Array,
-  ) {}
-
-  text(): string {
-    return new TextDecoder().decode(this.bytes);
-  }
-
-  undecodable(): DecodeError {
-    return new DecodeError(this.status, this.text().slice(0, 200));
-  }
-
-  object(): Map<string, Json> {
-    let json: Json;
-    try {
-      json = parseJson(this.text());
-    } catch {
-      throw this.undecodable();
+    const queue = this.#endpoints.order();
+    const resent = new Set<string>();
+    let last: unknown;
+    for (let base = queue.shift(); base !== undefined; base = queue.shift()) {
+      request.signal?.throwIfAborted();
+      // A stream's timeout covers the wait for its headers only, then the stream lives on.
+      const timer = new AbortController();
+      const timeout = setTimeout(
+        () => timer.abort(new DOMException("The operation was aborted due to timeout", "TimeoutError")),
+        this.#timeoutMs + (request.extraMs ?? 0),
+      );
+      timeout.unref();
+      const init: RequestInit = {
+        method,
+        headers,
+        signal: request.signal === undefined ? timer.signal : AbortSignal.any([request.signal, timer.signal]),
+      };
+      if (body !== undefined) init.body = body;
+      // undici's own option, which RequestInit does not name in every set of types.
+      if (this.#dispatcher !== undefined) Object.assign(init, { dispatcher: this.#dispatcher });
+      let response: Response;
+      let bytes: Uint8Array;
+      try {
+        response = await this.#fetch(base + path, init);
+        if (stream && response.status === 200) {
+          clearTimeout(timeout);
+          this.#endpoints.prefer(base);
+          return response;
+        }
+        bytes = new Uint8Array(await response.arrayBuffer());
+      } catch (err) {
+        clearTimeout(timeout);
+        if (request.signal?.aborted === true) throw err; // the caller's own abort
+        const failure = classify(err);
+        if (!this.#endpoints.several || !mayTryNext(retry, failure)) throw err;
+        last = err;
+        // A keep-alive connection closed between two requests loses exactly one answer:
+        // a call safe to resend gets one more try there, after the others.
+        if (failure === "unknown" && !resent.has(base)) {
+          resent.add(base);
+          queue.push(base);
+        }
+        continue;
+      }
+      clearTimeout(timeout);
+      if (response.status === 503 && this.#endpoints.several && mayTryNext(retry, "unavailable")) {
+        last = parseError(response.status, bytes);
+        continue;
+      }
+      this.#endpoints.prefer(base);
+      if (response.status !== 200) throw parseError(response.status, bytes);
+      return new Answer(response.status, response.headers, bytes);
     }
-    if (!(json instanceof Map)) throw this.undecodable();
-    return json;
-  }
-
-  /** `fields` with every value present, or a DecodeError. */
-  read<T extends object>(fields: { [K in keyof T]: T[K] | undefined }): T {
-    for (const value of Object.values(fields)) {
-      if (value === undefined) throw this.undecodable();
-    }
-    return Object.freeze(fields) as T;
+    throw last;
   }
 }
 
-function str(value: Json | undefined): string | undefined {
-  return typeof value === "string" ? value : undefined;
-}
-
-function decimalU64(text: string): bigint | undefined {
-  if (!/^(?:0|[1-9][0-9]*)$/.test(text)) return undefined;
-  const n = BigInt(text);
-  return n < 1n << 64n ? n : undefined;
-}
-
-function wholeMs(what: string, ms: number): void {
-  if (!Number.isSafeInteger(ms) || ms < 0) {
-    throw new RangeError(`${what} must be a whole number of milliseconds, not ${ms}`);
-  }
-}
-
-/** Percent-encodes one path segment: every byte outside RFC 3986's unreserved set
- * (A-Z a-z 0-9 - . _ ~) becomes %XX, as the Rust and Python clients send it. */
-function encodeSegment(what: string, value: string): string {
-  if (value === "." || value === "..") {
-    // A URL parser removes dot segments before the request leaves: another route or key.
-    throw new TypeError(`${what} ${JSON.stringify(value)} cannot be sent in a URL path`);
-  }
+function checkBase(baseUrl: string): string {
+  let url: URL;
   try {
-    return encodeURIComponent(value).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+    url = new URL(baseUrl);
   } catch {
-    throw new TypeError(`${what} ${JSON.stringify(value)} is not valid Unicode text`);
+    throw new TypeError(`base URL ${JSON.stringify(baseUrl)} is not a URL: write http://host:port`);
   }
-}
-
-/** A name that must be exactly one path segment (a lock name, a lease id). */
-function segment(what: string, value: string): string {
-  if (value === "") throw new TypeError(`${what} must not be empty`);
-  return encodeSegment(what, value);
-}
-
-/** A key keeps `/` as its separator, each part encoded on its own, so `a/b c` is sent as
- * `a/b%20c` and the server sees the key it was given. */
-function kvPath(lock: string, key: string): string {
-  if (key === "") throw new TypeError("key must not be empty");
-  const parts = key.split("/").map((part) => encodeSegment(`key ${JSON.stringify(key)} has a segment`, part));
-  return `/v1/kv/${segment("lock name", lock)}/${parts.join("/")}`;
+  if ((url.protocol !== "http:" && url.protocol !== "https:") || url.search !== "" || url.hash !== "") {
+    throw new TypeError(`base URL ${JSON.stringify(baseUrl)} must be http(s)://host[:port], without query or fragment`);
+  }
+  return url.href.replace(/\/+$/, "");
 }
 
 /** A lease held and renewed in the background, every third of its TTL, until
- * {@link Guard.release}, or until a renewal is refused or has failed for a whole TTL:
- * then `signal` aborts, with the reason as its `reason`. A guard does not stop the work
- * it protects by itself: give `signal` to that work, and let the resource's gate refuse
- * the late writes fencing exists for. The renewal timer does not keep the process alive.
- * Made by {@link Client.hold}; `await using` releases it at the end of the block. */
+ * {@link Guard.release}, or until a renewal is refused or has failed for a whole TTL
+ * (counted from the sending of the last renewal that worked; renewal.ts): then `signal`
+ * aborts, with the reason as its `reason`. A guard does not stop the work it protects by
+ * itself: give `signal` to that work, and let the resource's gate refuse the late writes
+ * fencing exists for. The renewal timer does not keep the process alive. Made by
+ * {@link Client.hold}; `await using` releases it at the end of the block. */
 export class Guard implements AsyncDisposable {
   readonly lease: Lease;
   /** Aborted when the lease is lost; `signal.reason` is why. */
   readonly signal: AbortSignal;
   readonly #client: Client;
-  readonly #lost = new AbortController();
-  readonly #renewing: Promise<void>;
-  #stopped = false;
-  #wake: (() => void) | undefined;
+  readonly #renewal: Renewal;
   #released: Promise<void> | undefined;
 
   /** Starts renewing `lease`, granted after the monotonic time `askedAt`. */
   constructor(client: Client, lease: Lease, askedAt: number) {
     this.lease = lease;
-    this.signal = this.#lost.signal;
     this.#client = client;
-    this.#renewing = this.#renew(askedAt);
+    this.#renewal = new Renewal(lease.ttlMs, askedAt, (signal) => client.keepAlive(lease.leaseId, { signal }));
+    this.signal = this.#renewal.signal;
   }
 
   /** Whether the lease was lost. */
@@ -333,46 +365,8 @@ export class Guard implements AsyncDisposable {
   }
 
   async #release(options: CallOptions): Promise<void> {
-    this.#stopped = true;
-    this.#wake?.();
-    await this.#renewing;
+    await this.#renewal.stop();
     if (this.signal.aborted) throw this.signal.reason;
     await this.#client.release(this.lease.leaseId, options);
-  }
-
-  async #renew(renewedAt: number): Promise<void> {
-    const ttl = this.lease.ttlMs;
-    const every = Math.max(1, Math.floor(ttl / 3));
-    let next = renewedAt + every;
-    for (;;) {
-      await this.#sleepUntil(next);
-      if (this.#stopped) return;
-      const started = performance.now();
-      next = started + every;
-      try {
-        await this.#client.keepAlive(this.lease.leaseId, { signal: AbortSignal.timeout(every) });
-        renewedAt = started; // the lease runs a full TTL from a moment after this
-      } catch (err) {
-        // A refusal is final; a failed request is tried again until the TTL is spent.
-        if (err instanceof PalisadeError || performance.now() - renewedAt >= ttl) {
-          this.#lost.abort(err);
-          return;
-        }
-      }
-    }
-  }
-
-  #sleepUntil(at: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = (): void => {
-        clearTimeout(timer);
-        this.#wake = undefined;
-        resolve();
-      };
-      const timer = setTimeout(done, Math.max(0, at - performance.now()));
-      timer.unref();
-      this.#wake = done;
-      if (this.#stopped) done();
-    });
   }
 }

@@ -182,6 +182,22 @@ test("the fencing scenario, step by step", async (t) => {
   await f.state(key, "newest", 3n);
 });
 
+test("a barrier admit with no data, committed on its own, shuts out older holders before any write", async (t) => {
+  const f = await Fixture.create(t);
+  await f.write(f.issuer.token(LOCK, 1n), LOCK, "k", "v1");
+  const client = await f.pool.connect();
+  try {
+    await client.query("BEGIN");
+    const admitted = await admit(client, f.verifier, f.issuer.token(LOCK, 2n), LOCK);
+    assert.deepEqual([admitted.previous.epoch, admitted.highWater.epoch], [1n, 2n]);
+    await client.query("COMMIT");
+  } finally {
+    client.release();
+  }
+  assertStale(await refusal(f.write(f.issuer.token(LOCK, 1n), LOCK, "k", "late")), 2n, 1n);
+  await f.state("k", "v1", 2n);
+});
+
 test("malformed, forged, foreign and other-lock tokens change nothing", async (t) => {
   const f = await Fixture.create(t);
   const key = "bad-tokens";

@@ -23,30 +23,60 @@ export function vectorsFile(name: string): string {
 
 const LISTENING = "palisade listening on ";
 
+/** A running `palisade serve`. */
+export interface Node {
+  /** Its base URL (http or https). */
+  readonly url: string;
+  /** Its temp dir (its data dir is `${dir}/data`). */
+  readonly dir: string;
+  /** Kills it (SIGKILL, by pid) and waits for its exit: a crash. */
+  kill(): Promise<void>;
+}
+
+/** What a node is started with. */
+export interface NodeOptions {
+  /** More arguments to `palisade serve`. */
+  args?: string[];
+  /** The temp dir of an earlier node, to start again on its data. */
+  dir?: string;
+  /** The address to listen on (an earlier node's, to restart on its port). */
+  listen?: string;
+  /** The fetch that polls its health (one that trusts its CA, for TLS). */
+  healthFetch?: (url: string) => Promise<Response>;
+}
+
 /** Starts `palisade serve --listen 127.0.0.1:0 --data-dir <temp>/data`, learns its URL from
  * its start-up line, polls GET /healthz until it answers ok, and stops it (SIGKILL, by
  * pid) and removes the temp dir when the test `t` ends. Returns the server's URL. */
-export async function startServer(t: TestContext): Promise<string> {
+export async function startServer(t: TestContext, options: NodeOptions = {}): Promise<string> {
+  return (await startNode(t, options)).url;
+}
+
+/** Starts a node as startServer does, with a handle to kill it and start it again. The
+ * temp dir is removed when the test ends (after every node on it was stopped). */
+export async function startNode(t: TestContext, options: NodeOptions = {}): Promise<Node> {
   const bin = process.env.PALISADE_BIN;
   if (bin === undefined || bin === "") {
     throw new Error("PALISADE_BIN is not set: run scripts/ts-test, which builds the server and sets it");
   }
   if (!existsSync(bin)) throw new Error(`PALISADE_BIN names ${bin}, which does not exist: build it (scripts/ts-test)`);
-  const dir = await mkdtemp(join(tmpdir(), "palisade-ts-"));
+  const dir = options.dir ?? (await mkdtemp(join(tmpdir(), "palisade-ts-")));
   const logPath = join(dir, "server.log");
   const log = openSync(logPath, "a");
-  const child = spawn(bin, ["serve", "--listen", "127.0.0.1:0", "--data-dir", join(dir, "data")], {
-    stdio: ["ignore", "pipe", log],
-  });
+  const args = ["serve", "--listen", options.listen ?? "127.0.0.1:0", "--data-dir", join(dir, "data"), ...(options.args ?? [])];
+  const child = spawn(bin, args, { stdio: ["ignore", "pipe", log] });
   closeSync(log);
   const stdout = child.stdout!;
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  t.after(async () => {
+  const kill = async (): Promise<void> => {
     if (child.exitCode === null && child.signalCode === null && child.pid !== undefined) {
       process.kill(child.pid, "SIGKILL");
     }
     await exited;
-    await rm(dir, { recursive: true, force: true });
+  };
+  t.after(async () => {
+    await kill();
+    if (options.dir === undefined) await rm(dir, { recursive: true, force: true });
   });
   const logText = (): string => (existsSync(logPath) ? readFileSync(logPath, "utf8") : "");
 
@@ -76,8 +106,8 @@ export async function startServer(t: TestContext): Promise<string> {
   const deadline = Date.now() + 30_000;
   for (;;) {
     try {
-      const health = await fetch(`${url}/healthz`);
-      if (health.status === 200 && ((await health.json()) as { status?: string }).status === "ok") return url;
+      const health = await (options.healthFetch ?? fetch)(`${url}/healthz`);
+      if (health.status === 200 && ((await health.json()) as { status?: string }).status === "ok") return { url, dir, kill };
     } catch {
       // not answering yet
     }
