@@ -350,7 +350,7 @@ export class Guard implements AsyncDisposable {
 
   /** Why the lease was lost (the refusal, or the last failure); undefined while held. */
   get error(): unknown {
-    return this.signal.aborted ? this.signal.reason : undefined;
+    return this.signal.aborted ? (this.signal.reason as unknown) : undefined;
   }
 
   /** Stops renewing and releases the lease. Once it was lost there is nothing to

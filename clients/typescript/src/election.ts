@@ -231,9 +231,10 @@ export class Observer implements AsyncIterable<LeaderInfo | null>, AsyncDisposab
   }
 
   /** Ends the events stream; a pending `changed()` rejects with an AbortError. */
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.#closer.abort();
     this.#wake?.();
+    return Promise.resolve();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -248,10 +248,11 @@ export class EventStream implements AsyncIterable<LockEvent>, AsyncDisposable {
   }
 
   /** Ends the stream and its connection. */
-  async close(): Promise<void> {
+  close(): Promise<void> {
     this.#ended = true;
     this.#closer.abort();
     this.#drop();
+    return Promise.resolve();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -103,7 +103,7 @@ export class SessionGuard implements AsyncDisposable {
 
   /** Why the session was lost; undefined while held. */
   get error(): unknown {
-    return this.signal.aborted ? this.signal.reason : undefined;
+    return this.signal.aborted ? (this.signal.reason as unknown) : undefined;
   }
 
   /** Stops renewing and closes the session, releasing every lease in it at once; resolves

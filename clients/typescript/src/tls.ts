@@ -29,4 +29,4 @@ export function tlsDispatcher(options: TlsOptions): Agent | undefined {
 
 /** undici's fetch, as the client calls it (its Response has what the client reads). */
 export const tlsFetch = (url: string, init: RequestInit): Promise<Response> =>
-  undiciFetch(url, init as Parameters<typeof undiciFetch>[1]) as unknown as Promise<Response>;
+  undiciFetch(url, init);

@@ -159,13 +159,13 @@ test("a guard whose renewals fail keeps trying, and gives the lease up after a w
   const ttlMs = 300;
   const keepalives: number[] = [];
   const c = new Client("http://palisade.invalid", {
-    fetch: async (input) => {
+    fetch: (input) => {
       if (new URL(input).pathname.endsWith("/acquire")) {
         const lease = `{"lock":"jobs","holder":"a","epoch":9007199254740993,"token":"t","lease_id":"l1","ttl_ms":${ttlMs},"lock_delay_ms":0}`;
-        return new Response(lease, { status: 200 });
+        return Promise.resolve(new Response(lease, { status: 200 }));
       }
       keepalives.push(performance.now());
-      return new Response("<html>502 Bad Gateway</html>", { status: 502, headers: { "content-type": "text/html" } });
+      return Promise.resolve(new Response("<html>502 Bad Gateway</html>", { status: 502, headers: { "content-type": "text/html" } }));
     },
   });
   const asked = performance.now();
@@ -182,7 +182,7 @@ test("a success whose fields sit under a __proto__ name is a DecodeError, not a 
   // No server: each answer is made here.
   const lease = `"lock":"jobs","holder":"a","epoch":1,"token":"t","lease_id":"l1","ttl_ms":300,"lock_delay_ms":0`;
   let body = "";
-  const c = new Client("http://palisade.invalid", { fetch: async () => new Response(body, { status: 200 }) });
+  const c = new Client("http://palisade.invalid", { fetch: () => Promise.resolve(new Response(body, { status: 200 })) });
   body = `{"__proto__":{${lease}}}`;
   await assert.rejects(c.acquire("jobs", { holder: "a", ttlMs: 300 }), DecodeError);
   body = `{"__proto__":{"revision":1},"epoch":1}`;

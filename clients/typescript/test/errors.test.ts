@@ -139,7 +139,7 @@ test("a known code whose fields are missing, null or mistyped is the plain Palis
   ]) {
     const decoded = parseError(409, body);
     assert.equal(decoded.constructor, PalisadeError, body);
-    assert.equal((decoded as PalisadeError).code, JSON.parse(body).error.code);
+    assert.equal((decoded as PalisadeError).code, (JSON.parse(body) as { error: { code: string } }).error.code);
   }
 });
 

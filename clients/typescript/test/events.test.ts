@@ -84,7 +84,7 @@ test("a restart under a stream gives a reset first, then live events", async (t)
   const again = await startNode(t, { dir: first.dir, listen: new URL(first.url).host });
   assert.equal(again.url, first.url);
   const reset = await stream.next();
-  assert.ok(!reset.done && reset.value.type === "reset", JSON.stringify(reset.value, (_, v) => (typeof v === "bigint" ? String(v) : v)));
+  assert.ok(!reset.done && reset.value.type === "reset", JSON.stringify(reset.value, (_, v: unknown) => (typeof v === "bigint" ? String(v) : v)));
   assert.equal(reset.value.reason, "unknown_last_event_id");
   assert.ok(stream.connections >= 2);
   // r.a waits out its reservation after the crash: another lock of the prefix.

@@ -51,7 +51,7 @@ test("a 503 node passes an acquire, a write and a barrier on, each write with a 
   const url = await startServer(t);
   const seen: string[] = [];
   const down = await scripted(t, (req, res) => {
-    seen.push(`${req.method} ${req.url} key=${req.headers["idempotency-key"] ?? "none"}`);
+    seen.push(`${req.method} ${req.url} key=${String(req.headers["idempotency-key"] ?? "none")}`);
     req.resume();
     res.writeHead(503, { "content-type": "application/json" });
     res.end('{"error":{"code":"unavailable","message":"down"}}');

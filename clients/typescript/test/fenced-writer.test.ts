@@ -76,7 +76,7 @@ async function value(conninfo: string, table = "kv"): Promise<string | undefined
   const client = new pg.Client(pgConfig(conninfo));
   await client.connect();
   try {
-    const result = await client.query(`SELECT value FROM ${client.escapeIdentifier(table)} WHERE key = 'shared'`);
+    const result = await client.query<{ value: string }>(`SELECT value FROM ${client.escapeIdentifier(table)} WHERE key = 'shared'`);
     return result.rows[0]?.value;
   } finally {
     await client.end();

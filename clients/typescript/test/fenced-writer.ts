@@ -160,12 +160,12 @@ async function main(args: string[]): Promise<void> {
         report(err);
         return;
       }
+      if (lost !== undefined) throw lost;
       console.log(`admitted ${admitted.claims.epoch} ${admitted.highWater.epoch}`);
       return;
     }
   } finally {
     await client.end().catch(() => {});
-    if (lost !== undefined) throw lost;
   }
 }
 
@@ -184,7 +184,7 @@ function report(err: unknown): void {
 // Run only as the program, not when imported (a test may import parseConninfo).
 if (process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href) {
   main(process.argv.slice(2)).catch((err: unknown) => {
-    const cause = err instanceof Error && err.cause !== undefined ? ` (${String(err.cause)})` : "";
+    const cause = err instanceof Error && err.cause instanceof Error ? ` (${err.cause.message})` : "";
     console.error(`fenced-writer: ${err instanceof Error ? err.message : String(err)}${cause}`);
     process.exitCode = 2;
   });

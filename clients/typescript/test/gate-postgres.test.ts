@@ -390,7 +390,7 @@ test("a connection outside a transaction is refused before anything is written",
     client.release();
   }
   assert.equal(await f.mark(LOCK), 0n);
-  assert.equal((await f.pool.query("SELECT count(*)::int AS n FROM palisade_fence")).rows[0].n, 0);
+  assert.equal((await f.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM palisade_fence")).rows[0]?.n, 0);
 });
 
 test("bigint columns are read exactly whatever the caller's type parsers, which the gate leaves alone", async (t) => {
@@ -401,9 +401,9 @@ test("bigint columns are read exactly whatever the caller's type parsers, which 
   const epoch = (1n << 62n) + 1n; // not a double
   await f.write(f.issuer.token(LOCK, epoch), LOCK, "k", "v");
   assert.equal(await f.mark(LOCK), epoch);
-  assert.equal((await f.pool.query("SELECT epoch FROM palisade_fence")).rows[0].epoch, Number(epoch), "the caller's parser is still used");
+  assert.equal((await f.pool.query<{ epoch: number }>("SELECT epoch FROM palisade_fence")).rows[0]?.epoch, Number(epoch), "the caller's parser is still used");
   assertStale(await refusal(f.write(f.issuer.token(LOCK, epoch - 1n), LOCK, "k", "late")), epoch, epoch - 1n);
-  assert.equal(pg.types.getTypeParser(20, "text")("9223372036854775807"), "9223372036854775807", "pg's global parser untouched");
+  assert.equal((pg.types.getTypeParser(20, "text") as (text: string) => unknown)("9223372036854775807"), "9223372036854775807", "pg's global parser untouched");
 });
 
 test("the migration is the Rust adapters' own, byte for byte", () => {

@@ -162,7 +162,7 @@ test("locks are listed a page at a time", async (t) => {
   const first = await c.listLocks({ prefix: "jobs.", limit: 2 });
   assert.deepEqual(first.locks.map((s) => s.lock), ["jobs.a", "jobs.b"]);
   assert.equal(first.next, "jobs.b");
-  const second = await c.listLocks({ prefix: "jobs.", limit: 2, after: first.next! });
+  const second = await c.listLocks({ prefix: "jobs.", limit: 2, after: first.next });
   assert.deepEqual(second.locks.map((s) => s.lock), ["jobs.c", "jobs.d"]);
   const all: string[] = [];
   for await (const status of c.locks({ prefix: "jobs.", limit: 2 })) {

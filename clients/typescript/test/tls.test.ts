@@ -33,7 +33,7 @@ test("a server with a certificate of the deployment's own CA: trusted through ca
   t.after(() => agent.close());
   const url = await startServer(t, {
     args: ["--tls-cert", join(dir, "server.pem"), "--tls-key", join(dir, "server.key")],
-    healthFetch: (u) => undiciFetch(u, { dispatcher: agent }) as unknown as Promise<Response>,
+    healthFetch: (u) => undiciFetch(u, { dispatcher: agent }),
   });
   assert.ok(url.startsWith("https://"), url);
 

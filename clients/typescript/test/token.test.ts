@@ -35,7 +35,7 @@ interface VectorFile {
 }
 
 // The outcome classes of docs/token-format.md, and the error each refusal must be.
-const CLASSES: Record<string, (new (...args: any[]) => TokenError) | null> = {
+const CLASSES: Record<string, (new (...args: never[]) => TokenError) | null> = {
   valid: null,
   malformed: MalformedTokenError,
   unknown_key: UnknownKeyError,
@@ -73,7 +73,7 @@ test("every vector of vectors/tokens.json has its outcome, and a valid one its c
           failures.push(`${v.name} (${round}): claims ${JSON.stringify(claims, bigints)}, want ${JSON.stringify(expected, bigints)}`);
         }
       } catch (err) {
-        if (want === null || !(err instanceof want) || (err as TokenError).kind !== v.expect) {
+        if (want === null || !(err instanceof want) || (err).kind !== v.expect) {
           failures.push(`${v.name} (${round}): ${String(err)}, want ${v.expect}`);
         }
       }
