@@ -140,7 +140,10 @@ mod tests {
         assert_eq!(mark.at_least(0), mark);
         assert_eq!(mark.at_least(5), mark, "a mark at the floor keeps its seq");
         assert_eq!(mark.at_least(7), HighWater { epoch: 7, seq: 0 });
-        assert_eq!(HighWater::default().at_least(3), HighWater { epoch: 3, seq: 0 });
+        assert_eq!(
+            HighWater::default().at_least(3),
+            HighWater { epoch: 3, seq: 0 }
+        );
         // Every token from before the restore is then refused.
         assert!(admit(mark.at_least(7), Policy::Epoch, 6, None).is_err());
     }
