@@ -16,6 +16,8 @@
 //     rules of ed25519-dalek's verify_strict: S below the group order, R and the public
 //     key points of large order, and the cofactorless equation [S]B - [k]A = R (R's
 //     bytes exactly), on top of @noble/curves' RFC 8032 check (zip215: false).
+//     @noble/curves (audited) rather than node:crypto: node:crypto's Ed25519 offers no
+//     point arithmetic, and the small-order and cofactorless checks need it.
 //
 // Every refusal is a TokenError: MalformedTokenError, UnknownKeyError, BadSignatureError
 // or WrongLockTokenError, the classes of vectors/tokens.json. What this module does not
