@@ -6,6 +6,7 @@
 
 mod admin;
 pub mod error;
+mod front;
 pub(crate) mod kv;
 pub(crate) mod locks;
 mod namespaces;
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -169,15 +170,12 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/events", get(observe::all))
         .route("/v1/locks/{lock}/events", get(observe::lock))
         .fallback(not_found)
-        .layer(axum::middleware::map_response(json_method_not_allowed))
+        // One middleware for everything a route needs around it (timing, identity, the
+        // audit record, the unread body, JSON for 405): each layer axum adds costs every
+        // request a boxed future and a copy of the service stack (`front`'s docs).
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            crate::auth::authenticate,
-        ))
-        .layer(axum::middleware::from_fn(close_if_body_unread))
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            observe::timed,
+            front::front,
         ))
         // After the layers: the dashboard's static files pass through none of them, and
         // the API's requests pay nothing for the dashboard.
@@ -210,79 +208,9 @@ async fn not_found() -> ApiError {
     ApiError::not_found("no such route")
 }
 
-/// axum answers a known path with an unsupported method with an empty 405; give it the
-/// same JSON error shape as everything else.
+/// The dashboard's router has none of the API's middleware ([`front`]), only its JSON 405.
 async fn json_method_not_allowed(response: Response) -> Response {
-    if response.status() == StatusCode::METHOD_NOT_ALLOWED {
-        return ApiError::method_not_allowed().into_response();
-    }
-    response
-}
-
-/// A request refused before its body was read (no token, no permission, a bad header)
-/// leaves the unread body on the connection, and the connection cannot carry another
-/// request: say so with `Connection: close`, so that clients do not send their next
-/// request into a socket about to close.
-async fn close_if_body_unread(
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let headers = req.headers();
-    let has_body = headers.contains_key(axum::http::header::TRANSFER_ENCODING)
-        || headers
-            .get(axum::http::header::CONTENT_LENGTH)
-            .is_some_and(|v| v.as_bytes() != b"0");
-    if !has_body {
-        return next.run(req).await;
-    }
-    let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (parts, body) = req.into_parts();
-    let body = Body::new(Tracked {
-        inner: body,
-        finished: finished.clone(),
-    });
-    let mut response = next
-        .run(axum::extract::Request::from_parts(parts, body))
-        .await;
-    if !finished.load(std::sync::atomic::Ordering::Relaxed) {
-        response.headers_mut().insert(
-            axum::http::header::CONNECTION,
-            axum::http::HeaderValue::from_static("close"),
-        );
-    }
-    response
-}
-
-/// A request body that records when it has been read to its end.
-struct Tracked {
-    inner: Body,
-    finished: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl http_body::Body for Tracked {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
-        let this = self.get_mut();
-        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
-        if let std::task::Poll::Ready(None) = polled {
-            this.finished
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> http_body::SizeHint {
-        self.inner.size_hint()
-    }
+    front::method_not_allowed_as_json(response)
 }
 
 /// Unpacks a path extraction, turning a rejection into `bad_request`.

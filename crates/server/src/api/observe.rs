@@ -1,5 +1,5 @@
-//! Seeing it work: `GET /metrics`, the events streams, and the middleware that times every
-//! request and writes the access log (debug level).
+//! Seeing it work: `GET /metrics`, the events streams, and the timing of every request
+//! with its access log line (debug level).
 //!
 //! - `GET /metrics`: Prometheus text ([`crate::observe::metrics`]). With authentication
 //!   on, for principals with the `metrics` verb (in any grant) and admins.
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{MatchedPath, Path, Query, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderMap, HeaderValue, Method};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::Stream;
@@ -52,32 +52,42 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller) -> Result<Re
     Ok(response)
 }
 
-/// Times every request (to its response head) under its route template, and writes one
-/// access line per request at debug level.
-pub async fn timed(
-    State(state): State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> Response {
-    let started = Instant::now();
-    let route = req.extensions().get::<MatchedPath>().cloned();
-    let method = req.method().clone();
-    let access = tracing::enabled!(tracing::Level::DEBUG).then(|| req.uri().path().to_owned());
-    let response = next.run(req).await;
-    let took = started.elapsed();
-    let template = route.as_ref().map_or("unmatched", |r| r.as_str());
-    state.observe.metrics.request(template, took);
-    if let Some(path) = access {
-        tracing::debug!(
-            %method,
-            path,
-            route = template,
-            status = response.status().as_u16(),
-            micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
-            "request"
-        );
+/// One request's timing, from before its route runs to its response head: recorded under
+/// its route template, and one access line per request at debug level. Started and
+/// finished by the API's middleware ([`super::front`]).
+pub(super) struct Timing {
+    started: Instant,
+    route: Option<MatchedPath>,
+    method: Method,
+    /// The path, kept only when the access log (debug level) is on.
+    access: Option<String>,
+}
+
+impl Timing {
+    pub(super) fn start(req: &axum::extract::Request) -> Timing {
+        Timing {
+            started: Instant::now(),
+            route: req.extensions().get::<MatchedPath>().cloned(),
+            method: req.method().clone(),
+            access: tracing::enabled!(tracing::Level::DEBUG).then(|| req.uri().path().to_owned()),
+        }
     }
-    response
+
+    pub(super) fn finish(self, state: &AppState, response: &Response) {
+        let took = self.started.elapsed();
+        let template = self.route.as_ref().map_or("unmatched", |r| r.as_str());
+        state.observe.metrics.request(template, took);
+        if let Some(path) = self.access {
+            tracing::debug!(
+                method = %self.method,
+                path,
+                route = template,
+                status = response.status().as_u16(),
+                micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX),
+                "request"
+            );
+        }
+    }
 }
 
 /// `?prefix=` of `GET /v1/events`.

@@ -2,7 +2,7 @@
 //!
 //! Every request that is not public passes, in this order:
 //!
-//! 1. **Identity** ([`authenticate`], a middleware in front of every route): who is
+//! 1. **Identity** ([`authenticate`], run by the API's middleware before every route): who is
 //!    calling. A bearer key (`Authorization: Bearer <key>`) whose SHA-256 an auth file
 //!    principal holds, or, with mutual TLS, a verified client certificate whose common
 //!    name a principal claims (`cert_cn`). Neither: 401 `unauthenticated` with
@@ -39,11 +39,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::request::Parts;
 use axum::http::HeaderValue;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use palisade_issuer::{MayAct, Ownership};
@@ -335,26 +334,22 @@ fn unauthenticated(message: &str) -> ApiError {
     ApiError::new(ErrorDetail::Unauthenticated, message)
 }
 
-/// Identity: establishes the [`Caller`] of every non-public request, or answers 401.
-/// Also the one place that writes what handlers marked for the audit log, with the
-/// caller's name and the route.
-pub async fn authenticate(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
+/// Identity: establishes the [`Caller`] of every non-public request (placed in its
+/// extensions for the [`Caller`] extractor), or answers 401. Called by the API's one
+/// middleware (`api/front.rs`) before the route runs; the [`Admitted`] it returns
+/// writes, once the route has answered, what the handler marked for the audit log.
+pub fn authenticate(state: &AppState, req: &mut Request) -> Result<Admitted, Unidentified> {
     let route = state.audit.is_on().then(|| req.uri().path().to_owned());
     let caller = match &state.auth {
         None => Some(Caller::Open),
         Some(_) if PUBLIC_PATHS.contains(&req.uri().path()) => None,
-        Some(auth) => match identify(&auth.policy.load(), &req) {
+        Some(auth) => match identify(&auth.policy.load(), req) {
             Ok(principal) => Some(Caller::Principal(principal)),
             Err(reason) => {
                 let mut event = AuditEvent::new("auth_failed").detail(reason);
                 event.route = route;
                 state.audit.record(event);
-                let mut response = unauthenticated(reason).into_response();
-                response.headers_mut().insert(
-                    WWW_AUTHENTICATE,
-                    HeaderValue::from_static("Bearer realm=\"palisade\""),
-                );
-                return response;
+                return Err(Unidentified(reason));
             }
         },
     };
@@ -366,15 +361,43 @@ pub async fn authenticate(State(state): State<AppState>, mut req: Request, next:
     if let Some(caller) = caller {
         req.extensions_mut().insert(caller);
     }
-    let mut response = next.run(req).await;
-    if let Some(mut event) = response.extensions_mut().remove::<AuditEvent>() {
-        if event.principal.is_none() {
-            event.principal = name;
-        }
-        event.route = route;
-        state.audit.record(event);
+    Ok(Admitted { route, name })
+}
+
+/// Why [`authenticate`] refused a request: its answer is 401 `unauthenticated` with
+/// `WWW-Authenticate: Bearer`.
+pub struct Unidentified(&'static str);
+
+impl IntoResponse for Unidentified {
+    fn into_response(self) -> Response {
+        let mut response = unauthenticated(self.0).into_response();
+        response.headers_mut().insert(
+            WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"palisade\""),
+        );
+        response
     }
-    response
+}
+
+/// A request [`authenticate`] let through: what its audit record needs once it is
+/// answered (nothing when the audit log is off).
+pub struct Admitted {
+    route: Option<String>,
+    name: Option<String>,
+}
+
+impl Admitted {
+    /// The one place that writes what a handler marked for the audit log (an
+    /// [`AuditEvent`] in the response's extensions), with the caller's name and the route.
+    pub fn finish(self, state: &AppState, response: &mut Response) {
+        if let Some(mut event) = response.extensions_mut().remove::<AuditEvent>() {
+            if event.principal.is_none() {
+                event.principal = self.name;
+            }
+            event.route = self.route;
+            state.audit.record(event);
+        }
+    }
 }
 
 /// The principal a request names, or why it names none.
