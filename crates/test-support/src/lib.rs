@@ -2,7 +2,8 @@
 //!
 //! One copy of what the tests of several crates need: a free loopback port, a
 //! `palisade serve` process read up to its start-up line, etcd members and clusters, signals
-//! by process id, and polling for state instead of sleeping.
+//! by process id, polling for state instead of sleeping, and the behavioural suite every
+//! [`palisade_storage::FencedStore`] runs ([`fenced_store`]).
 //!
 //! Everything here listens on loopback addresses only, lives in temp dirs, and is stopped
 //! by process id when its handle is dropped.
@@ -14,6 +15,7 @@
 //!   only the binary's own crate, through `CARGO_BIN_EXE_palisade`).
 
 pub mod etcd;
+pub mod fenced_store;
 pub mod process;
 pub mod server;
 

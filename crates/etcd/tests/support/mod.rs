@@ -1,42 +1,14 @@
 //! A real single-member etcd for the crate's tests (see `palisade_test_support::etcd`),
-//! and clients of it under fresh prefixes.
+//! and clients of it under fresh prefixes. The operation builders are the fenced-store
+//! suite's (`palisade_test_support::fenced_store`).
 
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::time::Duration;
 
-use bytes::Bytes;
-use palisade_core::gate::Policy;
 use palisade_etcd::{Etcd, EtcdConfig};
-use palisade_storage::{Action, FencedOp, Precondition};
 use palisade_test_support::etcd::{EtcdCluster, MemberTls as ClusterTls, Options};
-
-/// An epoch-policy operation on namespace `ns`, with no sequence and no idempotency key.
-pub fn op(ns: &str, epoch: u64, action: Action) -> FencedOp {
-    FencedOp {
-        namespace: ns.to_owned(),
-        epoch,
-        seq: None,
-        policy: Policy::Epoch,
-        idempotency: None,
-        action,
-    }
-}
-
-/// An unconditional put.
-pub fn put(key: &str, value: &str) -> Action {
-    put_if(key, value, Precondition::None)
-}
-
-/// A put under `precondition`.
-pub fn put_if(key: &str, value: &str, precondition: Precondition) -> Action {
-    Action::Put {
-        key: key.to_owned(),
-        value: Bytes::from(value.to_owned()),
-        precondition,
-    }
-}
 
 /// One etcd process.
 pub struct EtcdMember {
