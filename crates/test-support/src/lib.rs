@@ -2,8 +2,9 @@
 //!
 //! One copy of what the tests of several crates need: a free loopback port, a
 //! `palisade serve` process read up to its start-up line, etcd members and clusters, signals
-//! by process id, polling for state instead of sleeping, and the behavioural suite every
-//! [`palisade_storage::FencedStore`] runs ([`fenced_store`]).
+//! by process id, polling for state instead of sleeping, and the behavioural suites every
+//! [`palisade_storage::FencedStore`] ([`fenced_store`]) and every
+//! [`palisade_issuer::LockService`] ([`lock_service`]) runs.
 //!
 //! Everything here listens on loopback addresses only, lives in temp dirs, and is stopped
 //! by process id when its handle is dropped.
@@ -16,6 +17,7 @@
 
 pub mod etcd;
 pub mod fenced_store;
+pub mod lock_service;
 pub mod process;
 pub mod server;
 
