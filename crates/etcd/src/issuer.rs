@@ -16,9 +16,10 @@
 //! serves. After an etcd leader change, etcd extends every lease by an election timeout,
 //! so a failover never shortens a lease (the safe direction).
 //!
-//! The recipes (lock values, per-lock lock-delay, sessions) add to the same transaction:
-//! a lock-delay marker that must be absent, a session key that must be present, and the
-//! keys they write (see `crate::recipes`).
+//! When a lock may be granted is one rule, in `crate::grantable`: read from a snapshot
+//! before trying, and the same conditions compared by the transaction. The recipes (lock
+//! values, per-lock lock-delay, sessions) add to the same transaction: a session key that
+//! must be present, and the keys they write (see `crate::recipes`).
 
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ use palisade_storage::StorageError;
 use palisade_token::{ActiveSigner, Epoch};
 
 use crate::error::is_lease_not_found;
+use crate::grantable::{self, Asker, Blocked, LockSnapshot};
 use crate::keys::{self, from_json, json, DelayRecord, HolderRecord};
 use crate::ledger::EpochLedger;
 use crate::recipes::Plan;
@@ -49,26 +51,6 @@ pub struct EtcdIssuer {
     ledger: Option<EpochLedger>,
     /// Reports lease changes to an observer (see `crate::watch`).
     pub(crate) watch: crate::watch::Watcher,
-}
-
-/// One lock as read in one snapshot.
-pub(crate) struct LockSnapshot {
-    pub revision: i64,
-    /// The lock's last epoch, or the epoch floor if that is higher.
-    pub epoch: Epoch,
-    pub epoch_rev: i64,
-    /// The epoch floor's mod revision (0 if there is none).
-    pub floor_rev: i64,
-    pub holder: Option<HolderRecord>,
-    pub waiters: usize,
-    /// The waiter key with the smallest create revision, if any.
-    pub first_waiter: Option<Vec<u8>>,
-    /// Whether the waiter key asked about is in the line.
-    pub queued: bool,
-    /// The lock's lock-delay marker, if it is in a lock-delay (or held with one).
-    pub delay: Option<DelayRecord>,
-    /// Whether the session asked about still exists (true when none was asked about).
-    pub session_alive: bool,
 }
 
 /// etcd leases count whole seconds: round up.
@@ -212,32 +194,21 @@ impl EtcdIssuer {
         })
     }
 
-    /// The refusal for a lock that cannot be granted now, if it cannot.
+    /// The refusal for a lock that cannot be granted now to a caller outside the line, if
+    /// it cannot ([`LockSnapshot::blocked`]), with how long it may stay so.
     pub(crate) async fn busy(&self, snap: &LockSnapshot) -> Option<AcquireError> {
-        match &snap.holder {
-            Some(record) => Some(AcquireError::Held {
-                holder: Some(record.holder.clone()),
-                retry_after_ms: self.remaining_ms(record).await,
-            }),
-            // In its lock-delay: no holder, and free once the marker's lease runs out.
-            None if snap.delay.is_some() => {
-                let left = match &snap.delay {
-                    Some(d) => self.lease_remaining_ms(d.delay_lease).await,
-                    None => 0,
-                };
-                Some(AcquireError::Held {
-                    holder: None,
-                    retry_after_ms: left,
-                })
-            }
+        let (holder, retry_after_ms) = match snap.blocked(Asker::Newcomer)? {
+            Blocked::Held(record) => (Some(record.holder.clone()), self.remaining_ms(record).await),
+            // No holder, and free once the marker's lease runs out.
+            Blocked::Delayed(delay) => (None, self.lease_remaining_ms(delay.delay_lease).await),
             // Free, but someone queued first: they are about to take it (first come,
             // first served), so this is `lock_held` with no holder yet.
-            None if snap.waiters > 0 => Some(AcquireError::Held {
-                holder: None,
-                retry_after_ms: 0,
-            }),
-            None => None,
-        }
+            Blocked::LineAhead => (None, 0),
+        };
+        Some(AcquireError::Held {
+            holder,
+            retry_after_ms,
+        })
     }
 
     /// What is left of an etcd lease, by etcd's count (whole seconds); 0 if etcd cannot
@@ -321,19 +292,18 @@ impl EtcdIssuer {
             session: plan.session.as_ref().map(|s| s.session_id.clone()),
             delay_lease: shadow.map(EtcdLease::id),
         };
-        let epoch_key = keys.epoch(&req.lock);
-        let line = keys.waiters(&req.lock);
-        let mut compares = vec![
-            Compare::version(keys.holder(&req.lock), CompareOp::Equal, 0),
-            Compare::mod_revision(epoch_key.clone(), CompareOp::Equal, snap.epoch_rev),
-            // The epoch floor was not raised meanwhile.
-            Compare::mod_revision(keys.epoch_floor(), CompareOp::Equal, snap.floor_rev),
-            // Not in a lock-delay (nor held with one).
-            Compare::version(keys.delay(&req.lock), CompareOp::Equal, 0),
-        ];
+        let asker = match queued {
+            None => Asker::Newcomer,
+            Some((key, created)) => Asker::InLine { key, created },
+        };
+        let mut compares = grantable::guards(keys, &req.lock, snap, asker);
         let attached = Some(etcd_client::PutOptions::new().with_lease(lease.id()));
         let mut writes = vec![
-            TxnOp::put(epoch_key, keys::encode_epoch(record.epoch), None),
+            TxnOp::put(
+                keys.epoch(&req.lock),
+                keys::encode_epoch(record.epoch),
+                None,
+            ),
             TxnOp::put(keys.holder(&req.lock), json(&record), attached.clone()),
             TxnOp::put(keys.lease(&req.lease_id), json(&record), attached.clone()),
         ];
@@ -359,17 +329,9 @@ impl EtcdIssuer {
             let on_shadow = Some(etcd_client::PutOptions::new().with_lease(shadow.id()));
             writes.push(TxnOp::put(keys.delay(&req.lock), json(&marker), on_shadow));
         }
-        match queued {
-            // Nobody may be waiting: a lock with a line goes to the head of the line.
-            None => compares.push(Compare::version(line, CompareOp::Equal, 0).with_prefix()),
-            Some((ours, created)) => {
-                // Still in line, and nobody in line since before us.
-                compares.push(Compare::create_revision(ours, CompareOp::Equal, created));
-                compares.push(
-                    Compare::create_revision(line, CompareOp::Greater, created - 1).with_prefix(),
-                );
-                writes.push(TxnOp::delete(ours, None));
-            }
+        if let Some((ours, _)) = queued {
+            // Out of the line in the same step.
+            writes.push(TxnOp::delete(ours, None));
         }
         let Some(revision) = self.etcd.commit("acquire", compares, writes).await? else {
             return Ok(None);

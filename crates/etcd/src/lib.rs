@@ -67,6 +67,7 @@
 //!   epochs are not deduplicated (S8, S9), and tokens are not access control (S14).
 
 mod error;
+mod grantable;
 mod issuer;
 mod key_set;
 mod keys;

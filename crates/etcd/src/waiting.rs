@@ -22,6 +22,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::storage;
+use crate::grantable::Asker;
 use crate::issuer::EtcdIssuer;
 use crate::keys::HolderRecord;
 use crate::recipes::Plan;
@@ -170,8 +171,11 @@ pub(crate) async fn acquire_in_line(
             continue;
         }
         let created = place.created;
-        let at_head = snap.first_waiter.as_deref() == Some(ours.as_slice());
-        if at_head && snap.holder.is_none() && snap.delay.is_none() {
+        let asker = Asker::InLine {
+            key: &ours,
+            created,
+        };
+        if snap.blocked(asker).is_none() {
             let queued = Some((ours.as_slice(), created));
             if let Some(record) = issuer
                 .grant_with(&mut leases, req, plan, &snap, queued)
