@@ -68,7 +68,7 @@ pub struct ServeArgs {
         help_heading = "Leases",
         long,
         env = "PALISADE_LOCK_DELAY_MS",
-        default_value_t = 0
+        default_value_t = palisade_server::DEFAULT_LOCK_DELAY_MS
     )]
     lock_delay_ms: u64,
     /// Longest lock-delay an acquisition may choose for its own lease (ms); a longer one
@@ -82,7 +82,7 @@ pub struct ServeArgs {
         help_heading = "Leases",
         long,
         env = "PALISADE_MAX_SESSIONS",
-        default_value_t = 100_000
+        default_value_t = palisade_server::Limits::default().max_sessions
     )]
     max_sessions: usize,
     /// A released lock taken again within this many ms is granted without waiting for a
@@ -92,7 +92,7 @@ pub struct ServeArgs {
     #[arg(help_heading = "Leases", long, env = "PALISADE_IDLE_GRACE_MS", default_value_t = palisade_server::DEFAULT_IDLE_GRACE_MS)]
     idle_grace_ms: u64,
     /// Largest value accepted by the store, in bytes.
-    #[arg(help_heading = "Fenced store", long, env = "PALISADE_MAX_VALUE_BYTES", default_value_t = 1024 * 1024)]
+    #[arg(help_heading = "Fenced store", long, env = "PALISADE_MAX_VALUE_BYTES", default_value_t = palisade_server::DEFAULT_MAX_VALUE_BYTES)]
     max_value_bytes: usize,
     /// Gate policy per namespace: NAME=epoch|sequence or PREFIX*=epoch|sequence.
     /// Repeat the flag, or give a comma-separated list in the environment variable.
@@ -108,7 +108,7 @@ pub struct ServeArgs {
         help_heading = "Fenced store",
         long,
         env = "PALISADE_TOKEN_CACHE",
-        default_value_t = 65_536
+        default_value_t = palisade_server::DEFAULT_TOKEN_CACHE
     )]
     token_cache: usize,
     /// Page cache of the embedded database, in MiB (the embedded backend only).
@@ -132,7 +132,7 @@ pub struct ServeArgs {
         help_heading = "etcd backend",
         long,
         env = "PALISADE_ETCD_PREFIX",
-        default_value = "/palisade/"
+        default_value = palisade_server::DEFAULT_ETCD_PREFIX
     )]
     etcd_prefix: String,
     /// Longest wait for one etcd call (ms); past it the request fails with 503
@@ -141,7 +141,7 @@ pub struct ServeArgs {
         help_heading = "etcd backend",
         long,
         env = "PALISADE_ETCD_TIMEOUT_MS",
-        default_value_t = 5000
+        default_value_t = palisade_server::DEFAULT_ETCD_TIMEOUT_MS
     )]
     etcd_timeout_ms: u64,
     /// Talk TLS to etcd, trusting the CA certificates in this PEM file; every
@@ -243,7 +243,7 @@ pub struct ServeArgs {
     )]
     audit_log: Option<PathBuf>,
     /// Size at which the audit log rotates to FILE.1 (MiB).
-    #[arg(help_heading = "Authentication and audit", long, env = "PALISADE_AUDIT_LOG_MAX_MB", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
+    #[arg(help_heading = "Authentication and audit", long, env = "PALISADE_AUDIT_LOG_MAX_MB", default_value_t = palisade_server::DEFAULT_AUDIT_LOG_MAX_BYTES >> 20, value_parser = clap::value_parser!(u64).range(1..=1_048_576))]
     audit_log_max_mb: u64,
     /// Longest lease TTL a client may ask for (ms); a principal's max_ttl_ms may lower it.
     #[arg(help_heading = "Leases", long, env = "PALISADE_MAX_TTL_MS", default_value_t = palisade_server::Limits::default().max_ttl_ms, value_parser = clap::value_parser!(u64).range(50..))]
@@ -363,6 +363,79 @@ impl TransportArgs {
     }
 }
 
+impl ServeArgs {
+    /// The server's settings from the flags, with `--listen` (and `--resp-listen`)
+    /// already resolved. The one place flags become a [`palisade_server::ServerConfig`]:
+    /// every default of a flag is the server's own (checked by
+    /// `no_flags_give_the_servers_defaults`).
+    fn into_config(
+        self,
+        listen: palisade_server::listen::ListenAddrs,
+        resp_listen: Option<palisade_server::listen::ListenAddrs>,
+    ) -> anyhow::Result<palisade_server::ServerConfig> {
+        let policies =
+            palisade_server::NamespacePolicies::parse(self.policies.iter().map(String::as_str))
+                .map_err(anyhow::Error::msg)
+                .context("bad --policy")?;
+        let mut config = palisade_server::ServerConfig::new(listen.bind, self.data_dir);
+        config.witness = self.witness.choice();
+        config.listen_resolved = listen.all;
+        if let Some(resp) = resp_listen {
+            config.resp_listen = Some(resp.bind);
+            config.listen_resolved.extend(resp.all);
+        }
+        config.lock_delay_ms = self.lock_delay_ms;
+        config.idle_grace_ms = self.idle_grace_ms;
+        config.max_value_bytes = self.max_value_bytes;
+        config.policies = policies;
+        config.token_cache = self.token_cache;
+        config.db_cache_bytes = usize::try_from(self.db_cache_mb * 1024 * 1024)
+            .context("--db-cache-mb is too large for this machine")?;
+        config.signing_key_file = self.signing_key_file;
+        config.trust_key_files = self.trust_key_files;
+        config.transport = self.transport.config()?;
+        config.auth_file = self.auth_file;
+        config.insecure_no_auth = self.insecure_no_auth;
+        config.audit_log = self.audit_log;
+        config.audit_log_max_bytes = self.audit_log_max_mb * 1024 * 1024;
+        config.limits = palisade_server::Limits {
+            max_ttl_ms: self.max_ttl_ms,
+            max_leases_per_principal: self.max_leases_per_principal,
+            max_waiters_per_principal: self.max_waiters_per_principal,
+            max_waiters_per_lock: self.max_waiters_per_lock,
+            max_locks: usize::try_from(self.max_locks).context("--max-locks is too large")?,
+            max_lock_delay_ms: self.max_lock_delay_ms,
+            max_sessions: self.max_sessions,
+            max_event_subscribers_per_principal: self.max_event_subscribers_per_principal,
+        };
+        config.store_limits = palisade_storage::StoreLimits {
+            max_keys_per_namespace: self.max_keys_per_namespace,
+            max_bytes_per_namespace: self.max_bytes_per_namespace,
+            idempotency_retention: std::time::Duration::from_secs(self.idempotency_retention_s),
+        };
+        config.events_buffer =
+            usize::try_from(self.events_buffer).context("--events-buffer is too large")?;
+        config.max_event_subscribers = usize::try_from(self.max_event_subscribers)
+            .context("--max-event-subscribers is too large")?;
+        if self.backend == Backend::Etcd {
+            config.backend = palisade_server::BackendConfig::Etcd {
+                endpoints: self.etcd_endpoints,
+                prefix: self.etcd_prefix,
+                request_timeout: std::time::Duration::from_millis(self.etcd_timeout_ms),
+                epoch_ledger: self.etcd_epoch_ledger,
+                access: Box::new(palisade_server::EtcdAccess {
+                    ca_file: self.etcd_ca_file,
+                    cert_file: self.etcd_cert,
+                    key_file: self.etcd_key,
+                    user: self.etcd_user,
+                    password_file: self.etcd_password_file,
+                }),
+            };
+        }
+        Ok(config)
+    }
+}
+
 /// Runs `palisade serve` until SIGINT or SIGTERM.
 pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
     if args.print_config {
@@ -385,65 +458,7 @@ pub async fn run(args: ServeArgs) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let policies =
-        palisade_server::NamespacePolicies::parse(args.policies.iter().map(String::as_str))
-            .map_err(anyhow::Error::msg)
-            .context("bad --policy")?;
-    let mut config = palisade_server::ServerConfig::new(listen.bind, args.data_dir);
-    config.witness = args.witness.choice();
-    config.listen_resolved = listen.all;
-    if let Some(resp) = resp_listen {
-        config.resp_listen = Some(resp.bind);
-        config.listen_resolved.extend(resp.all);
-    }
-    config.lock_delay_ms = args.lock_delay_ms;
-    config.idle_grace_ms = args.idle_grace_ms;
-    config.max_value_bytes = args.max_value_bytes;
-    config.policies = policies;
-    config.token_cache = args.token_cache;
-    config.db_cache_bytes = usize::try_from(args.db_cache_mb * 1024 * 1024)
-        .context("--db-cache-mb is too large for this machine")?;
-    config.signing_key_file = args.signing_key_file;
-    config.trust_key_files = args.trust_key_files;
-    config.transport = args.transport.config()?;
-    config.auth_file = args.auth_file;
-    config.insecure_no_auth = args.insecure_no_auth;
-    config.audit_log = args.audit_log;
-    config.audit_log_max_bytes = args.audit_log_max_mb * 1024 * 1024;
-    config.limits = palisade_server::Limits {
-        max_ttl_ms: args.max_ttl_ms,
-        max_leases_per_principal: args.max_leases_per_principal,
-        max_waiters_per_principal: args.max_waiters_per_principal,
-        max_waiters_per_lock: args.max_waiters_per_lock,
-        max_locks: usize::try_from(args.max_locks).context("--max-locks is too large")?,
-        max_lock_delay_ms: args.max_lock_delay_ms,
-        max_sessions: args.max_sessions,
-        max_event_subscribers_per_principal: args.max_event_subscribers_per_principal,
-    };
-    config.store_limits = palisade_storage::StoreLimits {
-        max_keys_per_namespace: args.max_keys_per_namespace,
-        max_bytes_per_namespace: args.max_bytes_per_namespace,
-        idempotency_retention: std::time::Duration::from_secs(args.idempotency_retention_s),
-    };
-    config.events_buffer =
-        usize::try_from(args.events_buffer).context("--events-buffer is too large")?;
-    config.max_event_subscribers = usize::try_from(args.max_event_subscribers)
-        .context("--max-event-subscribers is too large")?;
-    if args.backend == Backend::Etcd {
-        config.backend = palisade_server::BackendConfig::Etcd {
-            endpoints: args.etcd_endpoints,
-            prefix: args.etcd_prefix,
-            request_timeout: std::time::Duration::from_millis(args.etcd_timeout_ms),
-            epoch_ledger: args.etcd_epoch_ledger,
-            access: Box::new(palisade_server::EtcdAccess {
-                ca_file: args.etcd_ca_file,
-                cert_file: args.etcd_cert,
-                key_file: args.etcd_key,
-                user: args.etcd_user,
-                password_file: args.etcd_password_file,
-            }),
-        };
-    }
+    let config = args.into_config(listen, resp_listen)?;
     let server = palisade_server::serve(config)
         .await
         .map_err(start_failure)?;
@@ -471,4 +486,76 @@ fn start_failure(err: palisade_server::ServerError) -> Failure {
         _ => Exit::Failure,
     };
     Failure::new(exit, chain_text(&err))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Serve {
+        #[command(flatten)]
+        args: ServeArgs,
+    }
+
+    /// `palisade serve` with no flags runs with exactly the server's own defaults: a flag's
+    /// default is never a second copy that could drift from `ServerConfig::new`'s.
+    #[test]
+    fn no_flags_give_the_servers_defaults() {
+        let args = Serve::try_parse_from(["serve"])
+            .expect("no flags parse")
+            .args;
+        let listen = palisade_server::listen::resolve(&args.listen).expect("the default");
+        let (bind, all) = (listen.bind, listen.all.clone());
+        let data_dir = args.data_dir.clone();
+        let config = args.into_config(listen, None).expect("a config");
+        let mut expected = palisade_server::ServerConfig::new(bind, data_dir);
+        expected.listen_resolved = all;
+        assert_eq!(format!("{config:#?}"), format!("{expected:#?}"));
+    }
+
+    /// Flags reach the settings they name (a few of each kind: a number, a size in MiB,
+    /// a list, the backend with its own settings).
+    #[test]
+    fn flags_reach_their_settings() {
+        let args = Serve::try_parse_from([
+            "serve",
+            "--lock-delay-ms",
+            "250",
+            "--db-cache-mb",
+            "3",
+            "--policy",
+            "audit=sequence",
+            "--backend",
+            "etcd",
+            "--etcd-endpoints",
+            "http://127.0.0.1:2379,http://127.0.0.1:22379",
+            "--etcd-timeout-ms",
+            "700",
+        ])
+        .expect("the flags parse")
+        .args;
+        let listen = palisade_server::listen::resolve(&args.listen).expect("the default");
+        let config = args.into_config(listen, None).expect("a config");
+        assert_eq!(config.lock_delay_ms, 250);
+        assert_eq!(config.db_cache_bytes, 3 << 20);
+        assert_eq!(
+            config.policies.policy("audit"),
+            palisade_core::gate::Policy::Sequence
+        );
+        match config.backend {
+            palisade_server::BackendConfig::Etcd {
+                endpoints,
+                prefix,
+                request_timeout,
+                ..
+            } => {
+                assert_eq!(endpoints.len(), 2);
+                assert_eq!(prefix, palisade_server::DEFAULT_ETCD_PREFIX);
+                assert_eq!(request_timeout, std::time::Duration::from_millis(700));
+            }
+            other => panic!("expected the etcd backend, got {other:?}"),
+        }
+    }
 }

@@ -11,6 +11,45 @@ pub const DEFAULT_IDLE_GRACE_MS: u64 = 1_000;
 /// Default size at which the audit log rotates.
 pub const DEFAULT_AUDIT_LOG_MAX_BYTES: u64 = 100 * 1024 * 1024;
 
+/// Default of [`ServerConfig::lock_delay_ms`]: none.
+pub const DEFAULT_LOCK_DELAY_MS: u64 = 0;
+
+/// Default of [`ServerConfig::max_value_bytes`]: 1 MiB.
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 1024 * 1024;
+
+/// Default of [`ServerConfig::token_cache`].
+pub const DEFAULT_TOKEN_CACHE: usize = 65_536;
+
+/// Default key prefix of the etcd backend: the etcd crate's own default (a build with
+/// the `etcd` feature checks that they are the same).
+pub const DEFAULT_ETCD_PREFIX: &str = "/palisade/";
+
+#[cfg(feature = "etcd")]
+const _: () = assert!(
+    same_text(DEFAULT_ETCD_PREFIX, palisade_etcd::DEFAULT_PREFIX),
+    "the server's default etcd prefix differs from palisade_etcd::DEFAULT_PREFIX"
+);
+
+/// `a == b`, usable in a constant.
+#[cfg(feature = "etcd")]
+const fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Default longest wait for one etcd call, in milliseconds.
+pub const DEFAULT_ETCD_TIMEOUT_MS: u64 = 5_000;
+
 /// Limits on what clients may make the server hold. Exceeding one answers 429
 /// `quota_exceeded` and changes nothing. The per-principal ones apply with authentication
 /// on, where an auth file principal may lower or raise them for itself.
@@ -199,11 +238,11 @@ impl ServerConfig {
             resp_listen: None,
             data_dir,
             witness: crate::data_dir::Witness::Beside,
-            lock_delay_ms: 0,
+            lock_delay_ms: DEFAULT_LOCK_DELAY_MS,
             idle_grace_ms: DEFAULT_IDLE_GRACE_MS,
-            max_value_bytes: 1024 * 1024,
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             policies: NamespacePolicies::default(),
-            token_cache: 65_536,
+            token_cache: DEFAULT_TOKEN_CACHE,
             db_cache_bytes: palisade_storage::redb_backend::DEFAULT_CACHE_BYTES,
             backend: BackendConfig::Embedded,
             signing_key_file: None,

@@ -44,7 +44,8 @@ pub mod ui;
 
 pub use config::{
     BackendConfig, EtcdAccess, Limits, NamespacePolicies, ServerConfig,
-    DEFAULT_AUDIT_LOG_MAX_BYTES, DEFAULT_IDLE_GRACE_MS,
+    DEFAULT_AUDIT_LOG_MAX_BYTES, DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_TIMEOUT_MS,
+    DEFAULT_IDLE_GRACE_MS, DEFAULT_LOCK_DELAY_MS, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TOKEN_CACHE,
 };
 pub use run::{serve, RunningServer, ServerError, DB_FILE};
 pub use transport::{ClientCert, TlsConfig, TransportConfig};

@@ -80,7 +80,8 @@ pub struct Shared {
 
 impl Shared {
     /// A state with the default settings: no authentication, no audit log, default
-    /// limits and policies, values up to 1 MiB. Set the public fields to change them.
+    /// limits and policies, values up to `DEFAULT_MAX_VALUE_BYTES`. Set the public fields to
+    /// change them.
     pub fn new(
         issuer: Arc<dyn LockService>,
         backend: Arc<dyn FencedStore>,
@@ -92,7 +93,7 @@ impl Shared {
             verifier: keys.verifier(),
             keys,
             policies: Arc::new(NamespacePolicies::default()),
-            max_value_bytes: 1024 * 1024,
+            max_value_bytes: crate::config::DEFAULT_MAX_VALUE_BYTES,
             auth: None,
             audit: Audit::off(),
             limits: Limits::default(),
