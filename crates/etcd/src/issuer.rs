@@ -25,9 +25,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, SortOrder, SortTarget, TxnOp};
-use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView, SessionView};
+use palisade_core::lock_table::{LeaseView, LockView, SessionView};
 use palisade_issuer::{
-    AcquireError, Granted, LeaseError, LockService, MayAct, SessionError, SessionRequest,
+    Acquire, AcquireError, Granted, Lease, LeaseError, LockService, MayAct, SessionError,
+    SessionRequest,
 };
 use palisade_storage::StorageError;
 use palisade_token::{ActiveSigner, Epoch};
@@ -58,16 +59,15 @@ pub(crate) fn ttl_seconds(ttl_ms: u64) -> i64 {
     i64::try_from(ttl_ms.div_ceil(1000).max(1)).unwrap_or(i64::MAX)
 }
 
-fn grant_of(record: &HolderRecord) -> Grant {
-    Grant {
+/// The lease a holder record describes: etcd holds the epoch and the lease itself, so a
+/// grant has nothing else to make durable.
+fn lease_of(record: &HolderRecord) -> Lease {
+    Lease {
         lock: record.lock.clone(),
         holder: record.holder.clone(),
         epoch: record.epoch,
         lease_id: record.lease_id.clone(),
         ttl_ms: record.ttl_ms,
-        // etcd holds the epoch and the lease itself: nothing else to make durable.
-        reserve: None,
-        generation: 0,
         value: record
             .value
             .as_deref()
@@ -247,7 +247,7 @@ impl EtcdIssuer {
     pub(crate) async fn grant_with(
         &self,
         leases: &mut Option<(EtcdLease, Option<EtcdLease>)>,
-        req: &AcquireRequest,
+        req: &Acquire,
         plan: &Plan,
         snap: &LockSnapshot,
         queued: Option<(&[u8], i64)>,
@@ -272,7 +272,7 @@ impl EtcdIssuer {
 
     pub(crate) async fn try_grant(
         &self,
-        req: &AcquireRequest,
+        req: &Acquire,
         plan: &Plan,
         lease: &EtcdLease,
         shadow: Option<&EtcdLease>,
@@ -349,11 +349,7 @@ impl EtcdIssuer {
     }
 
     /// Acquires without waiting.
-    async fn acquire_now(
-        &self,
-        req: &AcquireRequest,
-        plan: &Plan,
-    ) -> Result<HolderRecord, AcquireError> {
+    async fn acquire_now(&self, req: &Acquire, plan: &Plan) -> Result<HolderRecord, AcquireError> {
         let mut leases: Option<(EtcdLease, Option<EtcdLease>)> = None;
         for attempt in 0..MAX_ATTEMPTS {
             let session = plan.session.as_ref().map(|s| s.session_id.as_str());
@@ -375,7 +371,7 @@ impl EtcdIssuer {
 
     /// How a request is to be granted: its TTL and etcd lease (its own, or its
     /// session's) and its lock-delay.
-    async fn plan(&self, req: &AcquireRequest) -> Result<Plan, AcquireError> {
+    async fn plan(&self, req: &Acquire) -> Result<Plan, AcquireError> {
         let lock_delay_ms = req.lock_delay_ms.unwrap_or(self.default_lock_delay_ms);
         let session = match &req.session {
             Some(id) => Some(
@@ -491,7 +487,14 @@ impl EtcdIssuer {
 
 #[async_trait]
 impl LockService for EtcdIssuer {
-    async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError> {
+    async fn acquire(&self, req: Acquire) -> Result<Granted, AcquireError> {
+        if req.owner.is_some() {
+            // Counting a principal's leases across nodes would need a counter in every
+            // grant's transaction; this issuer does not keep one (`counts_owners`).
+            return Err(AcquireError::Unsupported {
+                what: "per-principal lease and wait quotas",
+            });
+        }
         let plan = self.plan(&req).await?;
         let record = if req.wait_ms == 0 {
             self.acquire_now(&req, &plan).await?
@@ -508,9 +511,14 @@ impl LockService for EtcdIssuer {
             .signer
             .issue(&record.lock, record.epoch, &record.holder);
         Ok(Granted {
-            grant: grant_of(&record),
+            lease: lease_of(&record),
             token,
         })
+    }
+
+    /// Per-principal quotas are not counted over etcd (docs/security.md).
+    fn counts_owners(&self) -> bool {
+        false
     }
 
     async fn keepalive(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError> {

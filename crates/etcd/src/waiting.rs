@@ -15,8 +15,7 @@
 use std::time::Duration;
 
 use etcd_client::{PutOptions, WatchFilterType, WatchOptions};
-use palisade_core::lock_table::AcquireRequest;
-use palisade_issuer::AcquireError;
+use palisade_issuer::{Acquire, AcquireError};
 use palisade_storage::StorageError;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -147,7 +146,7 @@ impl Drop for EtcdLease {
 /// `wait` runs out first.
 pub(crate) async fn acquire_in_line(
     issuer: &EtcdIssuer,
-    req: &AcquireRequest,
+    req: &Acquire,
     plan: &Plan,
     wait: Duration,
 ) -> Result<HolderRecord, AcquireError> {
@@ -208,7 +207,7 @@ struct Place {
 }
 
 impl Place {
-    async fn join(etcd: &Etcd, req: &AcquireRequest, key: &[u8]) -> Result<Place, StorageError> {
+    async fn join(etcd: &Etcd, req: &Acquire, key: &[u8]) -> Result<Place, StorageError> {
         let mut lease = EtcdLease::grant(etcd, WAITER_TTL_S).await?;
         lease.renew_in_background();
         let id = lease.id();

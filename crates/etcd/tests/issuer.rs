@@ -17,7 +17,7 @@ async fn a_ttl_is_rounded_up_to_whole_seconds() {
     let etcd = EtcdMember::start();
     let issuer = EtcdIssuer::new(etcd.connect().await, Signer::generate());
     let a = issuer.acquire(request("l", "a", 1, 0)).await.unwrap();
-    assert_eq!(a.grant.ttl_ms, 1000);
+    assert_eq!(a.lease.ttl_ms, 1000);
     let b = issuer.acquire(request("m", "b", 1500, 0)).await.unwrap();
-    assert_eq!(b.grant.ttl_ms, 2000);
+    assert_eq!(b.lease.ttl_ms, 2000);
 }

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use etcd_client::{Client, GetOptions};
-use palisade_core::lock_table::AcquireRequest;
 use palisade_etcd::{EtcdIssuer, EtcdStore};
 use palisade_issuer::LockService;
 use palisade_storage::{ApplyError, FencedStore, StoreLimits, WallClock};
@@ -164,17 +163,17 @@ async fn locks_are_listed_page_by_page_in_name_order() {
     let issuer = EtcdIssuer::new(etcd.connect().await, Signer::generate());
     for lock in ["b", "a.2", "a.1", "a.10", "c"] {
         let granted = issuer
-            .acquire(AcquireRequest {
+            .acquire(palisade_issuer::Acquire {
                 lock: lock.into(),
                 holder: "h".into(),
                 ttl_ms: 5_000,
                 wait_ms: 0,
                 lease_id: format!("{lock}-lease"),
-                ..AcquireRequest::default()
+                ..palisade_issuer::Acquire::default()
             })
             .await
             .unwrap();
-        issuer.release(&granted.grant.lease_id, None).await.unwrap();
+        issuer.release(&granted.lease.lease_id, None).await.unwrap();
     }
     let names = |page: Vec<(String, u64)>| page.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
     assert_eq!(

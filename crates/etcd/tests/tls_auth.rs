@@ -8,7 +8,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use etcd_client::{Certificate, ConnectOptions, Identity, Permission, TlsOptions};
-use palisade_core::lock_table::AcquireRequest;
 use palisade_etcd::{Etcd, EtcdConfig, EtcdIssuer, EtcdTls, EtcdUser};
 use palisade_issuer::LockService;
 use palisade_token::Signer;
@@ -126,21 +125,21 @@ async fn palisade_works_over_tls_with_a_client_certificate_and_a_user() {
         .unwrap();
     connected.probe().await.unwrap();
     let issuer = EtcdIssuer::new(connected, Signer::generate());
-    let request = |holder: &str| AcquireRequest {
+    let request = |holder: &str| palisade_issuer::Acquire {
         lock: "tls-lock".to_owned(),
         holder: holder.to_owned(),
         ttl_ms: 5000,
         wait_ms: 0,
         lease_id: format!("{holder}-lease"),
-        ..AcquireRequest::default()
+        ..palisade_issuer::Acquire::default()
     };
     let first = issuer.acquire(request("a")).await.unwrap();
-    assert_eq!(first.grant.epoch, 1);
-    issuer.release(&first.grant.lease_id, None).await.unwrap();
+    assert_eq!(first.lease.epoch, 1);
+    issuer.release(&first.lease.lease_id, None).await.unwrap();
     // Idle past the token's lifetime; the next call gets a fresh token by itself.
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let second = issuer.acquire(request("b")).await.unwrap();
-    assert_eq!(second.grant.epoch, 2);
+    assert_eq!(second.lease.epoch, 2);
 
     // A wrong password is refused when connecting.
     let refused = Etcd::connect(&config(&etcd.endpoint, &pki, Some(("palisade", "wrong")))).await;

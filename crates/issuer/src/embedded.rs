@@ -65,7 +65,9 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use palisade_core::lock_table::{AcquireRequest, LeaseView, LockView, SessionView, TableConfig};
+use palisade_core::lock_table::{
+    AcquireRequest, Grant, LeaseView, LockView, SessionView, TableConfig,
+};
 use palisade_core::Millis;
 use palisade_storage::{IssuerLog, Queued, StorageError};
 use palisade_token::{ActiveSigner, Epoch, KeyId};
@@ -73,7 +75,10 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::core::{Action, IssuerCore, Reply, ReqId, Write, WriteId};
 use crate::observe::{Census, LeaseObserver};
-use crate::{AcquireError, Granted, LeaseError, LockService, MayAct, SessionError, SessionRequest};
+use crate::{
+    Acquire, AcquireError, Granted, Lease, LeaseError, LockService, MayAct, SessionError,
+    SessionRequest,
+};
 
 pub use crate::core::{Recovered, DEFAULT_EPOCH_BLOCK};
 
@@ -452,7 +457,18 @@ impl Issuer {
     }
 
     /// Acquires a lock, waiting up to `req.wait_ms` in line.
-    pub async fn acquire(self: &Arc<Self>, req: AcquireRequest) -> Result<Granted, AcquireError> {
+    pub async fn acquire(self: &Arc<Self>, req: Acquire) -> Result<Granted, AcquireError> {
+        let req = AcquireRequest {
+            lock: req.lock,
+            holder: req.holder,
+            ttl_ms: req.ttl_ms,
+            wait_ms: req.wait_ms,
+            lease_id: req.lease_id,
+            owner: req.owner,
+            value: req.value,
+            lock_delay_ms: req.lock_delay_ms,
+            session: req.session,
+        };
         let asked = self.request(|core, now, id| core.acquire(now, id, req))?;
         let (grant, ahead) = match self.answer(asked).await {
             Some(Answered {
@@ -468,13 +484,16 @@ impl Issuer {
             // Same lock, holder (same request), epoch and key: a token with the very
             // claims signing now would give.
             return Ok(Granted {
-                grant,
+                lease: lease_of(grant),
                 token: ahead.token,
             });
         }
         let token =
             signing.issue_with(self.signer.nonce(), &grant.lock, grant.epoch, &grant.holder);
-        Ok(Granted { grant, token })
+        Ok(Granted {
+            lease: lease_of(grant),
+            token,
+        })
     }
 
     /// Answers every waiter with `Closed` and refuses new ones (the server is stopping).
@@ -683,11 +702,30 @@ async fn deadline_task(issuer: Weak<Issuer>) {
     }
 }
 
+/// The lease a grant of the table answers; its reservation stayed with the issuer.
+fn lease_of(grant: Grant) -> Lease {
+    Lease {
+        lock: grant.lock,
+        holder: grant.holder,
+        epoch: grant.epoch,
+        lease_id: grant.lease_id,
+        ttl_ms: grant.ttl_ms,
+        value: grant.value,
+        lock_delay_ms: grant.lock_delay_ms,
+        session: grant.session,
+    }
+}
+
 /// The embedded issuer behind the [`LockService`] trait.
 #[async_trait]
 impl LockService for Arc<Issuer> {
-    async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError> {
+    async fn acquire(&self, req: Acquire) -> Result<Granted, AcquireError> {
         Issuer::acquire(self, req).await
+    }
+
+    /// The lock table counts every lease and wait against its owner's quotas.
+    fn counts_owners(&self) -> bool {
+        true
     }
 
     async fn keepalive(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError> {
@@ -773,8 +811,8 @@ mod tests {
         );
     }
 
-    fn req(holder: &str, wait_ms: Millis) -> AcquireRequest {
-        AcquireRequest {
+    fn req(holder: &str, wait_ms: Millis) -> Acquire {
+        Acquire {
             lock: "L".into(),
             holder: holder.into(),
             ttl_ms: 60_000,
@@ -811,12 +849,12 @@ mod tests {
                 tokio::task::yield_now().await;
             }
         }
-        let mut lease = first.grant.lease_id;
-        let mut epochs = vec![first.grant.epoch];
+        let mut lease = first.lease.lease_id;
+        let mut epochs = vec![first.lease.epoch];
         for handle in waiting {
             issuer.release(&lease, None).await.unwrap();
             let granted = handle.await.unwrap().unwrap();
-            let g = &granted.grant;
+            let g = &granted.lease;
             assert_signed(&granted.token, &signer, (&g.lock, g.epoch, &g.holder));
             epochs.push(g.epoch);
             lease = g.lease_id.clone();
@@ -840,7 +878,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let issuer = started(dir.path(), Signer::from_secret([7; 32])).await;
         let first = issuer.acquire(req("h0", 0)).await.unwrap();
-        issuer.release(&first.grant.lease_id, None).await.unwrap();
+        issuer.release(&first.lease.lease_id, None).await.unwrap();
         assert!(issuer.status("L").await.unwrap().lease.is_none());
 
         // A new lock needs a reservation: polled once (the write is handed to the log),
@@ -870,7 +908,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let again = issuer.acquire(req("h2", 0)).await.unwrap();
-        assert_eq!(again.grant.epoch, 2, "the epoch after the released one");
+        assert_eq!(again.lease.epoch, 2, "the epoch after the released one");
         assert!(
             issuer.lock().unwrap().replies.is_empty(),
             "every request answered"
@@ -895,11 +933,11 @@ mod tests {
             .unwrap();
         for _ in 0..3 {
             let g = issuer.acquire(req("h0", 0)).await.unwrap();
-            issuer.release(&g.grant.lease_id, None).await.unwrap();
+            issuer.release(&g.lease.lease_id, None).await.unwrap();
         }
         assert_eq!(issuer.status("L").await.unwrap().epoch, 3);
         // "M" needs L's room: once L's idle mark is on disk, L is forgotten.
-        let other = AcquireRequest {
+        let other = Acquire {
             lock: "M".into(),
             ..req("h1", 0)
         };
@@ -949,9 +987,9 @@ mod tests {
             tokio::task::yield_now().await;
         }
         issuer.signer().replace(new.clone());
-        issuer.release(&first.grant.lease_id, None).await.unwrap();
+        issuer.release(&first.lease.lease_id, None).await.unwrap();
         let granted = waiter.await.unwrap().unwrap();
-        assert_eq!(granted.grant.epoch, 2);
+        assert_eq!(granted.lease.epoch, 2);
         assert_signed(&granted.token, &new, ("L", 2, "h1"));
     }
 
@@ -984,9 +1022,9 @@ mod tests {
                 waiters: 1
             }
         );
-        issuer.release(&first.grant.lease_id, None).await.unwrap();
+        issuer.release(&first.lease.lease_id, None).await.unwrap();
         waiter.await.unwrap().unwrap();
-        let short = AcquireRequest {
+        let short = Acquire {
             lock: "M".into(),
             ttl_ms: 50,
             ..req("h2", 0)
@@ -1034,7 +1072,7 @@ mod tests {
         assert!(issuer.is_stopped());
         let stopped =
             |e: &StorageError| matches!(e, StorageError::Failed(m) if m.contains("stopped"));
-        match issuer.keepalive(&first.grant.lease_id, None) {
+        match issuer.keepalive(&first.lease.lease_id, None) {
             Err(LeaseError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
             other => panic!("keepalive after the stop: {other:?}"),
         }
@@ -1046,7 +1084,7 @@ mod tests {
             Err(AcquireError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
             other => panic!("acquire after the stop: {other:?}"),
         }
-        match issuer.release(&first.grant.lease_id, None).await {
+        match issuer.release(&first.lease.lease_id, None).await {
             Err(LeaseError::Storage(e)) => assert!(stopped(&e), "{e:?}"),
             other => panic!("release after the stop: {other:?}"),
         }

@@ -16,7 +16,7 @@
 //! ## Recipes
 //! Both issuers offer the same recipes on top of plain leases: a **value** a lease
 //! carries and its holder replaces ([`LockService::proclaim`]), a **lock-delay per
-//! lease** ([`AcquireRequest::lock_delay_ms`]), and **sessions** (one keepalive for many
+//! lease** ([`Acquire::lock_delay_ms`]), and **sessions** (one keepalive for many
 //! leases that expire or are released together: [`LockService::create_session`]).
 //! Leader election is built from these by the clients (docs/election.md); the server
 //! has nothing election-specific.
@@ -31,9 +31,11 @@
 use async_trait::async_trait;
 use palisade_api::QuotaResource;
 
-use palisade_core::lock_table::{AcquireRequest, Grant, LeaseView, LockView, SessionView};
+pub use palisade_core::lock_table::Owner;
+use palisade_core::lock_table::{LeaseId, LeaseView, LockView, SessionId, SessionView};
 use palisade_core::Millis;
 use palisade_storage::StorageError;
+use palisade_token::Epoch;
 
 pub mod core;
 pub mod embedded;
@@ -43,10 +45,52 @@ pub mod value;
 pub use embedded::Issuer;
 pub use observe::{Census, LeaseChange, LeaseEvent, LeaseObserver};
 
+/// An acquisition, as every [`LockService`] takes it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acquire {
+    pub lock: String,
+    pub holder: String,
+    /// The lease's TTL (ignored in a session: the lease takes the session's).
+    pub ttl_ms: Millis,
+    /// How long to queue if the lock is taken; 0 answers at once.
+    pub wait_ms: Millis,
+    /// Id for the lease, if one is granted (chosen by the caller, unique).
+    pub lease_id: LeaseId,
+    /// Count the lease and the wait against this principal's quotas. Only an issuer that
+    /// counts them ([`LockService::counts_owners`]) takes it; another refuses the
+    /// acquisition with [`AcquireError::Unsupported`] rather than ignore it.
+    pub owner: Option<Owner>,
+    /// What the holder advertises while it holds the lock (see [`LockService::proclaim`]).
+    pub value: Option<Vec<u8>>,
+    /// Lock-delay after this lease expires (`None`: the issuer's default).
+    pub lock_delay_ms: Option<Millis>,
+    /// Acquire inside this session: the lease takes the session's TTL and deadline and
+    /// ends with it.
+    pub session: Option<SessionId>,
+}
+
+/// A lease an issuer granted: what every backend can say of it. How an issuer made it
+/// durable (the embedded issuer's reservations) stays inside that issuer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Lease {
+    pub lock: String,
+    pub holder: String,
+    pub epoch: Epoch,
+    pub lease_id: LeaseId,
+    /// The TTL granted (an issuer may round it: etcd counts whole seconds).
+    pub ttl_ms: Millis,
+    /// The lease's value, if it carries one.
+    pub value: Option<Vec<u8>>,
+    /// The lock-delay that applies if this lease expires.
+    pub lock_delay_ms: Millis,
+    /// The session the lease belongs to, if any.
+    pub session: Option<SessionId>,
+}
+
 /// A durable grant, with its signed token.
 #[derive(Debug, Clone)]
 pub struct Granted {
-    pub grant: Grant,
+    pub lease: Lease,
     pub token: String,
 }
 
@@ -64,6 +108,10 @@ pub enum AcquireError {
     /// The acquisition names a session that has ended or never existed; nothing changed.
     #[error("session expired or unknown")]
     NoSession,
+    /// The acquisition asks for something this issuer does not do (`what`); nothing
+    /// changed. An issuer refuses what it cannot honour rather than ignore it.
+    #[error("this issuer does not support {what}")]
+    Unsupported { what: &'static str },
     #[error(transparent)]
     Storage(#[from] StorageError),
 }
@@ -122,7 +170,10 @@ pub type SessionRequest = palisade_core::lock_table::SessionRequest;
 pub trait LockService: Send + Sync + 'static {
     /// Acquires a lock, waiting up to `req.wait_ms` in line. The epoch is durable when
     /// this returns Ok.
-    async fn acquire(&self, req: AcquireRequest) -> Result<Granted, AcquireError>;
+    async fn acquire(&self, req: Acquire) -> Result<Granted, AcquireError>;
+    /// Whether this issuer counts leases and waits against [`Acquire::owner`]'s quotas;
+    /// one that does not refuses an acquisition that names an owner.
+    fn counts_owners(&self) -> bool;
     /// Renews a lease for a full TTL from now, if `may` lets the caller act on it.
     async fn keepalive(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError>;
     /// Releases a lease, if `may` lets the caller act on it; the lock passes to the next

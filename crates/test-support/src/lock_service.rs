@@ -18,8 +18,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use palisade_core::lock_table::AcquireRequest;
-use palisade_issuer::{AcquireError, Granted, LeaseError, LockService};
+use palisade_issuer::{Acquire, AcquireError, Granted, LeaseError, LockService};
 
 /// An issuer a case works on, with what keeps it alive.
 pub struct Started {
@@ -55,22 +54,22 @@ where
 }
 
 /// An acquisition of `lock` by `holder`, with a lease id of its own.
-pub fn request(lock: &str, holder: &str, ttl_ms: u64, wait_ms: u64) -> AcquireRequest {
+pub fn request(lock: &str, holder: &str, ttl_ms: u64, wait_ms: u64) -> Acquire {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    AcquireRequest {
+    Acquire {
         lock: lock.to_owned(),
         holder: holder.to_owned(),
         ttl_ms,
         wait_ms,
         lease_id: format!("{holder}-{}", NEXT.fetch_add(1, Ordering::Relaxed)),
-        ..AcquireRequest::default()
+        ..Acquire::default()
     }
 }
 
 /// Acquires without waiting, retrying while the lock is held, for up to `within`.
 async fn acquire_when_free(
     issuer: &dyn LockService,
-    req: impl Fn() -> AcquireRequest,
+    req: impl Fn() -> Acquire,
     within: Duration,
 ) -> Granted {
     let deadline = Instant::now() + within;
@@ -93,7 +92,7 @@ pub async fn grant_refuse_keepalive_release_and_expiry(start: impl Start) {
     let started = start().await;
     let issuer = started.issuer();
     let a = issuer.acquire(request("l", "a", 1000, 0)).await.unwrap();
-    assert_eq!(a.grant.epoch, 1);
+    assert_eq!(a.lease.epoch, 1);
     assert!(!a.token.is_empty());
     match issuer.acquire(request("l", "b", 5000, 0)).await {
         Err(AcquireError::Held { holder, .. }) => assert_eq!(holder.as_deref(), Some("a")),
@@ -104,7 +103,7 @@ pub async fn grant_refuse_keepalive_release_and_expiry(start: impl Start) {
         (status.epoch, status.lease.map(|l| l.holder)),
         (1, Some("a".to_owned()))
     );
-    let kept = issuer.keepalive(&a.grant.lease_id, None).await.unwrap();
+    let kept = issuer.keepalive(&a.lease.lease_id, None).await.unwrap();
     assert_eq!(kept.epoch, 1);
 
     let b = acquire_when_free(
@@ -113,22 +112,22 @@ pub async fn grant_refuse_keepalive_release_and_expiry(start: impl Start) {
         Duration::from_secs(15),
     )
     .await;
-    assert_eq!(b.grant.epoch, 2);
+    assert_eq!(b.lease.epoch, 2);
     assert_eq!(
-        issuer.keepalive(&a.grant.lease_id, None).await.unwrap_err(),
+        issuer.keepalive(&a.lease.lease_id, None).await.unwrap_err(),
         LeaseError::Expired
     );
     assert_eq!(
-        issuer.release(&a.grant.lease_id, None).await.unwrap_err(),
+        issuer.release(&a.lease.lease_id, None).await.unwrap_err(),
         LeaseError::Expired
     );
-    issuer.release(&b.grant.lease_id, None).await.unwrap();
+    issuer.release(&b.lease.lease_id, None).await.unwrap();
     assert_eq!(
-        issuer.release(&b.grant.lease_id, None).await.unwrap_err(),
+        issuer.release(&b.lease.lease_id, None).await.unwrap_err(),
         LeaseError::Expired
     );
     let c = issuer.acquire(request("l", "c", 5000, 0)).await.unwrap();
-    assert_eq!(c.grant.epoch, 3);
+    assert_eq!(c.lease.epoch, 3);
     let listed = issuer.list("", None, 10).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].lock.as_str(), listed[0].epoch), ("l", 3));
@@ -142,7 +141,7 @@ pub async fn a_lease_the_caller_may_not_act_on_is_refused_and_left_as_it_was(sta
     let started = start().await;
     let issuer = started.issuer();
     let a = issuer.acquire(request("l", "a", 5000, 0)).await.unwrap();
-    let id = &a.grant.lease_id;
+    let id = &a.lease.lease_id;
     let others = |_: &str, holder: &str| holder != "a";
     let owner = |lock: &str, holder: &str| lock == "l" && holder == "a";
     let not_yours =
@@ -209,10 +208,10 @@ pub async fn racing_acquisitions_never_overlap_and_never_reuse_an_epoch(start: i
                     0,
                     "two holders at once"
                 );
-                granted.lock().unwrap().push(lease.grant.epoch);
+                granted.lock().unwrap().push(lease.lease.epoch);
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 inside.fetch_sub(1, Ordering::SeqCst);
-                issuer.release(&lease.grant.lease_id, None).await.unwrap();
+                issuer.release(&lease.lease.lease_id, None).await.unwrap();
                 got += 1;
             }
             got
@@ -263,9 +262,9 @@ pub async fn the_line_is_first_come_first_served_and_cleans_up_after_a_timeout(s
                 .acquire(request("q", name, 10_000, 20_000))
                 .await
                 .unwrap();
-            order.lock().unwrap().push((name, lease.grant.epoch));
+            order.lock().unwrap().push((name, lease.lease.epoch));
             tokio::time::sleep(Duration::from_millis(20)).await;
-            waiter.release(&lease.grant.lease_id, None).await.unwrap();
+            waiter.release(&lease.lease.lease_id, None).await.unwrap();
         }));
         // The next waiter starts only once this one is in line: arrival order is then
         // the order of the line, whatever the machine's load.
@@ -282,12 +281,45 @@ pub async fn the_line_is_first_come_first_served_and_cleans_up_after_a_timeout(s
         issuer.acquire(request("q", "jumper", 10_000, 0)).await,
         Err(AcquireError::Held { .. })
     ));
-    issuer.release(&holder.grant.lease_id, None).await.unwrap();
+    issuer.release(&holder.lease.lease_id, None).await.unwrap();
     for task in tasks {
         task.await.unwrap();
     }
     let order = order.lock().unwrap().clone();
     assert_eq!(order, [("first", 2), ("second", 3), ("third", 4)]);
+}
+
+/// An issuer either counts leases against their owner's quota or refuses an acquisition
+/// that names an owner: never takes the owner and ignores it. Counting: with room for one
+/// lease, a second on another lock is refused with `QuotaExceeded` and takes nothing, and
+/// once the first is released there is room again.
+pub async fn an_owner_is_counted_or_refused_never_ignored(start: impl Start) {
+    let started = start().await;
+    let issuer = started.issuer();
+    let owned = |lock: &str| Acquire {
+        owner: Some(palisade_issuer::Owner {
+            name: "alice".into(),
+            max_leases: 1,
+            max_waiters: 1,
+        }),
+        ..request(lock, "alice", 10_000, 0)
+    };
+    if !issuer.counts_owners() {
+        assert!(matches!(
+            issuer.acquire(owned("a")).await,
+            Err(AcquireError::Unsupported { .. })
+        ));
+        assert_eq!(issuer.status("a").await.unwrap().epoch, 0, "nothing taken");
+        return;
+    }
+    let first = issuer.acquire(owned("a")).await.unwrap();
+    assert!(matches!(
+        issuer.acquire(owned("b")).await,
+        Err(AcquireError::QuotaExceeded { limit: 1, .. })
+    ));
+    assert_eq!(issuer.status("b").await.unwrap().epoch, 0, "nothing taken");
+    issuer.release(&first.lease.lease_id, None).await.unwrap();
+    issuer.acquire(owned("b")).await.unwrap();
 }
 
 /// Runs every case of the suite as a test of its own, each on an issuer started by
@@ -300,6 +332,7 @@ macro_rules! lock_service_suite {
             a_lease_the_caller_may_not_act_on_is_refused_and_left_as_it_was,
             racing_acquisitions_never_overlap_and_never_reuse_an_epoch,
             the_line_is_first_come_first_served_and_cleans_up_after_a_timeout,
+            an_owner_is_counted_or_refused_never_ignored,
         );
     };
     (@cases $start:path; $($case:ident),* $(,)?) => {

@@ -238,6 +238,11 @@ impl From<AcquireError> for ApiError {
                 ApiError::quota_exceeded(resource, limit)
             }
             AcquireError::NoSession => ApiError::session_expired(),
+            // The server asks only what its issuer does (`counts_owners`); should it ever
+            // not, the caller learns what was refused, and nothing changed.
+            AcquireError::Unsupported { what } => {
+                ApiError::bad_request(format!("this server's backend does not support {what}"))
+            }
             AcquireError::Storage(s) => s.into(),
         }
     }

@@ -10,7 +10,8 @@ use palisade_api::QuotaResource;
 use serde::Deserialize;
 
 use palisade_api::wire::{self, KeepaliveInfo, Lease, LockList, LockStatus, Released};
-use palisade_core::lock_table::{AcquireRequest, LockView};
+use palisade_core::lock_table::LockView;
+use palisade_issuer::Acquire;
 use palisade_issuer::LeaseError;
 
 use super::{json_body, listing_permit, lock_name, path, query_of, ApiError, AppState};
@@ -82,13 +83,20 @@ pub(crate) async fn grant(
     // An acquisition that may wait long, with authentication on: a reload that revokes
     // the caller ends the wait (it needs the lock's name for that).
     let revocable = (body.wait_ms > 0 && state.auth.is_some()).then(|| lock.clone());
-    let acquiring = state.issuer.acquire(AcquireRequest {
+    // Quotas per principal where the issuer counts them (the embedded issuer; not etcd,
+    // which would refuse an owner rather than ignore it: docs/security.md).
+    let owner = if state.issuer.counts_owners() {
+        state.limits.owner_for(caller)
+    } else {
+        None
+    };
+    let acquiring = state.issuer.acquire(Acquire {
         lock,
         holder,
         ttl_ms,
         wait_ms: body.wait_ms,
         lease_id,
-        owner: state.limits.owner_for(caller),
+        owner,
         value,
         lock_delay_ms: body.lock_delay_ms,
         session: body.session,
@@ -102,7 +110,7 @@ pub(crate) async fn grant(
         }
         None => acquiring.await?,
     };
-    let g = granted.grant;
+    let g = granted.lease;
     Ok(Lease {
         lock: g.lock,
         holder: g.holder,
