@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 
-use palisade_server::keys::{self, offline};
-use palisade_server::recovery::{self, RestoreOptions, DEFAULT_EPOCH_GAP};
+use palisade_datadir::keys::{self, offline};
+use palisade_datadir::recovery::{self, RestoreOptions, DEFAULT_EPOCH_GAP};
 
 #[derive(Subcommand)]
 pub enum AdminCommand {
@@ -157,8 +157,8 @@ pub struct WitnessArgs {
 }
 
 impl WitnessArgs {
-    pub fn choice(&self) -> palisade_server::data_dir::Witness {
-        use palisade_server::data_dir::Witness;
+    pub fn choice(&self) -> palisade_datadir::data_dir::Witness {
+        use palisade_datadir::data_dir::Witness;
         match (&self.witness, self.no_witness) {
             (_, true) => Witness::Off,
             (Some(path), false) => Witness::At(path.clone()),
@@ -311,7 +311,7 @@ fn keys_command(command: KeysCommand) -> anyhow::Result<()> {
     match command {
         KeysCommand::List(args) => print_set(&offline::list(&args.data_dir)?)?,
         KeysCommand::Rotate(args) => {
-            let rotated = offline::rotate(&args.data_dir, keys::now_unix())?;
+            let rotated = offline::rotate(&args.data_dir, palisade_datadir::now_unix())?;
             print_set(&rotated.set)?;
             let active = &rotated.set.active().key_id;
             match (&rotated.previous, &rotated.started_over) {
@@ -332,7 +332,8 @@ fn keys_command(command: KeysCommand) -> anyhow::Result<()> {
             }
         }
         KeysCommand::Retire { key_id, args } => {
-            let (set, changed) = offline::retire(&args.data_dir, &key_id, keys::now_unix())?;
+            let (set, changed) =
+                offline::retire(&args.data_dir, &key_id, palisade_datadir::now_unix())?;
             print_set(&set)?;
             if changed {
                 eprintln!("key {key_id} retired: its tokens answer invalid_token");

@@ -31,12 +31,12 @@ pub mod auth;
 #[cfg(feature = "etcd")]
 mod cluster;
 pub mod config;
-pub mod data_dir;
+pub use palisade_datadir::data_dir;
 pub mod keys;
 pub mod listen;
 pub mod observe;
 pub mod openapi;
-pub mod recovery;
+pub use palisade_datadir::recovery;
 pub mod resp;
 mod run;
 pub mod transport;

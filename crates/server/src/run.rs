@@ -18,8 +18,7 @@ use crate::recovery;
 use crate::transport::{BindError, Listener};
 use palisade_issuer::Issuer;
 
-/// Database file name inside the data directory.
-pub const DB_FILE: &str = "palisade.redb";
+pub use palisade_datadir::DB_FILE;
 
 /// Why a server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]

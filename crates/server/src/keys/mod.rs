@@ -27,12 +27,12 @@
 //!   time of one etcd read), not at once: until then they still accept the retired key's
 //!   tokens, and may still sign with a key that another node rotated out.
 
-mod file;
-pub mod offline;
+use palisade_datadir::keys::file;
+pub use palisade_datadir::keys::offline;
 
 use palisade_api::{ErrorDetail, QuotaResource};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use palisade_token::{
     ActiveSigner, Claims, KeySetError, Signer, TokenError, Verifier, VerifyingKey,
@@ -53,12 +53,7 @@ pub const KEY_SET_POLL: Duration = Duration::from_secs(1);
 /// flood of tokens naming made-up keys costs etcd at most ten reads a second.
 pub const MIN_REFRESH_GAP: Duration = Duration::from_millis(100);
 
-/// Seconds since the Unix epoch, for the times recorded in a key set.
-pub fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
+pub use palisade_datadir::now_unix;
 
 /// Where a running server's key set is kept.
 pub enum KeyStore {
@@ -104,22 +99,7 @@ impl From<KeyChangeError> for ApiError {
 /// One key as the API and `admin keys list` show it.
 pub use palisade_api::wire::AdminKey;
 
-/// Every key of `set`, oldest first.
-pub fn views(set: &KeySet) -> Vec<AdminKey> {
-    set.keys()
-        .iter()
-        .map(|k| AdminKey {
-            key_id: k.key_id.clone(),
-            alg: "Ed25519".into(),
-            public_key: k.public_key_b64(),
-            status: k.state.as_str().into(),
-            source: "key_set".into(),
-            created_at: Some(k.created_at),
-            replaced_at: k.replaced_at,
-            retired_at: k.retired_at,
-        })
-        .collect()
-}
+pub use palisade_datadir::keys::views;
 
 /// The set in use and the store revision it came from (a poll must never put back an
 /// older set than one a change here already applied).

@@ -39,7 +39,7 @@ use palisade_token::Epoch;
 
 use super::ledger::{self, EpochLedger, LedgerRestore};
 use super::{now_unix, RecoveryError};
-use crate::run::DB_FILE;
+use crate::DB_FILE;
 use palisade_storage::atomic_file::sync_dir;
 
 /// The default margin above the highest known epoch.

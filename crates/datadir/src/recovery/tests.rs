@@ -9,7 +9,7 @@ use palisade_storage::redb_backend::{RedbBackend, RedbOptions};
 use palisade_storage::{Action, FencedOp, FencedStore, Precondition};
 
 use super::{check_and_refresh, refresh};
-use crate::run::DB_FILE;
+use crate::DB_FILE;
 
 fn put(epoch: u64, value: &'static str) -> FencedOp {
     FencedOp {

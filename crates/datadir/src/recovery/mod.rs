@@ -37,7 +37,9 @@ mod restore;
 mod tests;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::now_unix;
+use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
@@ -46,7 +48,7 @@ use palisade_storage::redb_backend::RedbBackend;
 
 pub use self::ledger::EpochLedger;
 pub use self::restore::{restore, CurrentState, RestoreOptions, RestoreReport, DEFAULT_EPOCH_GAP};
-use crate::run::DB_FILE;
+use crate::DB_FILE;
 
 /// Why a backup or restore did not happen.
 #[derive(Debug, thiserror::Error)]
@@ -63,12 +65,6 @@ pub enum RecoveryError {
         path: String,
         source: std::io::Error,
     },
-}
-
-fn now_unix() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// Backs up the database of the stopped server in `data_dir` to `out` (which must not

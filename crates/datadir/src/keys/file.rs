@@ -32,7 +32,7 @@ use palisade_storage::atomic_file::{sync_dir, write_atomic};
 use palisade_token::{KeySet, Signer, VerifyingKey};
 
 use crate::recovery::ledger;
-use crate::run::DB_FILE;
+use crate::DB_FILE;
 
 /// The key set's file name inside the data directory.
 pub const KEY_SET_FILE: &str = "signing-keys.json";

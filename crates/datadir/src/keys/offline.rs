@@ -15,7 +15,7 @@ use palisade_storage::redb_backend::offline::{OfflineDb, OfflineError};
 use palisade_token::{KeySet, KeySetError, Signer};
 
 use super::file::{self, ReadError, KEY_SET_FILE};
-use crate::run::DB_FILE;
+use crate::DB_FILE;
 
 /// Why an offline key command did nothing.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +80,7 @@ fn current(dir: &Path) -> Result<Option<(KeySet, bool)>, ReadError> {
         return Ok(Some((set, false)));
     }
     let legacy = file::read_legacy(dir)?;
-    Ok(legacy.map(|signer| (KeySet::new(signer, super::now_unix()), true)))
+    Ok(legacy.map(|signer| (KeySet::new(signer, crate::now_unix()), true)))
 }
 
 /// Makes a new random key active; the active one becomes verifying. When the set is
