@@ -64,6 +64,10 @@ pub enum AdmitError {
     /// back.
     #[error("resource backend failed: {0}")]
     Backend(#[source] BoxError),
+    /// The database's settings cannot keep a mark durable (see [`crate::preflight`]):
+    /// nothing was done.
+    #[error(transparent)]
+    UnsafeDatabase(#[from] crate::preflight::UnsafeDatabase),
 }
 
 impl AdmitError {
@@ -77,7 +81,7 @@ impl AdmitError {
             AdmitError::Stale { .. } => ErrorCode::StaleToken,
             AdmitError::StaleSequence { .. } => ErrorCode::StaleSequence,
             AdmitError::Conflict => ErrorCode::WriteConflict,
-            AdmitError::Backend(_) => ErrorCode::StorageFailed,
+            AdmitError::Backend(_) | AdmitError::UnsafeDatabase(_) => ErrorCode::StorageFailed,
         }
     }
 

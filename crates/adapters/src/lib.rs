@@ -59,6 +59,7 @@
 
 mod admission;
 mod error;
+pub mod preflight;
 
 #[cfg(feature = "object-store")]
 pub mod objects;
@@ -71,3 +72,4 @@ pub mod sqlite;
 
 pub use admission::{Admitted, Trust};
 pub use error::{AdmitError, BoxError, CorruptFence, ErrorCode};
+pub use preflight::{UnsafeDatabase, UnsafeSetting};

@@ -5,7 +5,8 @@
 //! # -> Result<(), Box<dyn std::error::Error>> {
 //! use palisade_adapters::postgres;
 //!
-//! postgres::migrate(&*client).await?; // once, at deploy time
+//! postgres::migrate(&*client).await?; // at deploy time: checks the settings, creates the table
+//! postgres::preflight(&*client).await?; // at every start of the application
 //!
 //! let tx = client.transaction().await?;
 //! // On Err, `tx` is dropped here, which rolls back: nothing of this request commits.
@@ -59,9 +60,37 @@ const RAISE_MARK: &str = "INSERT INTO palisade_fence (lock_name, epoch, seq) VAL
 const POISON: &str =
     "DO $$ BEGIN RAISE EXCEPTION 'palisade: fenced operation refused; roll back'; END $$";
 
-/// Creates the fence table if it does not exist. Run it once when deploying, not
-/// concurrently from many processes (concurrent `CREATE TABLE IF NOT EXISTS` can fail).
+/// Checks that the database can keep a mark durable ([`crate::preflight::postgres`]:
+/// `fsync`, `synchronous_commit`, `full_page_writes`, and synchronous standbys when
+/// streaming replicas are connected): [`AdmitError::UnsafeDatabase`] names every setting
+/// that breaks it. Run it when the application starts; [`migrate`] runs it too.
+pub async fn preflight(client: &impl GenericClient) -> Result<(), AdmitError> {
+    let row = client
+        .query_one(crate::preflight::POSTGRES_SETTINGS, &[])
+        .await
+        .map_err(pg_error)?;
+    let text = |i: usize| row.try_get::<_, String>(i).map_err(AdmitError::backend);
+    let settings = crate::preflight::PostgresSettings {
+        fsync: text(0)?,
+        synchronous_commit: text(1)?,
+        full_page_writes: text(2)?,
+        synchronous_standby_names: text(3)?,
+        replicas: row.try_get(4).map_err(AdmitError::backend)?,
+    };
+    Ok(crate::preflight::postgres(&settings)?)
+}
+
+/// Checks the database's settings ([`preflight`]), then creates the fence table if it
+/// does not exist. Run it once when deploying, not concurrently from many processes
+/// (concurrent `CREATE TABLE IF NOT EXISTS` can fail).
 pub async fn migrate(client: &impl GenericClient) -> Result<(), AdmitError> {
+    preflight(client).await?;
+    migrate_unchecked(client).await
+}
+
+/// [`migrate`] without the settings check: for a database whose durability is ensured
+/// some other way, and for tests on a throwaway database.
+pub async fn migrate_unchecked(client: &impl GenericClient) -> Result<(), AdmitError> {
     client.batch_execute(MIGRATION).await.map_err(pg_error)
 }
 
@@ -96,12 +125,14 @@ pub async fn admit_sequenced<'t>(
 /// admitted): raises each `(lock, epoch)` mark to at least `epoch`, creating the rows the
 /// backup did not have, in one transaction (all or none). Never lowers a mark. Returns how
 /// many marks went up. `palisade admin raise-marks` calls it with the issuer's bound of
-/// every lock (see `docs/protecting-your-database.md`).
+/// every lock (see `docs/protecting-your-database.md`). It does not check the settings
+/// first: raising the marks of a database restored with unsafe settings is still better
+/// than leaving them low.
 pub async fn raise_marks(
     client: &mut tokio_postgres::Client,
     marks: &[(String, u64)],
 ) -> Result<usize, AdmitError> {
-    migrate(&*client).await?;
+    migrate_unchecked(&*client).await?;
     let tx = client.transaction().await.map_err(pg_error)?;
     let statement = tx.prepare(RAISE_MARK).await.map_err(pg_error)?;
     let mut raised = 0;

@@ -6,7 +6,8 @@
 //!
 //! let client = redis::Client::open("redis://127.0.0.1/")?;
 //! let mut con = client.get_multiplexed_async_connection().await?;
-//! let fence = RedisFence::new();
+//! // Refuses a Redis that cannot keep a mark durable (appendonly, appendfsync).
+//! let fence = RedisFence::connect(&mut con).await?;
 //! // Writes both keys, or neither if the token is stale.
 //! fence
 //!     .fenced_set(&mut con, verifier, token, "orders",
@@ -76,12 +77,6 @@ pub struct NotReplicated {
     pub wanted: u32,
 }
 
-impl Default for RedisFence {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 enum Op<'a> {
     Set(&'a [(&'a str, &'a [u8])]),
     Del(&'a [&'a str]),
@@ -89,11 +84,45 @@ enum Op<'a> {
 }
 
 impl RedisFence {
-    pub fn new() -> Self {
+    /// A fence, once `con`'s Redis passed [`RedisFence::preflight`]: build it once at
+    /// start and share it (the script's SHA is computed once).
+    pub async fn connect(con: &mut impl ConnectionLike) -> Result<Self, AdmitError> {
+        Self::preflight(con).await?;
+        Ok(Self::unchecked())
+    }
+
+    /// A fence without the settings check: for a Redis whose durability is ensured some
+    /// other way, and for tests.
+    pub fn unchecked() -> Self {
         RedisFence {
             script: Script::new(SCRIPT),
             replicas: None,
         }
+    }
+
+    /// Checks that Redis can keep a mark durable ([`crate::preflight::redis`]: `appendonly
+    /// yes`, `appendfsync always`), by `CONFIG GET`: [`AdmitError::UnsafeDatabase`] names
+    /// every setting that breaks it. A Redis that refuses `CONFIG` (a managed service that
+    /// renamed it) is a backend error: check its settings by hand and use
+    /// [`RedisFence::unchecked`].
+    pub async fn preflight(con: &mut impl ConnectionLike) -> Result<(), AdmitError> {
+        let mut setting = async |name: &str| -> Result<String, AdmitError> {
+            let pair: Vec<String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(name)
+                .query_async(con)
+                .await
+                .map_err(AdmitError::backend)?;
+            match pair.as_slice() {
+                [_, value] => Ok(value.clone()),
+                _ => Err(AdmitError::backend(format!(
+                    "CONFIG GET {name} answered {pair:?}"
+                ))),
+            }
+        };
+        let appendonly = setting("appendonly").await?;
+        let appendfsync = setting("appendfsync").await?;
+        Ok(crate::preflight::redis(&appendonly, &appendfsync)?)
     }
 
     /// After every admitted call, waits until `replicas` replicas have acknowledged the

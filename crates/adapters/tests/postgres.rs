@@ -277,3 +277,51 @@ async fn a_restored_dump_admits_a_fenced_out_token_until_its_marks_are_raised() 
     assert_eq!(gate.read("k").await.as_deref(), Some("one"));
     support::suite::restored_until_raised(&gate, issuer).await;
 }
+
+/// The preflight refuses a PostgreSQL that acknowledges commits before they are durable,
+/// naming the setting and its value; `migrate` refuses too, and creates nothing. Set here
+/// per session (`synchronous_commit` is a session setting), so the rest of the server is
+/// untouched.
+#[tokio::test]
+async fn the_preflight_refuses_synchronous_commit_off() {
+    let issuer = &Issuer::new();
+    let gate = PgGate::start(issuer).await;
+    let client = gate.client().await;
+    postgres::preflight(&client)
+        .await
+        .expect("the test server is safe");
+    client
+        .batch_execute("SET synchronous_commit = off")
+        .await
+        .unwrap();
+    let refused = |r: Result<(), AdmitError>| match r {
+        Err(AdmitError::UnsafeDatabase(e)) => e
+            .settings
+            .iter()
+            .map(|s| (s.name, s.value.clone()))
+            .collect::<Vec<_>>(),
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(
+        refused(postgres::preflight(&client).await),
+        [("synchronous_commit", "off".to_owned())]
+    );
+    client
+        .batch_execute("DROP TABLE palisade_fence")
+        .await
+        .unwrap();
+    refused(postgres::migrate(&client).await);
+    let left = client
+        .query_one("SELECT to_regclass('palisade_fence') IS NULL", &[])
+        .await
+        .unwrap();
+    assert!(
+        left.get::<_, bool>(0),
+        "a refused migrate created the table"
+    );
+    client
+        .batch_execute("SET synchronous_commit = on")
+        .await
+        .unwrap();
+    postgres::migrate(&client).await.expect("safe again");
+}

@@ -29,9 +29,13 @@ impl RedisGate {
 
     async fn on(server: Server, issuer: &Issuer) -> Self {
         let client = redis::Client::open(server.redis_url()).unwrap();
+        let mut con = client.get_multiplexed_async_connection().await.unwrap();
+        let fence = RedisFence::connect(&mut con)
+            .await
+            .expect("the test server runs with appendonly yes, appendfsync always");
         RedisGate {
-            con: client.get_multiplexed_async_connection().await.unwrap(),
-            fence: RedisFence::new(),
+            con,
+            fence,
             verifier: issuer.verifier(),
             _server: server,
         }
@@ -256,7 +260,7 @@ async fn waiting_for_replicas_keeps_the_newest_mark_on_a_promoted_replica() {
     let primary = RedisGate::start(issuer).await;
     let replica = RedisGate::start(issuer).await;
     follow(&replica, &primary).await;
-    let fence = RedisFence::new().wait_for_replicas(1, std::time::Duration::from_secs(10));
+    let fence = RedisFence::unchecked().wait_for_replicas(1, std::time::Duration::from_secs(10));
     let verifier = issuer.verifier();
     let mut con = primary.con.clone();
     for epoch in [1, 2] {
@@ -273,7 +277,7 @@ async fn waiting_for_replicas_keeps_the_newest_mark_on_a_promoted_replica() {
     assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
 
     // The primary has no replica now: the call is applied, and the shortfall reported.
-    let fence = RedisFence::new().wait_for_replicas(1, std::time::Duration::from_millis(200));
+    let fence = RedisFence::unchecked().wait_for_replicas(1, std::time::Duration::from_millis(200));
     let token = issuer.token(LOCK, 3);
     let err = fence
         .fenced_set(
@@ -331,4 +335,43 @@ async fn a_restored_rdb_admits_a_fenced_out_token_until_its_marks_are_raised() {
         .unwrap();
     assert_eq!(gate.read("k").await.as_deref(), Some("one"));
     support::suite::restored_until_raised(&gate, issuer).await;
+}
+
+/// The preflight refuses a Redis that cannot keep a mark durable, naming the setting and
+/// its value, and passes once the setting is safe again (set live with `CONFIG SET`).
+#[tokio::test]
+async fn the_preflight_refuses_a_redis_without_appendfsync_always() {
+    let issuer = &Issuer::new();
+    let gate = RedisGate::start(issuer).await;
+    let mut con = gate.con.clone();
+    let set = |value: &'static str| {
+        let mut con = gate.con.clone();
+        async move {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("appendfsync")
+                .arg(value)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+        }
+    };
+    set("everysec").await;
+    match RedisFence::connect(&mut con).await {
+        Err(AdmitError::UnsafeDatabase(e)) => {
+            let names: Vec<_> = e
+                .settings
+                .iter()
+                .map(|s| (s.name, s.value.as_str()))
+                .collect();
+            assert_eq!(names, [("appendfsync", "everysec")]);
+            assert_eq!(
+                AdmitError::UnsafeDatabase(e).code().as_str(),
+                "storage_failed"
+            );
+        }
+        other => panic!("expected a refusal, got {:?}", other.map(drop)),
+    }
+    set("always").await;
+    RedisFence::connect(&mut con).await.expect("safe again");
 }

@@ -87,7 +87,9 @@ pub async fn run(args: RaiseMarksArgs) -> anyhow::Result<()> {
             .get_multiplexed_async_connection()
             .await
             .context("cannot connect to Redis")?;
-        let raised = palisade_adapters::redis::RedisFence::new()
+        // Unchecked: raising the marks of a Redis restored with unsafe settings is still
+        // better than leaving them low (the PostgreSQL raise does the same).
+        let raised = palisade_adapters::redis::RedisFence::unchecked()
             .raise_marks(&mut con, &marks)
             .await
             .context("raising the Redis marks (nothing was changed)")?;
