@@ -232,6 +232,57 @@ def test_pg_commit_after_refusal_commits_nothing(pg_dsn: str, issuer: Issuer) ->
     assert gate.read("k") == "v2"
 
 
+def test_pg_preflight_refuses_synchronous_commit_off(pg_dsn: str) -> None:
+    """The preflight (and migrate before it creates anything) refuses a PostgreSQL that
+    acknowledges commits before they are durable, naming the setting; set here per
+    session, so the rest of the server is untouched."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        postgres.preflight(conn)
+        conn.execute("SET synchronous_commit = off")
+        with pytest.raises(postgres.UnsafeDatabaseError) as refused:
+            postgres.preflight(conn)
+        assert [(s.name, s.value) for s in refused.value.settings] == [("synchronous_commit", "off")]
+        assert refused.value.code == "storage_failed"
+        with pytest.raises(postgres.UnsafeDatabaseError):
+            postgres.migrate(conn)
+        conn.execute("SET synchronous_commit = on")
+        postgres.migrate(conn)
+
+    async def main() -> None:
+        async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+            await conn.execute("SET synchronous_commit = off")
+            with pytest.raises(postgres.UnsafeDatabaseError):
+                await postgres.preflight_async(conn)
+            await conn.execute("SET synchronous_commit = on")
+            await postgres.preflight_async(conn)
+
+    asyncio.run(main())
+
+
+def test_preflight_rule_names_each_unsafe_setting() -> None:
+    from palisade.gates.preflight import UnsafeDatabaseError, check_postgres
+
+    def names(*args: Any) -> List[str]:
+        try:
+            check_postgres(*args)
+        except UnsafeDatabaseError as e:
+            return [s.name for s in e.settings]
+        return []
+
+    assert names("on", "on", "on", "", 0) == []
+    assert names("off", "on", "on", "", 0) == ["fsync"]
+    assert names("on", "on", "off", "", 0) == ["full_page_writes"]
+    assert names("on", "off", "on", "", 0) == ["synchronous_commit"]
+    assert names("on", "local", "on", "", 0) == []
+    assert names("on", "local", "on", "standby1", 1) == ["synchronous_commit"]
+    assert names("on", "remote_write", "on", "", 0) == []
+    assert names("on", "remote_apply", "on", "", 0) == []
+    assert names("on", "on", "on", "", 2) == ["synchronous_standby_names"]
+    assert names("on", "on", "on", "FIRST 1 (a, b)", 2) == []
+    assert names("off", "off", "off", "", 1) == [
+        "fsync", "full_page_writes", "synchronous_commit", "synchronous_standby_names"]
+
+
 def test_pg_repeatable_read_surfaces_conflict(pg_dsn: str, issuer: Issuer) -> None:
     gate = PgGate(pg_dsn, issuer.verifier)
     write(gate, issuer.token(LOCK, 1), LOCK, "k", "v1")

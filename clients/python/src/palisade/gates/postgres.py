@@ -7,7 +7,8 @@ rules with the Rust ``palisade_adapters::postgres``.
     from palisade.gates import postgres
 
     with psycopg.connect(dsn) as conn:
-        postgres.migrate(conn)                     # once, at deploy time
+        postgres.migrate(conn)                     # at deploy time: checks, then creates
+        postgres.preflight(conn)                   # at every start of the application
         with conn.transaction():                   # commits, or rolls back on an exception
             postgres.admit(conn, verifier, token, "orders")
             conn.execute("UPDATE orders SET state = 'shipped' WHERE id = %s", (42,))
@@ -51,9 +52,12 @@ from .._errors import ConflictError, PalisadeError, StorageFailedError
 from .._stepper import Stepper
 from ..tokens import Verifier
 from . import Admitted, AdmitSteps, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
+from .preflight import POSTGRES_SETTINGS, UnsafeDatabaseError, check_postgres
 
-__all__ = ["MIGRATION", "migrate", "migrate_async", "admit", "admit_sequenced", "admit_async",
-           "admit_sequenced_async", "high_water", "high_water_async"]
+__all__ = ["MIGRATION", "preflight", "preflight_async", "migrate", "migrate_async",
+           "migrate_unchecked", "migrate_unchecked_async", "admit", "admit_sequenced",
+           "admit_async", "admit_sequenced_async", "high_water", "high_water_async",
+           "UnsafeDatabaseError"]
 
 #: The SQL that creates the fence table (``crates/adapters/migrations/postgres.sql``).
 MIGRATION = migration("postgres")
@@ -104,9 +108,33 @@ def _require_transaction(conn: Any) -> None:
         )
 
 
+def preflight(conn: "psycopg.Connection[Any]") -> None:
+    """Checks that the database can keep a mark durable (:mod:`palisade.gates.preflight`:
+    ``fsync``, ``synchronous_commit``, ``full_page_writes``, and synchronous standbys when
+    streaming replicas are connected): raises :class:`UnsafeDatabaseError` naming every
+    setting that breaks it. Run it when the application starts; :func:`migrate` runs it
+    too."""
+    try:
+        with conn.transaction():
+            row = conn.execute(POSTGRES_SETTINGS).fetchone()
+    except psycopg.Error as e:
+        raise _db_error(e) from e
+    if row is None:
+        raise StorageFailedError("PostgreSQL answered no row to the settings query")
+    check_postgres(str(row[0]), str(row[1]), str(row[2]), str(row[3]), int(row[4]))
+
+
 def migrate(conn: "psycopg.Connection[Any]") -> None:
-    """Creates the fence table if it does not exist (idempotent) and commits it. Run it
-    once at deploy time, not concurrently from many processes."""
+    """Checks the database's settings (:func:`preflight`), then creates the fence table if
+    it does not exist (idempotent) and commits it. Run it once at deploy time, not
+    concurrently from many processes."""
+    preflight(conn)
+    migrate_unchecked(conn)
+
+
+def migrate_unchecked(conn: "psycopg.Connection[Any]") -> None:
+    """:func:`migrate` without the settings check: for a database whose durability is
+    ensured some other way, and for tests on a throwaway database."""
     try:
         with conn.transaction():
             conn.execute(MIGRATION)
@@ -180,8 +208,27 @@ def _poison(conn: "psycopg.Connection[Any]") -> None:
 # ---- asyncio (psycopg.AsyncConnection) -------------------------------------------------
 
 
+async def preflight_async(conn: "psycopg.AsyncConnection[Any]") -> None:
+    """:func:`preflight` for an ``AsyncConnection``."""
+    try:
+        async with conn.transaction():
+            cursor = await conn.execute(POSTGRES_SETTINGS)
+            row = await cursor.fetchone()
+    except psycopg.Error as e:
+        raise _db_error(e) from e
+    if row is None:
+        raise StorageFailedError("PostgreSQL answered no row to the settings query")
+    check_postgres(str(row[0]), str(row[1]), str(row[2]), str(row[3]), int(row[4]))
+
+
 async def migrate_async(conn: "psycopg.AsyncConnection[Any]") -> None:
     """:func:`migrate` for an ``AsyncConnection``."""
+    await preflight_async(conn)
+    await migrate_unchecked_async(conn)
+
+
+async def migrate_unchecked_async(conn: "psycopg.AsyncConnection[Any]") -> None:
+    """:func:`migrate_unchecked` for an ``AsyncConnection``."""
     try:
         async with conn.transaction():
             await conn.execute(MIGRATION)
