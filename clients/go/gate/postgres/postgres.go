@@ -2,6 +2,8 @@
 // palisade_fence and its rules with the Rust palisade_adapters::postgres and the Python
 // palisade.gates.postgres, so writers in every language can guard one database together.
 //
+//	err := postgres.Migrate(ctx, pool)   // at deploy time: checks the settings, creates the table
+//	err = postgres.Preflight(ctx, pool)  // at every start of the application
 //	tx, err := pool.Begin(ctx)
 //	defer tx.Rollback(ctx)
 //	if _, err := postgres.Admit(ctx, tx, verifier, tok, "orders"); err != nil {
@@ -65,9 +67,25 @@ type Querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Migrate creates the fence table if it does not exist (idempotent). Run it once at
-// deploy time, not concurrently from many processes.
-func Migrate(ctx context.Context, db Execer) error {
+// DB runs statements and reads rows: a *pgx.Conn, a *pgxpool.Pool or a pgx.Tx.
+type DB interface {
+	Execer
+	Querier
+}
+
+// Migrate checks the database's settings (Preflight), then creates the fence table if it
+// does not exist (idempotent). Run it once at deploy time, not concurrently from many
+// processes.
+func Migrate(ctx context.Context, db DB) error {
+	if err := Preflight(ctx, db); err != nil {
+		return err
+	}
+	return MigrateUnchecked(ctx, db)
+}
+
+// MigrateUnchecked is Migrate without the settings check: for a database whose
+// durability is ensured some other way, and for tests on a throwaway database.
+func MigrateUnchecked(ctx context.Context, db Execer) error {
 	if _, err := db.Exec(ctx, Migration); err != nil {
 		return dbError(err)
 	}

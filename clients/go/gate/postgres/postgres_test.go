@@ -521,3 +521,80 @@ func TestABarrierAdmitShutsOutOlderHoldersBeforeAnyWrite(t *testing.T) {
 	mustStale(t, f.write(f.issuer.token(lock, 1), lock, "k", "late"), 2, 1)
 	f.state("k", "v1", 2)
 }
+
+// The preflight (and Migrate, before it creates anything) refuses a PostgreSQL that
+// acknowledges commits before they are durable, naming the setting; set per session on
+// one connection, so the rest of the server is untouched.
+func TestThePreflightRefusesSynchronousCommitOff(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	conn, err := f.pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if err := Preflight(ctx, conn); err != nil {
+		t.Fatalf("the test server is safe: %v", err)
+	}
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = off"); err != nil {
+		t.Fatal(err)
+	}
+	for name, run := range map[string]func() error{
+		"Preflight": func() error { return Preflight(ctx, conn) },
+		"Migrate":   func() error { return Migrate(ctx, conn) },
+	} {
+		var unsafe *UnsafeDatabaseError
+		if err := run(); !errors.As(err, &unsafe) {
+			t.Fatalf("%s: want *UnsafeDatabaseError, got %v", name, err)
+		}
+		if len(unsafe.Settings) != 1 || unsafe.Settings[0] != (UnsafeSetting{"synchronous_commit", "off", "on (or local without standbys)"}) {
+			t.Fatalf("%s: settings %+v", name, unsafe.Settings)
+		}
+		var api *palisade.APIError
+		if !errors.As(unsafe, &api) || api.Code != "storage_failed" {
+			t.Fatalf("%s: code %+v", name, api)
+		}
+	}
+	if _, err := conn.Exec(ctx, "SET synchronous_commit = on"); err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(ctx, conn); err != nil {
+		t.Fatalf("safe again: %v", err)
+	}
+}
+
+// The rule over every setting, as the Rust and Python gates' own tests.
+func TestCheckSettingsNamesEachUnsafeSetting(t *testing.T) {
+	names := func(fsync, sc, fpw, standbys string, replicas int64) string {
+		var unsafe *UnsafeDatabaseError
+		if !errors.As(CheckSettings(fsync, sc, fpw, standbys, replicas), &unsafe) {
+			return ""
+		}
+		var out []string
+		for _, s := range unsafe.Settings {
+			out = append(out, s.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		fsync, sc, fpw, standbys string
+		replicas                 int64
+		want                     string
+	}{
+		{"on", "on", "on", "", 0, ""},
+		{"off", "on", "on", "", 0, "fsync"},
+		{"on", "on", "off", "", 0, "full_page_writes"},
+		{"on", "off", "on", "", 0, "synchronous_commit"},
+		{"on", "local", "on", "", 0, ""},
+		{"on", "local", "on", "standby1", 1, "synchronous_commit"},
+		{"on", "remote_write", "on", "", 0, ""},
+		{"on", "remote_apply", "on", "", 0, ""},
+		{"on", "on", "on", "", 2, "synchronous_standby_names"},
+		{"on", "on", "on", "FIRST 1 (a, b)", 2, ""},
+		{"off", "off", "off", "", 1, "fsync,full_page_writes,synchronous_commit,synchronous_standby_names"},
+	} {
+		if got := names(c.fsync, c.sc, c.fpw, c.standbys, c.replicas); got != c.want {
+			t.Errorf("%+v: got %q", c, got)
+		}
+	}
+}
