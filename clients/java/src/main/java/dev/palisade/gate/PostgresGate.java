@@ -21,6 +21,8 @@ import java.util.Set;
  * and Go gates, so that writers in every language can guard one database together.
  *
  * <pre>{@code
+ * PostgresGate.migrate(conn);    // at deploy time: checks the settings, creates the table
+ * PostgresGate.preflight(conn);  // at every start of the application
  * conn.setAutoCommit(false);
  * try {
  *   PostgresGate.admit(conn, verifier, token, "orders");  // PalisadeException.StaleToken if late
@@ -66,16 +68,55 @@ public final class PostgresGate {
   /** Raising an error is how a refusal is made final: PostgreSQL will not commit after it. */
   private static final String POISON =
       "DO $$ BEGIN RAISE EXCEPTION 'palisade: fenced operation refused; roll back'; END $$";
+  /** What {@link UnsafeDatabase#checkPostgres} takes, in its argument order. */
+  private static final String SETTINGS =
+      "SELECT current_setting('fsync'), current_setting('synchronous_commit'), "
+          + "current_setting('full_page_writes'), current_setting('synchronous_standby_names'), "
+          + "(SELECT count(*) FROM pg_stat_replication)";
   /** serialization_failure, deadlock_detected, lock_not_available: lost races. */
   private static final Set<String> RETRY = Set.of("40001", "40P01", "55P03");
 
   private PostgresGate() {}
 
   /**
-   * Creates the fence table if it does not exist (idempotent), committing it when the
-   * connection is not in autocommit mode. Run it once at deploy time.
+   * Checks that the database can keep a mark durable ({@link UnsafeDatabase#checkPostgres}:
+   * {@code fsync}, {@code synchronous_commit}, {@code full_page_writes}, and synchronous
+   * standbys when streaming replicas are connected): a {@code storage_failed} {@link
+   * PalisadeException} whose cause is an {@link UnsafeDatabase} naming every setting that
+   * breaks it. Run it when the application starts; {@link #migrate} runs it too.
+   */
+  public static void preflight(Connection conn) throws PalisadeException {
+    UnsafeDatabase unsafe;
+    try (Statement statement = conn.createStatement();
+        ResultSet row = statement.executeQuery(SETTINGS)) {
+      if (!row.next()) {
+        throw Gate.storageFailed("PostgreSQL answered no row to the settings query", null);
+      }
+      unsafe = UnsafeDatabase.checkPostgres(
+          row.getString(1), row.getString(2), row.getString(3), row.getString(4), row.getLong(5));
+    } catch (SQLException e) {
+      throw dbError(e);
+    }
+    if (unsafe != null) {
+      throw Gate.storageFailed(unsafe.getMessage(), unsafe);
+    }
+  }
+
+  /**
+   * Checks the database's settings ({@link #preflight}), then creates the fence table if it
+   * does not exist (idempotent), committing it when the connection is not in autocommit
+   * mode. Run it once at deploy time.
    */
   public static void migrate(Connection conn) throws PalisadeException {
+    preflight(conn);
+    migrateUnchecked(conn);
+  }
+
+  /**
+   * {@link #migrate} without the settings check: for a database whose durability is
+   * ensured some other way, and for tests on a throwaway database.
+   */
+  public static void migrateUnchecked(Connection conn) throws PalisadeException {
     try (Statement statement = conn.createStatement()) {
       statement.execute(MIGRATION);
       if (!conn.getAutoCommit()) {

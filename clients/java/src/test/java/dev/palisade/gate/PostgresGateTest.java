@@ -466,4 +466,62 @@ class PostgresGateTest {
   void tokensAreTrimmedAsRustTrims() {
     assertEquals("\u001ct\u001c", Gate.trim("\u00a0\u202f \u001ct\u001c\u2029\n"));
   }
+
+  /**
+   * The preflight (and migrate, before it creates anything) refuses a PostgreSQL that
+   * acknowledges commits before they are durable, naming the setting; set per session, so
+   * the rest of the server is untouched.
+   */
+  @Test
+  void thePreflightRefusesSynchronousCommitOff() throws Exception {
+    try (Connection conn = connect()) {
+      PostgresGate.preflight(conn);
+      try (Statement s = conn.createStatement()) {
+        s.execute("SET synchronous_commit = off");
+      }
+      for (String step : List.of("preflight", "migrate")) {
+        PalisadeException e = assertThrows(PalisadeException.class, () -> {
+          if (step.equals("preflight")) {
+            PostgresGate.preflight(conn);
+          } else {
+            PostgresGate.migrate(conn);
+          }
+        });
+        assertEquals("storage_failed", e.code(), step);
+        UnsafeDatabase unsafe = assertInstanceOf(UnsafeDatabase.class, e.getCause(), step);
+        assertEquals(
+            List.of(new UnsafeDatabase.Setting("synchronous_commit", "off", "on (or local without standbys)")),
+            unsafe.settings(), step);
+      }
+      try (Statement s = conn.createStatement()) {
+        s.execute("SET synchronous_commit = on");
+      }
+      PostgresGate.migrate(conn);
+    }
+  }
+
+  /** The rule over every setting, as the Rust, Python and Go gates' own tests. */
+  @Test
+  void checkPostgresNamesEachUnsafeSetting() {
+    record Case(String fsync, String sc, String fpw, String standbys, long replicas, List<String> want) {}
+    for (Case c : List.of(
+        new Case("on", "on", "on", "", 0, List.of()),
+        new Case("off", "on", "on", "", 0, List.of("fsync")),
+        new Case("on", "on", "off", "", 0, List.of("full_page_writes")),
+        new Case("on", "off", "on", "", 0, List.of("synchronous_commit")),
+        new Case("on", "local", "on", "", 0, List.of()),
+        new Case("on", "local", "on", "standby1", 1, List.of("synchronous_commit")),
+        new Case("on", "remote_write", "on", "", 0, List.of()),
+        new Case("on", "remote_apply", "on", "", 0, List.of()),
+        new Case("on", "on", "on", "", 2, List.of("synchronous_standby_names")),
+        new Case("on", "on", "on", "FIRST 1 (a, b)", 2, List.of()),
+        new Case("off", "off", "off", "", 1,
+            List.of("fsync", "full_page_writes", "synchronous_commit", "synchronous_standby_names")))) {
+      UnsafeDatabase unsafe = UnsafeDatabase.checkPostgres(c.fsync(), c.sc(), c.fpw(), c.standbys(), c.replicas());
+      List<String> names = unsafe == null
+          ? List.of()
+          : unsafe.settings().stream().map(UnsafeDatabase.Setting::name).toList();
+      assertEquals(c.want(), names, c.toString());
+    }
+  }
 }
