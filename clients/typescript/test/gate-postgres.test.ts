@@ -22,7 +22,7 @@ import {
   WriteConflictError,
   WrongLockError,
 } from "../src/errors.js";
-import { MIGRATION, admit, admitSequenced, highWater, migrate } from "../src/gates/postgres.js";
+import { MIGRATION, UnsafeDatabase, admit, admitSequenced, checkSettings, highWater, migrate, preflight } from "../src/gates/postgres.js";
 import { BadSignatureError, MalformedTokenError, UnknownKeyError, Verifier } from "../src/token.js";
 import { type Issuer, newIssuer } from "./issuer.js";
 import { type Cluster, startCluster } from "./postgres.js";
@@ -412,4 +412,47 @@ test("the migration is the Rust adapters' own, byte for byte", () => {
   for (const copy of [join(PACKAGE, "src", "gates", "postgres.sql"), join(PACKAGE, "dist", "src", "gates", "postgres.sql")]) {
     assert.ok(readFileSync(copy).equals(rust), `${copy} differs from crates/adapters/migrations/postgres.sql`);
   }
+});
+
+test("the preflight (and migrate) refuses synchronous_commit = off, naming it; accepted again when on", async (t) => {
+  const f = await Fixture.create(t);
+  const client = await f.pool.connect();
+  try {
+    await preflight(client);
+    await client.query("SET synchronous_commit = off");
+    for (const [step, run] of [["preflight", () => preflight(client)], ["migrate", () => migrate(client)]] as const) {
+      const err = await refusal(run(), `${step} accepted an unsafe database`);
+      assert.ok(err instanceof StorageFailedError, `${step}: ${String(err)}`);
+      assert.equal(err.code, "storage_failed");
+      assert.ok(err.cause instanceof UnsafeDatabase, `${step}: cause ${String(err.cause)}`);
+      assert.deepEqual(err.cause.settings, [
+        { name: "synchronous_commit", value: "off", needs: "on (or local without standbys)" },
+      ]);
+    }
+    await client.query("SET synchronous_commit = on");
+    await migrate(client);
+  } finally {
+    client.release();
+  }
+});
+
+test("the preflight's rule names each unsafe setting, as the other gates' rule does", () => {
+  const names = (...args: Parameters<typeof checkSettings>): string[] =>
+    checkSettings(...args)?.settings.map((s) => s.name) ?? [];
+  assert.deepEqual(names("on", "on", "on", "", 0), []);
+  assert.deepEqual(names("off", "on", "on", "", 0), ["fsync"]);
+  assert.deepEqual(names("on", "on", "off", "", 0), ["full_page_writes"]);
+  assert.deepEqual(names("on", "off", "on", "", 0), ["synchronous_commit"]);
+  assert.deepEqual(names("on", "local", "on", "", 0), []);
+  assert.deepEqual(names("on", "local", "on", "standby1", 1), ["synchronous_commit"]);
+  assert.deepEqual(names("on", "remote_write", "on", "", 0), []);
+  assert.deepEqual(names("on", "remote_apply", "on", "", 0), []);
+  assert.deepEqual(names("on", "on", "on", "", 2), ["synchronous_standby_names"]);
+  assert.deepEqual(names("on", "on", "on", "FIRST 1 (a, b)", 2), []);
+  assert.deepEqual(names("off", "off", "off", "", 1), [
+    "fsync",
+    "full_page_writes",
+    "synchronous_commit",
+    "synchronous_standby_names",
+  ]);
 });

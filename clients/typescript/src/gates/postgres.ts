@@ -3,6 +3,8 @@
 // gates, so that writers in every language can guard one database together.
 // @palisade/client/gates/postgres.
 //
+//   await migrate(pool);   // at deploy time: checks the settings, creates the table
+//   await preflight(pool); // at every start of the application
 //   const client = await pool.connect();
 //   try {
 //     await client.query("BEGIN");
@@ -66,11 +68,102 @@ const AS_TEXT: CustomTypesConfig = { getTypeParser: () => (text: string) => text
 /** What runs a statement: a pg Client, a PoolClient, or a Pool. */
 export type Queryable = ClientBase | Pool;
 
-/** Creates the fence table if it does not exist (idempotent). On a client outside a
- * transaction it commits at once; inside one, with it. Run it once at deploy time, not
- * concurrently from many processes. A failure is storage_failed (write_conflict for a lost
- * race). */
+/** What {@link checkSettings} takes, in its argument order. */
+const SETTINGS =
+  "SELECT current_setting('fsync'), current_setting('synchronous_commit'), current_setting('full_page_writes'), " +
+  "current_setting('synchronous_standby_names'), (SELECT count(*) FROM pg_stat_replication)";
+
+/** A setting that breaks the gate's durability: its name, its value now, what it needs. */
+export interface UnsafeSetting {
+  readonly name: string;
+  readonly value: string;
+  readonly needs: string;
+}
+
+/** Why the database cannot keep the gate's promise (S6): the `cause` of the
+ * storage_failed error that {@link preflight} and {@link migrate} throw; `settings` names
+ * each unsafe setting. */
+export class UnsafeDatabase extends Error {
+  constructor(
+    message: string,
+    readonly settings: readonly UnsafeSetting[],
+  ) {
+    super(message);
+    this.name = "UnsafeDatabase";
+  }
+}
+
+/** The rule (the Rust gate's, crates/adapters/src/preflight.rs, and the Python, Go and
+ * Java gates'): fsync and full_page_writes on; synchronous_commit not off, and not local
+ * while synchronous standbys are configured; streaming replicas only with
+ * synchronous_standby_names (a failover to an asynchronous standby can lose marks). The
+ * refusal, or undefined. */
+export function checkSettings(
+  fsync: string,
+  synchronousCommit: string,
+  fullPageWrites: string,
+  standbyNames: string,
+  replicas: number,
+): UnsafeDatabase | undefined {
+  const bad: UnsafeSetting[] = [];
+  if (fsync !== "on") bad.push({ name: "fsync", value: fsync, needs: "on" });
+  if (fullPageWrites !== "on") bad.push({ name: "full_page_writes", value: fullPageWrites, needs: "on" });
+  const standbys = standbyNames.trim() !== "";
+  if (synchronousCommit === "local") {
+    if (standbys) {
+      bad.push({
+        name: "synchronous_commit",
+        value: synchronousCommit,
+        needs: "on, remote_write or remote_apply while synchronous standbys are configured",
+      });
+    }
+  } else if (!["on", "remote_apply", "remote_write"].includes(synchronousCommit)) {
+    bad.push({ name: "synchronous_commit", value: synchronousCommit, needs: "on (or local without standbys)" });
+  }
+  if (replicas > 0 && !standbys) {
+    bad.push({
+      name: "synchronous_standby_names",
+      value: standbyNames,
+      needs: "the streaming replicas named (they are asynchronous: a failover to one can lose marks)",
+    });
+  }
+  if (bad.length === 0) return undefined;
+  const parts = bad.map((s) => `${s.name} is ${JSON.stringify(s.value)}, needs ${s.needs}`).join("; ");
+  return new UnsafeDatabase(
+    `PostgreSQL cannot keep fenced writes durable: ${parts} (docs/protecting-your-database.md, "Preflight"; ` +
+      "migrateUnchecked skips this check, for tests only)",
+    bad,
+  );
+}
+
+/** Checks that the database can keep a mark durable ({@link checkSettings}): a
+ * storage_failed error whose `cause` is an {@link UnsafeDatabase} naming every setting
+ * that breaks it. Run it when the application starts; {@link migrate} runs it too. */
+export async function preflight(db: Queryable): Promise<void> {
+  let result: QueryResult<string[]>;
+  try {
+    result = await db.query({ text: SETTINGS, rowMode: "array", types: AS_TEXT });
+  } catch (err) {
+    throw dbError(err);
+  }
+  const row = result.rows[0];
+  if (row === undefined) throw storageFailed("PostgreSQL answered no row to the settings query");
+  const unsafe = checkSettings(row[0]!, row[1]!, row[2]!, row[3]!, Number(row[4]!));
+  if (unsafe !== undefined) throw storageFailed(unsafe.message, unsafe);
+}
+
+/** Checks the database's settings ({@link preflight}), then creates the fence table if it
+ * does not exist (idempotent). On a client outside a transaction it commits at once;
+ * inside one, with it. Run it once at deploy time, not concurrently from many processes.
+ * A failure is storage_failed (write_conflict for a lost race). */
 export async function migrate(db: Queryable): Promise<void> {
+  await preflight(db);
+  await migrateUnchecked(db);
+}
+
+/** {@link migrate} without the settings check: for a database whose durability is
+ * ensured some other way, and for tests on a throwaway database. */
+export async function migrateUnchecked(db: Queryable): Promise<void> {
   try {
     await db.query(MIGRATION);
   } catch (err) {
