@@ -3,7 +3,9 @@ TypeScript take one lock in turn through a real ``palisade serve`` and write thr
 own gate (``palisade_adapters::postgres``, ``palisade.gates.postgres``, Go's
 ``gate/postgres``, Java's ``PostgresGate``, TypeScript's ``gates/postgres``) into one
 ``kv`` table guarded by one ``palisade_fence`` row. Every stale writer is refused by every
-language's gate; the final row is the newest holder's.
+language's gate; the final row is the newest holder's. With the table protected in the
+database (``palisade admin protect``), every language's gated write still goes through and
+a write through no gate is refused by PostgreSQL itself, until ``admin unprotect``.
 
 The writers other than Python are command-line programs with the Rust ``fenced_writer``'s
 arguments and outcome lines, named by ``PALISADE_FENCED_WRITER`` (Rust),
@@ -25,7 +27,7 @@ from palisade import Client, Grant
 from palisade.tokens import KeyRing, Verifier
 
 from gates_support import PgGate
-from servers import PalisadeServer, PostgresServer, fenced_writer_bin
+from servers import PalisadeServer, PostgresServer, fenced_writer_bin, palisade_bin
 from test_cross_language import outcome, public_keys_hex
 
 pytestmark = pytest.mark.five_languages
@@ -113,5 +115,30 @@ def test_five_writers_take_the_lock_in_turn(
         # The newest holder's own token, again, from every language: equal epoch admitted (S8).
         assert writer(leases[-1].token, "shared", f"again-{language}") == f"admitted {newest} {newest}", language
     assert read(pg_dsn, "shared") == ("again-typescript", [newest])
+    # In-database enforcement (palisade admin protect): with kv protected for the lock,
+    # every language's gated write still goes through (each gate's admit writes the lock's
+    # fence row, which the guard reads), and a write through no gate is refused by
+    # PostgreSQL itself, naming the lock.
+    import json
+
+    import psycopg
+
+    def admin(*args: str) -> object:
+        done = subprocess.run([str(palisade_bin()), "admin", *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    assert admin("protect", "--postgres", pg_dsn, "--table", "kv", "--lock", lock_name) == {
+        "table": "kv", "lock": lock_name, "protected": True}
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        for language in LANGUAGES:
+            got = writers[language](leases[-1].token, "shared", f"protected-{language}")
+            assert got == f"admitted {newest} {newest}", f"{language} through a protected table"
+            assert writers[language](leases[0].token, "shared", "oldest") == f"refused stale_token {newest}:1"
+        with pytest.raises(psycopg.errors.RaiseException, match=f'lock "{lock_name}"'):
+            conn.execute("UPDATE kv SET value = 'psql' WHERE key = 'shared'")
+        assert admin("unprotect", "--postgres", pg_dsn, "--table", "kv") == {"table": "kv", "protected": False}
+        conn.execute("UPDATE kv SET value = 'psql' WHERE key = 'other'")
+    assert read(pg_dsn, "shared") == ("protected-typescript", [newest])
     client.release(leases[-1].lease_id)
     client.release(other_lock.lease_id)

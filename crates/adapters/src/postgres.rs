@@ -45,6 +45,10 @@ use crate::error::AdmitError;
 /// The SQL that creates the fence table; [`migrate`] runs it. Idempotent.
 pub const MIGRATION: &str = include_str!("../migrations/postgres.sql");
 
+/// The SQL of in-database enforcement (functions and the fence table's trigger);
+/// [`protect`] runs it. Idempotent.
+pub const PROTECTION: &str = include_str!("../migrations/postgres-protect.sql");
+
 const SELECT_MARK: &str = "SELECT epoch, seq FROM palisade_fence WHERE lock_name = $1";
 const LOCK_MARK: &str = "SELECT epoch, seq FROM palisade_fence WHERE lock_name = $1 FOR UPDATE";
 const CREATE_MARK: &str = "INSERT INTO palisade_fence (lock_name, epoch, seq) VALUES ($1, 0, 0) \
@@ -119,6 +123,41 @@ pub async fn admit_sequenced<'t>(
     seq: u64,
 ) -> Result<Admitted, AdmitError> {
     admit_with(tx, trust.into(), token, lock, Policy::Sequence, Some(seq)).await
+}
+
+/// Protects `table` with `lock`: from now on PostgreSQL itself refuses every INSERT,
+/// UPDATE, DELETE and TRUNCATE on it unless a gate (of any language) admitted a token for
+/// `lock` earlier in the same transaction, naming the lock in its error; an admit is never
+/// reused by a later transaction. Installs the fence table (with the settings check of
+/// [`migrate`]) and [`PROTECTION`] first. Not access control: a role allowed to UPDATE
+/// `palisade_fence` can note a lock without a token (`docs/protecting-your-database.md`).
+pub async fn protect(
+    client: &impl GenericClient,
+    table: &str,
+    lock: &str,
+) -> Result<(), AdmitError> {
+    palisade_token::validate_lock_name(lock)
+        .map_err(|e| AdmitError::backend(format!("cannot protect {table}: {e}")))?;
+    migrate(client).await?;
+    client.batch_execute(PROTECTION).await.map_err(pg_error)?;
+    client
+        .execute(
+            "SELECT palisade_protect($1::text::regclass, $2)",
+            &[&table, &lock],
+        )
+        .await
+        .map_err(pg_error)?;
+    Ok(())
+}
+
+/// Removes `table`'s protection ([`protect`]): its writes are no longer checked.
+pub async fn unprotect(client: &impl GenericClient, table: &str) -> Result<(), AdmitError> {
+    client.batch_execute(PROTECTION).await.map_err(pg_error)?;
+    client
+        .execute("SELECT palisade_unprotect($1::text::regclass)", &[&table])
+        .await
+        .map_err(pg_error)?;
+    Ok(())
 }
 
 /// After the database was restored from a backup (its marks are older than what it had

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use palisade_adapters::{postgres, AdmitError};
 use palisade_token::Verifier;
 use support::servers::{self, Server};
-use support::{GateUnderTest, Issuer, RaisableGate, TransactionalGate, LOCK};
+use support::{GateUnderTest, Issuer, RaisableGate, TransactionalGate, LOCK, OTHER_LOCK};
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
@@ -324,4 +324,63 @@ async fn the_preflight_refuses_synchronous_commit_off() {
         .await
         .unwrap();
     postgres::migrate(&client).await.expect("safe again");
+}
+
+/// A protected table (`postgres::protect`): PostgreSQL itself refuses a write that no gate
+/// admitted in the same transaction, naming the lock, whatever the statement (plain
+/// UPDATE, INSERT, DELETE, TRUNCATE, as a psql session would send them); a gated write
+/// goes through and a stale one is refused by the gate; an admit is not reused by a later
+/// transaction, nor good for another lock's table; after `unprotect` plain writes pass.
+#[tokio::test]
+async fn a_protected_table_refuses_every_write_no_gate_admitted() {
+    let issuer = &Issuer::new();
+    let gate = PgGate::start(issuer).await;
+    let client = gate.client().await;
+    postgres::protect(&client, "kv", LOCK).await.unwrap();
+    postgres::protect(&client, "kv", LOCK).await.unwrap(); // idempotent
+
+    let refused = |r: Result<u64, tokio_postgres::Error>| {
+        let e = r.expect_err("an ungated write was let through");
+        let text = e
+            .as_db_error()
+            .map(|d| d.message().to_owned())
+            .unwrap_or_default();
+        assert!(text.contains(&format!("lock \"{LOCK}\"")), "{text}");
+    };
+    refused(client.execute(UPSERT, &[&"plain", &"psql"]).await);
+    refused(client.execute("UPDATE kv SET value = 'x'", &[]).await);
+    refused(client.execute("DELETE FROM kv", &[]).await);
+    refused(client.execute("TRUNCATE kv", &[]).await);
+
+    // Through the gate: admitted, written; a stale token refused by the gate itself.
+    gate.write(&issuer.token(LOCK, 2), LOCK, "k", "v2")
+        .await
+        .unwrap();
+    assert_eq!(gate.read("k").await.as_deref(), Some("v2"));
+    let stale = gate.write(&issuer.token(LOCK, 1), LOCK, "k", "late").await;
+    assert!(matches!(stale, Err(AdmitError::Stale { .. })), "{stale:?}");
+    assert_eq!(gate.read("k").await.as_deref(), Some("v2"));
+
+    // The admit of a committed transaction is not reused by the next one.
+    refused(client.execute(UPSERT, &[&"after", &"commit"]).await);
+    // An admit for another lock does not open this lock's table.
+    let mut other = gate.client().await;
+    let tx = other.transaction().await.unwrap();
+    postgres::admit(
+        &tx,
+        &gate.verifier,
+        &issuer.token(OTHER_LOCK, 1),
+        OTHER_LOCK,
+    )
+    .await
+    .unwrap();
+    refused(tx.execute(UPSERT, &[&"other", &"lock"]).await);
+    drop(tx);
+
+    postgres::unprotect(&client, "kv").await.unwrap();
+    client.execute(UPSERT, &[&"plain", &"again"]).await.unwrap();
+    assert_eq!(gate.read("plain").await.as_deref(), Some("again"));
+    assert!(postgres::protect(&client, "kv", "not a lock")
+        .await
+        .is_err());
 }

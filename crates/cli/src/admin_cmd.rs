@@ -27,6 +27,14 @@ pub enum AdminCommand {
     /// transaction per database, so that no token it had fenced out passes again. Prints a
     /// JSON report. See docs/protecting-your-database.md.
     RaiseMarks(crate::raise_marks::RaiseMarksArgs),
+    /// Protect a PostgreSQL table inside the database: from now on PostgreSQL itself
+    /// refuses every INSERT, UPDATE, DELETE or TRUNCATE on it unless a gate (of any
+    /// language) admitted a token for --lock earlier in the same transaction, so a writer
+    /// that skips the gate is refused with the lock named. Idempotent. Prints JSON. See
+    /// docs/protecting-your-database.md.
+    Protect(crate::protect::ProtectArgs),
+    /// Remove a table's protection (`admin protect`): its writes are no longer checked.
+    Unprotect(crate::protect::UnprotectArgs),
     /// The issuer's signing keys (server stopped; a running server's change through
     /// /v1/admin/keys). See docs/security.md.
     Keys {
@@ -170,6 +178,8 @@ impl WitnessArgs {
 pub async fn run(command: AdminCommand) -> anyhow::Result<()> {
     match command {
         AdminCommand::RaiseMarks(args) => crate::raise_marks::run(args).await?,
+        AdminCommand::Protect(args) => crate::protect::protect(args).await?,
+        AdminCommand::Unprotect(args) => crate::protect::unprotect(args).await?,
         AdminCommand::Backup(BackupArgs {
             server: Some(server),
             connection,

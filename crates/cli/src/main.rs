@@ -21,6 +21,7 @@ mod kv_cmd;
 mod lock_cmd;
 mod lock_run;
 mod output;
+mod protect;
 mod raise_marks;
 mod runtime;
 mod serve_cmd;
