@@ -5,10 +5,10 @@
 -- admitted a token for the table's lock earlier in the same transaction. Every gate (Rust,
 -- Python, Go, Java, TypeScript) ends a successful admit by writing the lock's row of
 -- palisade_fence; the trigger below notes that lock in a transaction-local setting, which
--- PostgreSQL forgets when the transaction (or the savepoint around the admit) ends. So a
--- writer that skips the gate, a maintenance script, a second service or a psql session,
--- is refused by PostgreSQL itself, with the lock named; and an admit is never reused by a
--- later transaction.
+-- PostgreSQL forgets when the transaction ends (or the savepoint around the admit is
+-- rolled back). So a writer that skips the gate, a maintenance script, a second service
+-- or a psql session, is refused by PostgreSQL itself, with the lock named; and an admit is
+-- never reused by a later transaction.
 --
 -- Not access control: a session allowed to UPDATE palisade_fence can note a lock without
 -- a token. Grant UPDATE on palisade_fence only to the roles that write through a gate.
