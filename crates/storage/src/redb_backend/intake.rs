@@ -20,6 +20,12 @@
 //! Only the first lazy record of a quiet spell wakes a sleeping writer, so that it can
 //! sleep until that record's linger is over; the ones after it, and every lazy record
 //! while the writer works, wake nobody.
+//!
+//! The intake also keeps the writer's **seat** (`seat.rs`): whoever takes a batch from it
+//! (the writer thread, or a request that finds the log idle) holds the seat until that
+//! batch is appended and handed on, and nobody else takes a batch meanwhile. A request
+//! queued while another holds the seat waits in line as usual; the writer, if it sleeps,
+//! is woken when the seat is given back and there is something to take.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
@@ -48,6 +54,12 @@ struct Queue {
     closed: bool,
     /// The writer sleeps on `ready`.
     sleeping: bool,
+    /// Somebody holds the writer's seat (took a batch and has not handed it on yet). Held
+    /// by the writer thread from the start until its seat is ready.
+    seated: bool,
+    /// The writer sleeps because the seat is taken while it has work due: giving the seat
+    /// back wakes it.
+    waits_for_seat: bool,
 }
 
 /// The intake takes no more requests.
@@ -72,6 +84,8 @@ impl Intake {
                 lazy_since: None,
                 closed: false,
                 sleeping: false,
+                seated: true,
+                waits_for_seat: false,
             }),
             ready: Condvar::new(),
             linger,
@@ -89,24 +103,55 @@ impl Intake {
         if queue.closed {
             return Err(Closed);
         }
-        let wake = if request.is_lazy() {
-            queue.lazies += 1;
-            // The first of a quiet spell: a sleeping writer learns when its linger ends.
-            let first = queue.lazy_since.is_none();
-            if first {
-                queue.lazy_since = Some(Instant::now());
-            }
-            first && queue.sleeping
-        } else {
-            queue.waited += 1;
-            queue.sleeping
-        };
-        queue.requests.push_back(request);
+        let wake = enqueue(&mut queue, request);
         drop(queue);
         if wake {
             self.ready.notify_one();
         }
         Ok(())
+    }
+
+    /// Queues `request` like [`Intake::push`]; then, if nobody holds the seat, nothing
+    /// else somebody waits for is queued and `idle()` (the rest of the log is idle too),
+    /// takes the seat and at most `max` requests from the front (`request` among them,
+    /// behind any lazy record queued before it) for the caller to write. `None`: the
+    /// request waits in line for the writer.
+    pub(super) fn push_or_seat(
+        &self,
+        request: Request,
+        max: usize,
+        idle: impl FnOnce() -> bool,
+    ) -> Result<Option<Vec<Request>>, Closed> {
+        let mut queue = self.lock();
+        if queue.closed {
+            return Err(Closed);
+        }
+        let free = !queue.seated && queue.waited == 0 && !request.is_lazy();
+        if free && idle() {
+            enqueue(&mut queue, request);
+            queue.seated = true;
+            return Ok(Some(take(&mut queue, max, Instant::now())));
+        }
+        let wake = enqueue(&mut queue, request);
+        drop(queue);
+        if wake {
+            self.ready.notify_one();
+        }
+        Ok(None)
+    }
+
+    /// Gives the seat back after a batch was handed on; wakes the writer if it sleeps and
+    /// something may be due (a request queued meanwhile, a lazy record whose linger it
+    /// does not know of, the close, or work it held back for the seat).
+    pub(super) fn leave_seat(&self) {
+        let mut queue = self.lock();
+        queue.seated = false;
+        let wake = queue.sleeping
+            && (queue.waits_for_seat || queue.waited > 0 || queue.lazies > 0 || queue.closed);
+        drop(queue);
+        if wake {
+            self.ready.notify_one();
+        }
     }
 
     /// Takes no more requests; the writer is woken to finish what is queued.
@@ -131,6 +176,13 @@ impl Intake {
         queue.requests.drain(..).collect()
     }
 
+    /// Whether the seat is free and nothing anybody waits for is queued.
+    #[cfg(test)]
+    pub(super) fn seat_free(&self) -> bool {
+        let queue = self.lock();
+        !queue.seated && queue.waited == 0
+    }
+
     /// Whether a request somebody waits for is queued (the writer then leaves the batch
     /// it just appended to the syncer, see `sync.rs`).
     pub(super) fn has_waited(&self) -> bool {
@@ -138,32 +190,63 @@ impl Intake {
     }
 
     /// The writer's side: blocks until a request somebody waits for is queued, the oldest
-    /// lazy record's linger is over, `housekeeping` is due, or the intake is closed; then
-    /// takes at most `max` requests from the front.
+    /// lazy record's linger is over, `housekeeping` is due, or the intake is closed, and
+    /// the seat is free; then takes the seat and at most `max` requests from the front.
     pub(super) fn next(&self, housekeeping: Instant, max: usize) -> Next {
         let mut queue = self.lock();
         loop {
             let now = Instant::now();
             let lazy_due = queue.lazy_since.map(|t| t + self.linger);
-            if queue.waited > 0 || lazy_due.is_some_and(|t| t <= now) || queue.closed {
+            let work = queue.waited > 0 || lazy_due.is_some_and(|t| t <= now) || queue.closed;
+            let due = work || housekeeping <= now;
+            if due && !queue.seated {
                 if queue.closed && queue.requests.is_empty() {
                     return Next::Closed;
                 }
-                return Next::Batch(take(&mut queue, max, now));
-            }
-            if housekeeping <= now {
+                queue.seated = true;
+                if work {
+                    return Next::Batch(take(&mut queue, max, now));
+                }
                 return Next::Batch(Vec::new());
             }
-            let until = lazy_due.map_or(housekeeping, |t| t.min(housekeeping));
             queue.sleeping = true;
-            let (woken, _) = self
-                .ready
-                .wait_timeout(queue, until - now)
-                .unwrap_or_else(PoisonError::into_inner);
-            queue = woken;
+            queue = if due {
+                // Work is due but the seat is taken: its holder wakes us when it leaves.
+                queue.waits_for_seat = true;
+                self.ready
+                    .wait(queue)
+                    .unwrap_or_else(PoisonError::into_inner)
+            } else {
+                let until = lazy_due.map_or(housekeeping, |t| t.min(housekeeping));
+                self.ready
+                    .wait_timeout(queue, until - now)
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .0
+            };
             queue.sleeping = false;
+            queue.waits_for_seat = false;
         }
     }
+}
+
+/// Puts `request` at the back of the queue; whether the writer should be woken for it (a
+/// request somebody waits for, or the first lazy record of a quiet spell, while the writer
+/// sleeps and nobody holds the seat: a holder wakes it when leaving).
+fn enqueue(queue: &mut Queue, request: Request) -> bool {
+    let wake = if request.is_lazy() {
+        queue.lazies += 1;
+        // The first of a quiet spell: a sleeping writer learns when its linger ends.
+        let first = queue.lazy_since.is_none();
+        if first {
+            queue.lazy_since = Some(Instant::now());
+        }
+        first && queue.sleeping
+    } else {
+        queue.waited += 1;
+        queue.sleeping
+    };
+    queue.requests.push_back(request);
+    wake && !queue.seated
 }
 
 /// Takes at most `max` requests from the front of the queue.

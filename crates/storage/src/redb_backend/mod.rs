@@ -101,6 +101,7 @@ mod raise;
 mod reads;
 mod resident;
 mod schema;
+mod seat;
 mod state;
 mod sync;
 mod tx;
@@ -265,6 +266,8 @@ struct Inner {
     db: RwLock<Option<Arc<Database>>>,
     /// The writer's queue; closed by `close`, or when the last handle is dropped.
     intake: Arc<Intake>,
+    /// The writer's seat, which a fenced write takes when the log is idle (`seat.rs`).
+    desk: Arc<seat::Desk>,
     writer_exited: watch::Receiver<bool>,
     /// The store's witness, if it keeps one (`witness.rs`); let go by `close`, so the
     /// file can be opened again in this process.
@@ -370,6 +373,7 @@ impl RedbBackend {
         });
         writer::adopt_spare(&engine).map_err(fail)?;
         let intake = Arc::new(Intake::new(opts.lazy_linger));
+        let desk = Arc::new(seat::Desk::new(&engine));
         let (exited, writer_exited) = watch::channel(false);
         let guard = ExitGuard {
             state: Arc::clone(&state),
@@ -377,10 +381,11 @@ impl RedbBackend {
             exited,
         };
         // Detached: `close` waits on `writer_exited`, which can be awaited, unlike a join.
+        let writer_desk = Arc::clone(&desk);
         std::thread::Builder::new()
             .name("palisade-writer".to_string())
             .spawn(move || {
-                writer::run(engine, &guard.intake, recovered.horizon);
+                writer::run(engine, &writer_desk, &guard.intake, recovered.horizon);
                 drop(guard);
             })
             .map_err(|e| StorageError::Failed(format!("cannot start the writer thread: {e}")))?;
@@ -399,6 +404,7 @@ impl RedbBackend {
                 },
                 db: RwLock::new(Some(db)),
                 intake,
+                desk,
                 writer_exited,
                 witness: Mutex::new(witness),
             }),
@@ -461,6 +467,22 @@ impl RedbBackend {
 
     /// Queues a request for the writer, or refuses at once when failed or closed.
     fn submit(&self, request: Request) -> Result<(), StorageError> {
+        self.submit_by(request, Intake::push)
+    }
+
+    /// Like [`RedbBackend::submit`], but a request that finds the log idle is written on
+    /// the caller's thread (`seat.rs`): its answer is ready on return.
+    fn submit_seated(&self, request: Request) -> Result<(), StorageError> {
+        self.submit_by(request, |intake, request| {
+            self.inner.desk.submit(intake, request)
+        })
+    }
+
+    fn submit_by(
+        &self,
+        request: Request,
+        push: impl FnOnce(&Intake, Request) -> Result<(), intake::Closed>,
+    ) -> Result<(), StorageError> {
         let state = &self.inner.state;
         if state.is_failed() {
             return Err(state.refusal());
@@ -471,10 +493,13 @@ impl RedbBackend {
         if !request.is_lazy() {
             state.submitted();
         }
-        self.inner
-            .intake
-            .push(request)
-            .map_err(|_| StorageError::Closed)
+        push(&self.inner.intake, request).map_err(|_| StorageError::Closed)
+    }
+
+    /// Whether a fenced write submitted now would take the writer's seat (`seat.rs`).
+    #[cfg(test)]
+    fn log_idle(&self) -> bool {
+        self.inner.intake.seat_free() && self.inner.desk.idle()
     }
 
     /// The writer's answer to a request already submitted (or its refusal), as a future
@@ -681,7 +706,9 @@ impl FencedStore for RedbBackend {
             return answer;
         }
         let (reply, answer) = oneshot::channel();
-        self.submit(Request::Apply { op, reply })?;
+        // A fenced write is submitted on a runtime worker holding no lock: it may take the
+        // writer's seat (`seat.rs`).
+        self.submit_seated(Request::Apply { op, reply })?;
         self.answer(answer).await
     }
 

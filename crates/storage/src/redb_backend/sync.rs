@@ -2,19 +2,22 @@
 //! rows to readers, answer, in that order), and the [`Handoff`] that decides which thread
 //! runs it.
 //!
-//! Once the writer has appended a batch's record it either completes the batch itself or
-//! hands it to the syncer thread:
+//! Once the holder of the writer's seat (`seat.rs`: the writer thread, or a request that
+//! found the log idle) has appended a batch's record it either completes the batch itself
+//! or hands it to the syncer thread:
 //! - **itself**, when the syncer is idle with nothing handed over and no other request is
-//!   waiting for the writer: a lone write then crosses no thread between its append and its
-//!   answer (one wake-up for the writer, one for the caller, instead of three);
+//!   waiting to be written: a lone write then crosses no thread between its append and
+//!   its answer. It decides while it holds the seat and completes after leaving it, so
+//!   that the next batch is appended meanwhile and handed to the syncer (pipelined);
 //! - **to the syncer** otherwise, so that under load the writer computes and appends the
 //!   next batch while the previous one's fdatasync runs (pipelined group commit).
 //!
 //! Groups are completed one at a time and in the order of their records, which is what
 //! keeps a reader from seeing a newer row replaced by an older one: whichever thread
-//! completes holds the hand-off's `busy` mark, the syncer takes flights only in the order
-//! they were handed over, and the writer completes its own only when nothing was handed
-//! over before it and nobody is completing.
+//! completes holds the hand-off's `busy` mark, flights are handed over in the order of
+//! their records (by the seat's holder, while it holds the seat), the syncer takes them
+//! only in that order, and a holder completes its own only when nothing was handed over
+//! before it and nobody is completing.
 
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -23,6 +26,14 @@ use std::time::Instant;
 use super::schema::Fault;
 use super::wal::LogFile;
 use super::writer::{finish_checkpoint, freeze, maybe_checkpoint, Chore, Engine, Flight};
+
+/// What [`Handoff::hand`] did with a flight.
+pub(super) enum Handed {
+    /// The syncer completes it.
+    Queued,
+    /// The caller completes it, with [`Handoff::complete_mine`].
+    Mine(Flight),
+}
 
 /// The flights between the writer and the syncer, and who is completing one.
 pub(super) struct Handoff {
@@ -41,7 +52,14 @@ struct Queue {
     closed: bool,
     /// The syncer thread is gone: nobody would complete a queued flight.
     gone: bool,
+    /// How many requests somebody waited for the recent groups held, on average, in
+    /// sixteenths (a moving average: each group weighs a quarter). Above one means writes
+    /// arrive concurrently (load), see [`Handoff::is_idle`].
+    group_size: usize,
 }
+
+/// One request per group, in [`Queue::group_size`]'s sixteenths.
+const ONE: usize = 16;
 
 impl Handoff {
     pub(super) fn new() -> Self {
@@ -51,6 +69,7 @@ impl Handoff {
                 busy: false,
                 closed: false,
                 gone: false,
+                group_size: ONE,
             }),
             ready: Condvar::new(),
             last_checkpoint: Mutex::new(Instant::now()),
@@ -61,32 +80,64 @@ impl Handoff {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The writer's side: completes `flight` on this thread when `alone` (no other request
-    /// waits for the writer) and the syncer is idle with nothing queued; queues it for the
-    /// syncer otherwise. Gives the flight back when the syncer thread is gone.
-    pub(super) fn hand(
-        &self,
-        engine: &Engine,
-        flight: Flight,
-        alone: bool,
-        chores: &Sender<Chore>,
-    ) -> Result<(), Flight> {
-        {
-            let mut queue = self.lock();
-            if queue.gone {
-                return Err(flight);
-            }
-            if !(alone && !queue.busy && queue.flights.is_empty()) {
-                queue.flights.push(flight);
-                drop(queue);
-                self.ready.notify_one();
-                return Ok(());
-            }
-            queue.busy = true;
+    /// The side of the seat's holder (`seat.rs`), called while it holds the seat, so that
+    /// flights are handed on in the order of their records: when `alone` (nothing else
+    /// waits to be written) and the syncer is idle with nothing queued, gives `flight`
+    /// back marked for this thread to complete ([`Handoff::complete_mine`], after leaving
+    /// the seat); queues it for the syncer otherwise. Fails when the syncer thread is gone.
+    pub(super) fn hand(&self, flight: Flight, alone: bool) -> Result<Handed, Flight> {
+        let mut queue = self.lock();
+        if queue.gone {
+            return Err(flight);
         }
+        if !(alone && !queue.busy && queue.flights.is_empty()) {
+            queue.flights.push(flight);
+            drop(queue);
+            self.ready.notify_one();
+            return Ok(Handed::Queued);
+        }
+        queue.busy = true;
+        Ok(Handed::Mine(flight))
+    }
+
+    /// Completes a flight [`Handoff::hand`] gave back; flights handed to the syncer
+    /// meanwhile wait for it. If it unwinds, the store is latched failed before the mark
+    /// is let go, so that the syncer fails what waits instead of publishing past a group
+    /// that never was.
+    pub(super) fn complete_mine(&self, engine: &Engine, flight: Flight, chores: &Sender<Chore>) {
+        struct Done<'a> {
+            handoff: &'a Handoff,
+            engine: &'a Engine,
+            /// The group's waited requests, once they are answered.
+            ops: usize,
+        }
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    self.engine
+                        .state
+                        .latch(Fault("completing a commit panicked".into()));
+                }
+                self.handoff.done(self.ops);
+            }
+        }
+        let ops = flight.ops;
+        let mut done = Done {
+            handoff: self,
+            engine,
+            ops: 0,
+        };
         complete(engine, vec![flight], chores, &self.last_checkpoint);
-        self.lock().busy = false;
-        Ok(())
+        done.ops = ops;
+    }
+
+    /// Nobody is completing a group, nothing is handed over, and the recent groups held
+    /// about one write each: writes come one at a time. Groups of several mean concurrent
+    /// writers, whose next batch is better appended by the writer while the syncer
+    /// fdatasyncs (`seat.rs`); under load an odd group of one does not change that.
+    pub(super) fn is_idle(&self) -> bool {
+        let queue = self.lock();
+        !queue.busy && queue.flights.is_empty() && queue.group_size <= ONE + ONE / 4
     }
 
     /// The writer is done: the syncer completes what is queued, then stops.
@@ -114,8 +165,17 @@ impl Handoff {
         }
     }
 
-    fn done(&self) {
-        self.lock().busy = false;
+    /// A group of `ops` waited requests is completed.
+    fn done(&self, ops: usize) {
+        let mut queue = self.lock();
+        queue.busy = false;
+        queue.group_size = (queue.group_size * 3 + ops.saturating_mul(ONE)) / 4;
+        let waiting = !queue.flights.is_empty();
+        drop(queue);
+        if waiting {
+            // Handed over while this group was completed elsewhere.
+            self.ready.notify_one();
+        }
     }
 }
 
@@ -143,8 +203,9 @@ pub(super) fn sync_loop(engine: &Engine, handoff: &Handoff, chores: &Sender<Chor
     }
     let _gone = Gone(engine, handoff);
     while let Some(group) = handoff.take() {
+        let ops = group.iter().map(|f| f.ops).sum();
         complete(engine, group, chores, &handoff.last_checkpoint);
-        handoff.done();
+        handoff.done(ops);
     }
     // The writer is done and every answer sent: checkpoint what is left, synchronously
     // in the checkpointer (it stops when this sender goes).

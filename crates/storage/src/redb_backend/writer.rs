@@ -38,8 +38,9 @@ use super::layers::{apply_rows, Layers, View};
 use super::overlay::{self, encode, Key, Rows, Val};
 use super::resident::RowCache;
 use super::schema::{Fault, META_CHECKPOINT_SEQ};
+use super::seat::Desk;
 use super::state::State;
-use super::sync::{sync_loop, Handoff};
+use super::sync::sync_loop;
 use super::tx::Tx;
 use super::wal::{self, LogDir, LogFile, HEADER_BYTES, RECORD_OVERHEAD};
 use crate::{
@@ -181,20 +182,22 @@ pub(super) enum Chore {
 /// `horizon` is the epoch horizon recovery left on disk. The first segment is started by
 /// the first record: a segment with a header and no record is, to recovery, a log whose
 /// first record may have been zeroed whole (`open.rs`).
-pub(super) fn run(engine: Arc<Engine>, intake: &Intake, horizon: Epoch) {
-    let mut segment = None;
-    let handoff = Arc::new(Handoff::new());
+/// The writer holds the seat (`seat.rs`) from the start until it is set up; from then on
+/// it takes batches like any other holder of the seat.
+pub(super) fn run(engine: Arc<Engine>, desk: &Desk, intake: &Intake, horizon: Epoch) {
+    let engine = &engine;
+    let handoff = desk.handoff();
     let (to_checkpointer, chores) = std::sync::mpsc::channel::<Chore>();
     let syncer = {
-        let engine = Arc::clone(&engine);
-        let handoff = Arc::clone(&handoff);
+        let engine = Arc::clone(engine);
+        let handoff = Arc::clone(handoff);
         let chores = to_checkpointer.clone();
         std::thread::Builder::new()
             .name("palisade-syncer".into())
             .spawn(move || sync_loop(&engine, &handoff, &chores))
     };
     let checkpointer = {
-        let engine = Arc::clone(&engine);
+        let engine = Arc::clone(engine);
         std::thread::Builder::new()
             .name("palisade-checkpointer".into())
             .spawn(move || checkpoint_loop(&engine, &chores))
@@ -209,8 +212,8 @@ pub(super) fn run(engine: Arc<Engine>, intake: &Intake, horizon: Epoch) {
         return;
     };
     let _ = to_checkpointer.send(Chore::PrepareSpare);
-    let mut writer = Writer {
-        engine: &engine,
+    let writer = Writer {
+        engine: Arc::clone(engine),
         pending: Rows::new(),
         pending_at: HashMap::new(),
         inflight: Vec::new(),
@@ -218,56 +221,22 @@ pub(super) fn run(engine: Arc<Engine>, intake: &Intake, horizon: Epoch) {
         horizon,
         to_checkpointer,
     };
+    desk.install(writer);
+    intake.leave_seat();
     let max_batch = engine.config.max_batch.max(1);
-    let mut next_purge = Instant::now() + engine.config.purge_every;
     loop {
-        let Next::Batch(batch) = intake.next(next_purge, max_batch) else {
+        let Next::Batch(batch) = intake.next(desk.next_purge(), max_batch) else {
             break;
         };
-        let purge = Instant::now() >= next_purge;
-        if purge {
-            next_purge = Instant::now() + engine.config.purge_every;
-        }
-        if engine.state.is_failed() {
-            for request in batch {
-                request.fail(engine.state.refusal());
-            }
-            continue;
-        }
-        match writer.batch(batch, purge, &mut segment) {
-            Ok((flight, purged)) => {
-                if purged == PURGE_LIMIT {
-                    // More may be due: go again after the next batch.
-                    next_purge = Instant::now();
-                }
-                // Another request already waiting means load: the syncer completes this
-                // batch while the next one is computed. Alone, it is completed here.
-                let alone = !intake.has_waited();
-                if let Err(flight) = handoff.hand(&engine, flight, alone, &writer.to_checkpointer) {
-                    let err = engine
-                        .state
-                        .latch(Fault("the syncer thread is gone".into()));
-                    for answer in flight.answers {
-                        answer.fail(err.clone());
-                    }
-                }
-            }
-            Err((fault, answers, requests)) => {
-                let err = engine.state.latch(fault);
-                for answer in answers {
-                    answer.fail(err.clone());
-                }
-                for request in requests {
-                    request.fail(err.clone());
-                }
-            }
-        }
+        // Leaves the seat on the way.
+        desk.step(batch, intake);
     }
     handoff.close();
     let _ = syncer.join();
-    drop(writer);
+    // Its channel to the checkpointer goes with it: the checkpointer stops.
+    drop(desk.uninstall());
     let _ = checkpointer.join();
-    remove_segments_after_close(&engine);
+    remove_segments_after_close(engine);
 }
 
 /// After a clean close everything is in the database file: the segments go (the spare
@@ -294,8 +263,10 @@ fn remove_segments_after_close(engine: &Engine) {
     let _ = engine.log.sync();
 }
 
-struct Writer<'e> {
-    engine: &'e Engine,
+/// The writer's own state: what it appended and is not yet durable, and where the log
+/// goes on. Kept in the seat (`seat.rs`) by whichever thread holds it.
+pub(super) struct Writer {
+    engine: Arc<Engine>,
     /// Rows of records not yet known to be durable, newest value per key.
     pending: Rows,
     /// For each key in `pending`, the record that wrote it last.
@@ -308,9 +279,18 @@ struct Writer<'e> {
     to_checkpointer: Sender<Chore>,
 }
 
-type Failed = (Fault, Vec<Answer>, Vec<Request>);
+pub(super) type Failed = (Fault, Vec<Answer>, Vec<Request>);
 
-impl Writer<'_> {
+impl Writer {
+    pub(super) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    /// Where checkpoints and spare segments are asked for.
+    pub(super) fn chores(&self) -> &Sender<Chore> {
+        &self.to_checkpointer
+    }
+
     /// Forgets rows that the syncer has published since.
     fn prune(&mut self) {
         let durable = self.engine.state.durable_seq();
@@ -329,14 +309,14 @@ impl Writer<'_> {
         }
     }
 
-    fn batch(
+    pub(super) fn batch(
         &mut self,
         batch: Vec<Request>,
         purge: bool,
         segment: &mut Option<Segment>,
     ) -> Result<(Flight, usize), Failed> {
         self.prune();
-        let engine = self.engine;
+        let engine = Arc::clone(&self.engine);
         // Lazy records are not counted (see `State::submitted`).
         let ops = batch.iter().filter(|r| !r.is_lazy()).count();
         let mut answers = Vec::with_capacity(batch.len());
@@ -479,7 +459,7 @@ impl Writer<'_> {
 
     /// Starts a new segment whose first record is `base`, and asks for the next spare.
     fn roll(&mut self, base: u64, need: u64) -> Result<Segment, Fault> {
-        let segment = start_segment(self.engine, base, need)?;
+        let segment = start_segment(&self.engine, base, need)?;
         let _ = self.to_checkpointer.send(Chore::PrepareSpare);
         Ok(segment)
     }
