@@ -29,6 +29,7 @@ use tokio::net::TcpStream;
 
 use super::io::TrackedIo;
 use super::registry::{ConnSlot, Order, Registry};
+use super::rerun::Rerun;
 use super::tls::{client_cert, TlsFiles};
 use super::{ClientCert, Limits};
 use crate::api::ApiError;
@@ -132,7 +133,11 @@ where
         cert,
         max_uri_bytes: limits.max_uri_bytes,
     };
-    let mut conn = pin!(shared.http.serve_connection(TokioIo::new(io), service));
+    // Its body channel wakes the task while it is polled: polled again at once instead
+    // (`rerun.rs`).
+    let mut conn = Rerun::new(Box::pin(
+        shared.http.serve_connection(TokioIo::new(io), service),
+    ));
     let mut closing = false;
     // Wakes at the phase's deadline, and at least every header timeout: a head that
     // begins later than now cannot have an earlier deadline than now + header timeout.
@@ -148,7 +153,7 @@ where
     loop {
         tokio::select! {
             biased;
-            result = conn.as_mut() => {
+            result = &mut conn => {
                 if let Err(e) = result {
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
@@ -163,7 +168,7 @@ where
                     }
                     if !closing {
                         // Finish the response in progress, then close.
-                        conn.as_mut().graceful_shutdown();
+                        conn.inner_mut().as_mut().graceful_shutdown();
                         closing = true;
                     }
                 }

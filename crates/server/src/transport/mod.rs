@@ -47,6 +47,7 @@
 mod connection;
 mod io;
 mod registry;
+mod rerun;
 mod resp;
 mod tls;
 
