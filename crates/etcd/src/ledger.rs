@@ -43,7 +43,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use etcd_client::{Compare, CompareOp, TxnOp};
-use palisade_storage::atomic_file::{HeldLock, LockError};
+use palisade_storage::atomic_file::{read_versioned, HeldLock, LockError};
 use palisade_storage::StorageError;
 use palisade_token::Epoch;
 use serde::{Deserialize, Serialize};
@@ -67,24 +67,11 @@ pub struct LedgerFile {
 }
 
 impl LedgerFile {
-    /// Reads a ledger file; `Ok(None)` if there is none.
+    /// Reads a ledger file; `Ok(None)` if there is none
+    /// ([`palisade_storage::atomic_file::read_versioned`]).
     pub fn read(path: &Path) -> Result<Option<LedgerFile>, StorageError> {
-        let text = match std::fs::read(path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(failed(path, "cannot read", e)),
-        };
-        let file: LedgerFile = serde_json::from_slice(&text).map_err(|e| {
-            StorageError::Failed(format!("epoch ledger {} is damaged: {e}", path.display()))
-        })?;
-        if file.version != VERSION {
-            return Err(StorageError::Failed(format!(
-                "epoch ledger {} has version {}, this build reads {VERSION}",
-                path.display(),
-                file.version
-            )));
-        }
-        Ok(Some(file))
+        read_versioned(path, "epoch ledger", VERSION, |f: &LedgerFile| f.version)
+            .map_err(StorageError::Failed)
     }
 
     /// Replaces the file at `path` so that a crash leaves the old one or the new one

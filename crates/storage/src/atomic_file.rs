@@ -51,6 +51,33 @@ pub fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     write_atomic(dir, name, bytes)
 }
 
+/// Reads a small versioned JSON file of the kind kept beside a store (the epoch ledgers):
+/// `Ok(None)` if it does not exist; otherwise its value, or an error naming it (as `what`,
+/// "epoch ledger" for example) when it cannot be read, does not parse, or says a version
+/// (`version_of`) other than `expected`. A damaged file is an error, never a fresh start.
+pub fn read_versioned<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    what: &str,
+    expected: u32,
+    version_of: impl Fn(&T) -> u32,
+) -> Result<Option<T>, String> {
+    let text = match fs::read(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {what} {}: {e}", path.display())),
+    };
+    let value: T = serde_json::from_slice(&text)
+        .map_err(|e| format!("{what} {} is damaged: {e}", path.display()))?;
+    let found = version_of(&value);
+    if found != expected {
+        return Err(format!(
+            "{what} {} has version {found}, this build reads {expected}",
+            path.display()
+        ));
+    }
+    Ok(Some(value))
+}
+
 /// Makes the directory's entries (a file created, renamed or removed in it) durable.
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     #[cfg(unix)]

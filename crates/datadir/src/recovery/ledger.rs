@@ -34,6 +34,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use palisade_storage::atomic_file::read_versioned;
 use palisade_storage::redb_backend::offline::EpochSummary;
 use palisade_token::Epoch;
 
@@ -99,33 +100,12 @@ pub fn store_floor(dir: &Path, floor: Epoch, commit_seq: u64, now_unix: u64) -> 
 
 /// Reads the side file: `Ok(None)` when there is none.
 fn load_floor(dir: &Path) -> Result<Option<FloorFile>, String> {
-    read_versioned(&dir.join(FLOOR_FILE), "epoch floor", |f: &FloorFile| {
-        f.version
-    })
-}
-
-/// Reads a JSON file of this module: `Ok(None)` if it does not exist, an error naming it
-/// (as `what`) if it cannot be read, does not parse or has another version.
-fn read_versioned<T: serde::de::DeserializeOwned>(
-    file: &Path,
-    what: &str,
-    version: impl Fn(&T) -> u32,
-) -> Result<Option<T>, String> {
-    let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read {what} {}: {e}", file.display())),
-    };
-    let value: T = serde_json::from_str(&text)
-        .map_err(|e| format!("{what} {} is damaged: {e}", file.display()))?;
-    let found = version(&value);
-    if found != VERSION {
-        return Err(format!(
-            "{what} {} has version {found}, this build reads {VERSION}",
-            file.display()
-        ));
-    }
-    Ok(Some(value))
+    read_versioned(
+        &dir.join(FLOOR_FILE),
+        "epoch floor",
+        VERSION,
+        |f: &FloorFile| f.version,
+    )
 }
 
 /// Writes `name` in `dir` so that a crash leaves the old file or the new one

@@ -137,9 +137,6 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
             )))
         }
     };
-    // The witness bounds every epoch ever written: with it, nothing is unknown.
-    let state_known = matches!(current, CurrentState::Readable { .. }) || witnessed.is_some();
-
     let (ledger, ledger_known) = match EpochLedger::load(data_dir) {
         Ok(found) => (found.clone().unwrap_or_default(), found.is_some()),
         Err(e) => {
@@ -152,67 +149,28 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
         }
     };
 
-    let staging = data_dir.join(format!("{DB_FILE}.restoring"));
-    let discard = |_: &OfflineError| {
-        let _ = std::fs::remove_file(&staging);
-    };
-    let staged = StagedRestore::stage(&opts.from, &staging).inspect_err(discard)?;
+    // Removed on every way out but the last rename (`Staging`).
+    let staging = Staging::new(data_dir.join(format!("{DB_FILE}.restoring")));
+    let staged = StagedRestore::stage(&opts.from, staging.path())?;
     let backup = staged.info().clone();
 
-    let known_max = [
-        backup.epoch_bound,
-        match current {
-            CurrentState::Readable { epoch_bound, .. } => epoch_bound,
-            _ => 0,
-        },
-        ledger.floor,
-        witnessed.as_ref().map_or(0, |w| w.horizon),
-        opts.epoch_floor.unwrap_or(0),
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0);
-    if !state_known && opts.epoch_floor.is_none() {
-        if opts.epoch_gap == 0 {
-            let _ = std::fs::remove_file(&staging);
-            return Err(RecoveryError::Refused(format!(
-                "the database being replaced ({}) cannot be read, so the epochs it issued are \
-                 unknown: give --epoch-floor N (no epoch above N was ever issued) or a \
-                 non-zero --epoch-gap",
-                db_path.display()
-            )));
-        }
-        warnings.push(unknown_state_warning(
-            &db_path,
-            &current,
-            ledger_known.then_some(&ledger),
-            opts.epoch_gap,
-        ));
-    }
-    let floor = known_max
-        .checked_add(opts.epoch_gap)
-        .filter(|f| *f <= MAX_FLOOR)
-        .ok_or_else(|| {
-            let _ = std::fs::remove_file(&staging);
-            RecoveryError::Refused(format!(
-                "epoch floor {known_max} + gap {} exceeds {MAX_FLOOR}",
-                opts.epoch_gap
-            ))
-        })?;
-
-    let mut locks: BTreeSet<String> = backup.epoch_bounds.keys().cloned().collect();
-    locks.extend(current_locks);
-    locks.extend(ledger.locks.keys().cloned());
-    let restored_at_unix = now_unix();
-    let commit_seq = [
-        ledger.commit_seq,
+    let known = Known {
+        backup: &backup,
+        current: &current,
+        current_locks,
         current_seq,
-        backup.commit_seq,
-        witnessed.as_ref().map_or(0, |w| w.commit_seq),
-    ]
-    .into_iter()
-    .max()
-    .unwrap_or(0);
+        ledger: ledger_known.then_some(&ledger),
+        witness: witnessed.as_ref().map(|w| (w.horizon, w.commit_seq)),
+    };
+    let decided = decide(known, opts, &db_path, now_unix())?;
+    warnings.extend(decided.warning.clone());
+    let Decided {
+        floor,
+        locks,
+        commit_seq,
+        restored_at_unix,
+        ..
+    } = decided;
     let plan = RestorePlan {
         floor,
         locks: locks.clone(),
@@ -224,7 +182,7 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
         namespaces_fenced,
         leases_dropped,
         ..
-    } = staged.apply(&plan).inspect_err(discard)?;
+    } = staged.apply(&plan)?;
 
     // The ledger first: if we stop before the rename, the old file is behind the ledger
     // and the server refuses it until the restore is run again.
@@ -267,7 +225,7 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
             std::fs::rename(data_dir.join(name.as_ref()), &aside).map_err(io(&aside))?;
         }
     }
-    std::fs::rename(&staging, &db_path).map_err(io(&db_path))?;
+    staging.put_in_place(&db_path).map_err(io(&db_path))?;
     sync_dir(data_dir).map_err(io(data_dir))?;
     drop(current_db);
 
@@ -286,6 +244,143 @@ pub fn restore(data_dir: &Path, opts: &RestoreOptions) -> Result<RestoreReport, 
         replaced_file,
         warnings,
     })
+}
+
+/// Every bound on the epochs issued that a restore knows of, gathered from the disk.
+struct Known<'a> {
+    backup: &'a BackupInfo,
+    current: &'a CurrentState,
+    /// The locks of the database being replaced (none when it cannot be read).
+    current_locks: BTreeSet<String>,
+    /// Its commit sequence number (0 when it cannot be read).
+    current_seq: u64,
+    /// The ledger, when there is a readable one.
+    ledger: Option<&'a EpochLedger>,
+    /// The witness's horizon and commit sequence number, when there is one.
+    witness: Option<(Epoch, u64)>,
+}
+
+/// What a restore does, decided from [`Known`] and the options alone (no disk).
+#[derive(Debug, PartialEq, Eq)]
+struct Decided {
+    /// Every known lock's counter and every namespace's mark are raised to it.
+    floor: Epoch,
+    /// The known locks: the backup's, the replaced database's and the ledger's.
+    locks: BTreeSet<String>,
+    /// The restored database starts at this commit sequence number: past every commit
+    /// the ledger, the replaced database, the backup or the witness saw.
+    commit_seq: u64,
+    restored_at_unix: u64,
+    /// Said loudly when the epochs issued are not all known (see the module docs).
+    warning: Option<String>,
+}
+
+/// The floor, the locks and the commit sequence number of a restore (the module docs give
+/// the rule), or the refusal: the epochs issued are unknown and nothing bounds them, or
+/// the floor would leave the counters no room.
+fn decide(
+    known: Known<'_>,
+    opts: &RestoreOptions,
+    db_path: &Path,
+    now_unix: u64,
+) -> Result<Decided, RecoveryError> {
+    let empty = EpochLedger::default();
+    let ledger = known.ledger.unwrap_or(&empty);
+    let known_max = [
+        known.backup.epoch_bound,
+        match known.current {
+            CurrentState::Readable { epoch_bound, .. } => *epoch_bound,
+            _ => 0,
+        },
+        ledger.floor,
+        known.witness.map_or(0, |(horizon, _)| horizon),
+        opts.epoch_floor.unwrap_or(0),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    // The witness bounds every epoch ever written: with it, nothing is unknown.
+    let state_known =
+        matches!(known.current, CurrentState::Readable { .. }) || known.witness.is_some();
+    let mut warning = None;
+    if !state_known && opts.epoch_floor.is_none() {
+        if opts.epoch_gap == 0 {
+            return Err(RecoveryError::Refused(format!(
+                "the database being replaced ({}) cannot be read, so the epochs it issued are \
+                 unknown: give --epoch-floor N (no epoch above N was ever issued) or a \
+                 non-zero --epoch-gap",
+                db_path.display()
+            )));
+        }
+        warning = Some(unknown_state_warning(
+            db_path,
+            known.current,
+            known.ledger,
+            opts.epoch_gap,
+        ));
+    }
+    let floor = known_max
+        .checked_add(opts.epoch_gap)
+        .filter(|f| *f <= MAX_FLOOR)
+        .ok_or_else(|| {
+            RecoveryError::Refused(format!(
+                "epoch floor {known_max} + gap {} exceeds {MAX_FLOOR}",
+                opts.epoch_gap
+            ))
+        })?;
+    let mut locks: BTreeSet<String> = known.backup.epoch_bounds.keys().cloned().collect();
+    locks.extend(known.current_locks);
+    locks.extend(ledger.locks.keys().cloned());
+    let commit_seq = [
+        ledger.commit_seq,
+        known.current_seq,
+        known.backup.commit_seq,
+        known.witness.map_or(0, |(_, seq)| seq),
+    ]
+    .into_iter()
+    .max()
+    .unwrap_or(0);
+    Ok(Decided {
+        floor,
+        locks,
+        commit_seq,
+        restored_at_unix: now_unix,
+        warning,
+    })
+}
+
+/// The staged database file: removed when dropped, unless it was put in place.
+struct Staging {
+    path: PathBuf,
+    placed: bool,
+}
+
+impl Staging {
+    fn new(path: PathBuf) -> Self {
+        Staging {
+            path,
+            placed: false,
+        }
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames it over `db_path`; from then on it is the database, not a leftover.
+    fn put_in_place(mut self, db_path: &Path) -> std::io::Result<()> {
+        std::fs::rename(&self.path, db_path)?;
+        self.placed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 fn unreadable(e: OfflineError) -> CurrentState {
@@ -318,4 +413,173 @@ fn unknown_state_warning(
          --epoch-floor N (N at least every epoch ever issued). Locks created after the \
          ledger's last update are not known to this restore."
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backup(epoch_bound: Epoch, locks: &[&str], commit_seq: u64) -> BackupInfo {
+        BackupInfo {
+            backup_id: "b".into(),
+            created_at_unix: 1,
+            source: "palisade.redb".into(),
+            format_version: 1,
+            epoch_bound,
+            epoch_bounds: locks.iter().map(|l| (l.to_string(), epoch_bound)).collect(),
+            keys: 0,
+            namespaces: 0,
+            commit_seq,
+        }
+    }
+
+    fn opts(epoch_floor: Option<Epoch>, epoch_gap: Epoch) -> RestoreOptions {
+        RestoreOptions {
+            from: PathBuf::from("backup"),
+            epoch_floor,
+            epoch_gap,
+            witness: None,
+        }
+    }
+
+    fn readable(epoch_bound: Epoch) -> CurrentState {
+        CurrentState::Readable {
+            epoch_bound,
+            locks: 1,
+        }
+    }
+
+    fn known<'a>(
+        backup: &'a BackupInfo,
+        current: &'a CurrentState,
+        ledger: Option<&'a EpochLedger>,
+        witness: Option<(Epoch, u64)>,
+    ) -> Known<'a> {
+        Known {
+            backup,
+            current,
+            current_locks: ["current".to_string()].into(),
+            current_seq: 7,
+            ledger,
+            witness,
+        }
+    }
+
+    const DB: &str = "/data/palisade.redb";
+
+    #[test]
+    fn the_floor_is_the_highest_bound_plus_the_gap_over_every_known_lock() {
+        let backup = backup(50, &["a", "b"], 3);
+        let mut ledger = EpochLedger::default();
+        ledger.raise("from-ledger", 90);
+        ledger.commit_seq = 12;
+        for (current, witness, floor, expect) in [
+            (readable(70), None, None, 90),
+            (readable(120), None, None, 120),
+            (readable(70), Some((200, 1)), None, 200),
+            (readable(70), None, Some(300), 300),
+        ] {
+            let decided = decide(
+                known(&backup, &current, Some(&ledger), witness),
+                &opts(floor, 1000),
+                Path::new(DB),
+                42,
+            )
+            .unwrap();
+            assert_eq!(decided.floor, expect + 1000);
+            assert_eq!(decided.warning, None);
+            assert_eq!(decided.restored_at_unix, 42);
+            let locks: Vec<&str> = decided.locks.iter().map(String::as_str).collect();
+            assert_eq!(locks, ["a", "b", "current", "from-ledger"]);
+            // Past every commit anything saw: the ledger's 12 beats the current 7.
+            assert_eq!(decided.commit_seq, 12);
+        }
+    }
+
+    #[test]
+    fn the_restored_database_starts_past_the_witness_commits() {
+        let backup = backup(5, &[], 3);
+        let current = readable(5);
+        let decided = decide(
+            known(&backup, &current, None, Some((10, 99))),
+            &opts(None, 0),
+            Path::new(DB),
+            1,
+        )
+        .unwrap();
+        assert_eq!((decided.floor, decided.commit_seq), (10, 99));
+    }
+
+    #[test]
+    fn unknown_epochs_are_refused_without_a_floor_or_a_gap_and_warned_with_a_gap() {
+        let backup = backup(5, &[], 0);
+        let current = CurrentState::Unreadable {
+            reason: "damaged".into(),
+        };
+        let refused = decide(
+            known(&backup, &current, None, None),
+            &opts(None, 0),
+            Path::new(DB),
+            1,
+        );
+        let Err(RecoveryError::Refused(why)) = refused else {
+            panic!("expected a refusal, got {refused:?}");
+        };
+        assert!(why.contains(DB) && why.contains("--epoch-floor"), "{why}");
+
+        let warned = decide(
+            known(&backup, &current, None, None),
+            &opts(None, 1000),
+            Path::new(DB),
+            1,
+        )
+        .unwrap();
+        assert_eq!(warned.floor, 1005);
+        // It names why the epochs are unknown and the gap it assumes.
+        assert!(warned
+            .warning
+            .is_some_and(|w| w.contains("damaged") && w.contains("fewer than 1000")));
+
+        // An operator's bound, or a witness, makes them known: no warning.
+        for (floor, witness) in [(Some(8), None), (None, Some((9, 0)))] {
+            let decided = decide(
+                known(&backup, &current, None, witness),
+                &opts(floor, 0),
+                Path::new(DB),
+                1,
+            )
+            .unwrap();
+            assert_eq!(decided.warning, None);
+        }
+    }
+
+    #[test]
+    fn a_floor_that_leaves_the_counters_no_room_is_refused() {
+        let backup = backup(MAX_FLOOR, &[], 0);
+        let current = readable(1);
+        let refused = decide(
+            known(&backup, &current, None, None),
+            &opts(None, 1),
+            Path::new(DB),
+            1,
+        );
+        assert!(matches!(refused, Err(RecoveryError::Refused(why)) if why.contains("exceeds")));
+    }
+
+    #[test]
+    fn a_staged_file_is_removed_unless_it_was_put_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let staged = dir.path().join("staged");
+        std::fs::write(&staged, b"x").unwrap();
+        drop(Staging::new(staged.clone()));
+        assert!(!staged.exists(), "dropped: removed");
+
+        std::fs::write(&staged, b"x").unwrap();
+        let db = dir.path().join("db");
+        Staging::new(staged.clone()).put_in_place(&db).unwrap();
+        assert!(
+            db.exists() && !staged.exists(),
+            "put in place: kept, as the database"
+        );
+    }
 }
