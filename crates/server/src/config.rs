@@ -3,7 +3,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use palisade_core::gate::Policy;
+pub use crate::limits::{Limits, DEFAULT_MAX_VALUE_BYTES};
+pub use crate::policies::NamespacePolicies;
 
 /// Default of [`ServerConfig::idle_grace_ms`].
 pub const DEFAULT_IDLE_GRACE_MS: u64 = 1_000;
@@ -13,9 +14,6 @@ pub const DEFAULT_AUDIT_LOG_MAX_BYTES: u64 = 100 * 1024 * 1024;
 
 /// Default of [`ServerConfig::lock_delay_ms`]: none.
 pub const DEFAULT_LOCK_DELAY_MS: u64 = 0;
-
-/// Default of [`ServerConfig::max_value_bytes`]: 1 MiB.
-pub const DEFAULT_MAX_VALUE_BYTES: usize = 1024 * 1024;
 
 /// Default of [`ServerConfig::token_cache`].
 pub const DEFAULT_TOKEN_CACHE: usize = 65_536;
@@ -49,88 +47,6 @@ const fn same_text(a: &str, b: &str) -> bool {
 
 /// Default longest wait for one etcd call, in milliseconds.
 pub const DEFAULT_ETCD_TIMEOUT_MS: u64 = 5_000;
-
-/// Limits on what clients may make the server hold. Exceeding one answers 429
-/// `quota_exceeded` and changes nothing. The per-principal ones apply with authentication
-/// on, where an auth file principal may lower or raise them for itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Longest lease TTL anyone may ask for (a principal's `max_ttl_ms` may lower it).
-    pub max_ttl_ms: u64,
-    /// Live leases one principal may hold at once.
-    pub max_leases_per_principal: u32,
-    /// Acquisitions one principal may have waiting in line at once.
-    pub max_waiters_per_principal: u32,
-    /// Acquisitions that may wait in line for one lock.
-    pub max_waiters_per_lock: u32,
-    /// Locks the issuer keeps in memory at once (idle locks whose state is on disk leave
-    /// memory to make room; a lock that cannot get a place is refused).
-    pub max_locks: usize,
-    /// Longest lock-delay an acquisition may choose (`lock_delay_ms`).
-    pub max_lock_delay_ms: u64,
-    /// Sessions the embedded issuer keeps at once (each is also one lease of its
-    /// principal's quota).
-    pub max_sessions: usize,
-    /// Events streams one principal may have open at once (of the server's
-    /// `max_event_subscribers`).
-    pub max_event_subscribers_per_principal: u32,
-}
-
-impl Limits {
-    /// The quota an acquisition by `caller` counts against: its principal's (with its own
-    /// limits where the auth file sets them); none with authentication off.
-    pub fn owner_for(
-        &self,
-        caller: &crate::auth::Caller,
-    ) -> Option<palisade_core::lock_table::Owner> {
-        let p = caller.principal()?;
-        Some(palisade_core::lock_table::Owner {
-            name: p.name.as_str().into(),
-            max_leases: p.limits.max_leases.unwrap_or(self.max_leases_per_principal),
-            max_waiters: p
-                .limits
-                .max_waiters
-                .unwrap_or(self.max_waiters_per_principal),
-        })
-    }
-
-    /// Whose place an events stream of `caller` takes, and how many that principal may
-    /// have open; none with authentication off.
-    pub fn event_streams_for<'c>(
-        &self,
-        caller: &'c crate::auth::Caller,
-    ) -> Option<(&'c str, usize)> {
-        let p = caller.principal()?;
-        let limit = p
-            .limits
-            .max_event_subscribers
-            .unwrap_or(self.max_event_subscribers_per_principal);
-        Some((p.name.as_str(), limit as usize))
-    }
-
-    /// The longest TTL `caller` may ask for.
-    pub fn max_ttl_for(&self, caller: &crate::auth::Caller) -> u64 {
-        caller
-            .principal()
-            .and_then(|p| p.limits.max_ttl_ms)
-            .map_or(self.max_ttl_ms, |own| own.min(self.max_ttl_ms))
-    }
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            max_ttl_ms: 3_600_000,
-            max_leases_per_principal: 10_000,
-            max_waiters_per_principal: 10_000,
-            max_waiters_per_lock: 1_000,
-            max_locks: 1_000_000,
-            max_lock_delay_ms: palisade_api::recipes::DEFAULT_MAX_LOCK_DELAY_MS,
-            max_sessions: 100_000,
-            max_event_subscribers_per_principal: 16,
-        }
-    }
-}
 
 /// Everything `palisade serve` can be told.
 #[derive(Debug, Clone)]
@@ -257,72 +173,5 @@ impl ServerConfig {
             events_buffer: crate::observe::DEFAULT_EVENTS_BUFFER,
             max_event_subscribers: crate::observe::DEFAULT_MAX_SUBSCRIBERS,
         }
-    }
-}
-
-/// Which namespaces use which gate policy. Rules are `name=policy` or `prefix*=policy`;
-/// an exact name wins over a prefix, a longer prefix over a shorter one, and namespaces
-/// matching no rule use [`Policy::Epoch`].
-#[derive(Debug, Clone, Default)]
-pub struct NamespacePolicies {
-    exact: std::collections::HashMap<String, Policy>,
-    prefixes: Vec<(String, Policy)>,
-}
-
-impl NamespacePolicies {
-    /// Parses rules like `orders=sequence` or `jobs.*=sequence`.
-    pub fn parse<'a>(rules: impl IntoIterator<Item = &'a str>) -> Result<Self, String> {
-        let mut out = NamespacePolicies::default();
-        for rule in rules {
-            let rule = rule.trim();
-            if rule.is_empty() {
-                continue;
-            }
-            let (name, policy) = rule
-                .split_once('=')
-                .ok_or_else(|| format!("policy rule {rule:?} is not NAME=POLICY"))?;
-            let policy: Policy = policy.trim().parse()?;
-            let name = name.trim();
-            match name.strip_suffix('*') {
-                Some(prefix) => out.prefixes.push((prefix.to_owned(), policy)),
-                None => {
-                    palisade_token::validate_lock_name(name)
-                        .map_err(|e| format!("policy rule {rule:?}: {e}"))?;
-                    out.exact.insert(name.to_owned(), policy);
-                }
-            }
-        }
-        out.prefixes.sort_by_key(|p| std::cmp::Reverse(p.0.len()));
-        Ok(out)
-    }
-
-    /// The policy for a namespace.
-    pub fn policy(&self, namespace: &str) -> Policy {
-        if let Some(p) = self.exact.get(namespace) {
-            return *p;
-        }
-        self.prefixes
-            .iter()
-            .find(|(prefix, _)| namespace.starts_with(prefix.as_str()))
-            .map(|(_, p)| *p)
-            .unwrap_or_default()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn policies_resolve_exact_then_longest_prefix() {
-        let p = NamespacePolicies::parse(["jobs.*=sequence", "jobs.fast*=epoch", "audit=sequence"])
-            .unwrap();
-        assert_eq!(p.policy("audit"), Policy::Sequence);
-        assert_eq!(p.policy("jobs.a"), Policy::Sequence);
-        assert_eq!(p.policy("jobs.fast1"), Policy::Epoch);
-        assert_eq!(p.policy("other"), Policy::Epoch);
-        assert!(NamespacePolicies::parse(["nope"]).is_err());
-        assert!(NamespacePolicies::parse(["a=strict"]).is_err());
-        assert!(NamespacePolicies::parse(["a/b=epoch"]).is_err());
     }
 }

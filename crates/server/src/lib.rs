@@ -3,7 +3,7 @@
 //! A thin layer: parse the request, call the issuer (a [`palisade_issuer::LockService`])
 //! or the fenced
 //! store (token verification here, then one [`palisade_storage::FencedOp`] through the
-//! storage backend), and map typed errors to stable error codes ([`api::error`]). The
+//! storage backend), and map typed errors to stable error codes ([`error`]). The
 //! RESP listener ([`resp`]) parses its commands and runs the same functions as the
 //! HTTP routes.
 //!
@@ -31,11 +31,14 @@ pub mod auth;
 #[cfg(feature = "etcd")]
 mod cluster;
 pub mod config;
+pub mod error;
 pub use palisade_datadir::data_dir;
 pub mod keys;
+pub mod limits;
 pub mod listen;
 pub mod observe;
 pub mod openapi;
+pub mod policies;
 pub use palisade_datadir::recovery;
 pub mod resp;
 mod run;

@@ -32,14 +32,15 @@ use super::{ApiError, AppState};
 pub async fn front(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let timing = Timing::start(&req);
     let (mut req, watch) = BodyWatch::wrap(req);
-    let mut response = match crate::auth::authenticate(&state, &mut req) {
-        Ok(admitted) => {
-            let mut response = method_not_allowed_as_json(next.run(req).await);
-            admitted.finish(&state, &mut response);
-            response
-        }
-        Err(refused) => refused.into_response(),
-    };
+    let mut response =
+        match crate::auth::authenticate(state.auth.as_deref(), &state.audit, &mut req) {
+            Ok(admitted) => {
+                let mut response = method_not_allowed_as_json(next.run(req).await);
+                admitted.finish(&state.audit, &mut response);
+                response
+            }
+            Err(refused) => refused.into_response(),
+        };
     if let Some(watch) = watch {
         watch.finish(&mut response);
     }

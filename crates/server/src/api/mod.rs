@@ -5,7 +5,6 @@
 //! every failure becomes an [`ApiError`] with a stable code.
 
 mod admin;
-pub mod error;
 mod front;
 pub(crate) mod kv;
 pub(crate) mod locks;
@@ -30,8 +29,9 @@ use palisade_token::{validate_lock_name, Verifier};
 
 use crate::audit::Audit;
 use crate::auth::Auth;
-use crate::config::{Limits, NamespacePolicies};
-pub use error::ApiError;
+pub use crate::error::ApiError;
+use crate::limits::Limits;
+use crate::policies::NamespacePolicies;
 use palisade_issuer::LockService;
 
 /// What every handler can reach: one pointer to the [`Shared`] state, so that the copies
@@ -93,7 +93,7 @@ impl Shared {
             verifier: keys.verifier(),
             keys,
             policies: Arc::new(NamespacePolicies::default()),
-            max_value_bytes: crate::config::DEFAULT_MAX_VALUE_BYTES,
+            max_value_bytes: crate::limits::DEFAULT_MAX_VALUE_BYTES,
             auth: None,
             audit: Audit::off(),
             limits: Limits::default(),

@@ -51,15 +51,22 @@ use palisade_token::MAX_HOLDER_LEN;
 pub use file::{load, parse, valid_principal_name, MAX_PRINCIPAL_LEN};
 pub use policy::{key_digest, AuthPolicy, Grant, LockPattern, Principal, PrincipalLimits, Verb};
 
-use crate::api::{ApiError, AppState};
+use crate::audit::Audit;
 use crate::audit::AuditEvent;
+use crate::error::ApiError;
 
 /// Paths anyone may read without credentials.
 const PUBLIC_PATHS: [&str; 3] = ["/healthz", "/v1/keys", "/v1/openapi.json"];
 
-/// A verified client certificate's subject, placed in a request's extensions by the
-/// TLS layer ([`crate::transport`]) when the connection presented one.
-pub use crate::transport::ClientCert;
+/// The subject of the client certificate a mutual-TLS connection was verified with,
+/// found in the extensions of every request on that connection (put there by the TLS
+/// layer, [`crate::transport`]). Absent on connections without a client certificate
+/// (plain HTTP, or TLS without `--tls-client-ca`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    /// The certificate subject's first Common Name, if it has one in UTF-8.
+    pub common_name: Option<String>,
+}
 
 /// The auth file in use, replaceable while serving (SIGHUP).
 pub struct Auth {
@@ -338,9 +345,13 @@ fn unauthenticated(message: &str) -> ApiError {
 /// extensions for the [`Caller`] extractor), or answers 401. Called by the API's one
 /// middleware (`api/front.rs`) before the route runs; the [`Admitted`] it returns
 /// writes, once the route has answered, what the handler marked for the audit log.
-pub fn authenticate(state: &AppState, req: &mut Request) -> Result<Admitted, Unidentified> {
-    let route = state.audit.is_on().then(|| req.uri().path().to_owned());
-    let caller = match &state.auth {
+pub fn authenticate(
+    auth: Option<&Auth>,
+    audit: &Audit,
+    req: &mut Request,
+) -> Result<Admitted, Unidentified> {
+    let route = audit.is_on().then(|| req.uri().path().to_owned());
+    let caller = match auth {
         None => Some(Caller::Open),
         Some(_) if PUBLIC_PATHS.contains(&req.uri().path()) => None,
         Some(auth) => match identify(&auth.policy.load(), req) {
@@ -348,7 +359,7 @@ pub fn authenticate(state: &AppState, req: &mut Request) -> Result<Admitted, Uni
             Err(reason) => {
                 let mut event = AuditEvent::new("auth_failed").detail(reason);
                 event.route = route;
-                state.audit.record(event);
+                audit.record(event);
                 return Err(Unidentified(reason));
             }
         },
@@ -389,13 +400,13 @@ pub struct Admitted {
 impl Admitted {
     /// The one place that writes what a handler marked for the audit log (an
     /// [`AuditEvent`] in the response's extensions), with the caller's name and the route.
-    pub fn finish(self, state: &AppState, response: &mut Response) {
+    pub fn finish(self, audit: &Audit, response: &mut Response) {
         if let Some(mut event) = response.extensions_mut().remove::<AuditEvent>() {
             if event.principal.is_none() {
                 event.principal = self.name;
             }
             event.route = self.route;
-            state.audit.record(event);
+            audit.record(event);
         }
     }
 }

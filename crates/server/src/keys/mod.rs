@@ -2,7 +2,7 @@
 //!
 //! A server signs with the active key of its [`KeySet`] and verifies with its active and
 //! verifying keys, plus any `--trust-key-file` keys. The set lives in the data directory
-//! ([`file`], embedded backend) or in etcd (`palisade_etcd::EtcdKeySet`, shared by every
+//! ([`mod@file`], embedded backend) or in etcd (`palisade_etcd::EtcdKeySet`, shared by every
 //! node); [`KeyRegistry`] holds it while serving and applies every change at once:
 //!
 //! - **rotate**: a new random key becomes active, the previous one verifying. The new set
@@ -44,7 +44,7 @@ pub use file::{
     remove_legacy, store, trusted_keys, way_out, Origin, KEY_SET_FILE, LEGACY_KEY_FILE,
 };
 
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 /// How often each node of an etcd deployment reads the key set again.
 pub const KEY_SET_POLL: Duration = Duration::from_secs(1);

@@ -13,7 +13,7 @@ use super::codec::Reply;
 use crate::api::{self, ApiError, AppState};
 use crate::audit::AuditEvent;
 use crate::auth::Caller;
-use crate::transport::ClientCert;
+use crate::auth::ClientCert;
 
 /// One connection's state: the protocol it asked for and the credentials it gave.
 pub(crate) struct Session {

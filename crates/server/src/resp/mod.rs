@@ -5,7 +5,7 @@
 //! the routes whose cost is dominated by HTTP/1.1 itself: acquire, keepalive, release, and
 //! the fenced store's get, put and delete. Everything else (listings, status, sessions,
 //! events, admin) stays on HTTP, which remains the reference: each command here runs the
-//! same function as its HTTP route ([`commands`]), with the same checks in the same order,
+//! same function as its HTTP route (`commands.rs`), with the same checks in the same order,
 //! the same error codes, limits, audit lines and metrics.
 //!
 //! ## Commands

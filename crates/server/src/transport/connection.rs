@@ -32,7 +32,7 @@ use super::registry::{ConnSlot, Order, Registry};
 use super::rerun::Rerun;
 use super::tls::{client_cert, TlsFiles};
 use super::{ClientCert, Limits};
-use crate::api::ApiError;
+use crate::error::ApiError;
 
 /// What every connection task shares.
 pub(crate) struct Shared {

@@ -117,14 +117,7 @@ impl Default for TransportConfig {
     }
 }
 
-/// The subject of the client certificate a mutual-TLS connection was verified with,
-/// found in the extensions of every request on that connection. Absent on connections
-/// without a client certificate (plain HTTP, or TLS without `--tls-client-ca`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientCert {
-    /// The certificate subject's first Common Name, if it has one in UTF-8.
-    pub common_name: Option<String>,
-}
+pub use crate::auth::ClientCert;
 
 /// The limits in the units the connection tasks use.
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use super::connection::Shared;
 use super::registry::{ConnSlot, Order};
 use super::ClientCert;
-use crate::api::ApiError;
+use crate::error::ApiError;
 use crate::resp::codec::{next_command, ProtocolError, Reply};
 use crate::resp::commands::{error_reply, Session};
 use crate::resp::FLUSH_AT;
