@@ -39,6 +39,8 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller) -> Result<Re
     caller.require_any(Verb::Metrics)?;
     let census = state.issuer.census().await;
     let observe = &state.observe;
+    let failed = state.backend.is_failed() || state.issuer.is_stopped();
+    observe.metrics.storage_failed().set(i64::from(failed));
     observe
         .metrics
         .subscribers()

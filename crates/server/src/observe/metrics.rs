@@ -36,6 +36,8 @@ pub struct Metrics {
     pub(crate) expiries: IntCounter,
     pub(crate) ends: IntCounter,
     leases_live: IntGauge,
+    /// 1 once the store has failed (latched) or the issuer stopped: `/healthz` answers 503.
+    storage_failed: IntGauge,
     waiters: IntGauge,
     request_duration: HistogramVec,
     fsync_duration: Histogram,
@@ -77,6 +79,17 @@ impl Metrics {
             &["code"],
         )?;
         registry.register(Box::new(rejections.clone()))?;
+        // The codes alerts watch start at 0, so that the first refusal is an increase
+        // (a series born at 1 shows no increase to `increase()` or `rate()`).
+        for code in [
+            ErrorCode::StaleToken,
+            ErrorCode::StaleSequence,
+            ErrorCode::InvalidToken,
+            ErrorCode::WrongLock,
+            ErrorCode::MissingToken,
+        ] {
+            rejections.with_label_values(&[code.as_str()]);
+        }
         let request_duration = HistogramVec::new(
             HistogramOpts::new(
                 "palisade_request_duration_seconds",
@@ -148,6 +161,11 @@ impl Metrics {
             request_duration,
             fsync_duration,
             commit_batch,
+            storage_failed: gauge(
+                "palisade_storage_failed",
+                "1 when the store has failed (fail-stop) or the issuer stopped: the server \
+                 refuses writes and /healthz answers 503; 0 otherwise.",
+            )?,
             event_subscribers: gauge(
                 "palisade_event_subscribers",
                 "Open event streams (GET /v1/events, /v1/locks/{lock}/events).",
@@ -181,6 +199,10 @@ impl Metrics {
         self.request_duration
             .with_label_values(&[route])
             .observe(took.as_secs_f64());
+    }
+
+    pub(crate) fn storage_failed(&self) -> &IntGauge {
+        &self.storage_failed
     }
 
     pub(crate) fn subscribers(&self) -> &IntGauge {
@@ -257,6 +279,7 @@ mod tests {
             "palisade_lease_ends_total",
             "palisade_leases_live",
             "palisade_waiters",
+            "palisade_storage_failed",
             "palisade_request_duration_seconds_bucket",
             "palisade_fsync_duration_seconds_bucket",
             "palisade_commit_batch_size_bucket",
@@ -269,6 +292,8 @@ mod tests {
             assert!(sample(&text, name).is_some_and(|v| v > 0.0), "{name}");
         }
         assert!(text.contains("palisade_fenced_rejections_total{code=\"stale_token\"} 2"));
+        // Watched by the alerts: there from the start, at 0.
+        assert!(text.contains("palisade_fenced_rejections_total{code=\"stale_sequence\"} 0"));
         assert_eq!(sample(&text, "palisade_fenced_writes_total"), Some(1.0));
         assert_eq!(sample(&text, "palisade_leases_live"), Some(3.0));
         assert_eq!(sample(&text, "palisade_waiters"), Some(2.0));
