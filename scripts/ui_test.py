@@ -205,6 +205,14 @@ def run(driver, base, dash_key, app, screenshot):
 
     driver.save_screenshot(screenshot)  # the sequence above, on one screen
 
+    # Opened again, the page shows what just happened at once (the events' backlog), with
+    # nothing new happening meanwhile.
+    driver.refresh()
+    wait_for(driver, "the rejection, from the backlog",
+             lambda d: feed_entry(d, "rejected", "orders", "stale_token"))
+    wait_for(driver, "the expiry, from the backlog",
+             lambda d: feed_entry(d, "expired", "jobs", "epoch 1"))
+
     # A page at a time: 55 more locks make the table a first page of 50 and a second.
     for i in range(55):
         app.acquire(f"bulk-{i:03}", 60_000)

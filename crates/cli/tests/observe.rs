@@ -558,3 +558,83 @@ async fn a_reload_ends_the_streams_of_principals_it_removed_or_changed() {
     .await;
     assert!(got.is_ok(), "the kept stream did not see the grant: {seen}");
 }
+
+/// The event types of the first `n` events of a raw SSE response.
+async fn first_types(mut response: reqwest::Response, n: usize) -> Vec<String> {
+    let mut text = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let types: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .map(str::to_owned)
+            .collect();
+        if types.len() >= n {
+            return types[..n].to_vec();
+        }
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .expect("the events came within 20 s")
+            .unwrap()
+            .expect("the stream stays open");
+        text.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+}
+
+/// `?backlog=N`: a new stream starts with the newest N events of its locks, oldest first,
+/// then live ones; a backlog past the limit or an unknown parameter is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_opened_with_a_backlog_starts_with_the_newest_events() {
+    let server = Server::start(&[]);
+    let http = Http::new(&server.url);
+    let a = http.acquire("B", "a", 60_000).await;
+    let token = a["token"].as_str().unwrap().to_owned();
+    assert_eq!(http.put("B", "k", Some(&token), "1").await.0, 200);
+    // Another lock's event, which the lock's stream leaves out.
+    http.acquire("other", "x", 60_000).await;
+    let release = http
+        .client
+        .post(format!(
+            "{}/v1/leases/{}/release",
+            http.base,
+            a["lease_id"].as_str().unwrap()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(release.status(), 200);
+
+    let open = |query: &str| {
+        http.client
+            .get(format!("{}/v1/locks/B/events{query}", http.base))
+            .send()
+    };
+    // B's events: granted, fenced, released. The newest two, then a live one.
+    let stream = open("?backlog=2").await.unwrap();
+    assert_eq!(stream.status(), 200);
+    let live = http.acquire("B", "c", 60_000);
+    let (types, _) = tokio::join!(first_types(stream, 3), live);
+    assert_eq!(types, ["fenced", "released", "granted"]);
+
+    // Every lock, through /v1/events: the newest of all of them.
+    let all = http
+        .client
+        .get(format!("{}/v1/events?backlog=3", http.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        first_types(all, 3).await,
+        ["granted", "released", "granted"],
+        "other's grant, B's release, c's grant"
+    );
+
+    for query in ["?backlog=1001", "?backlog=-1", "?backlog=x", "?since=1"] {
+        let (status, body) = {
+            let r = open(query).await.unwrap();
+            let status = r.status().as_u16();
+            (status, r.json::<Value>().await.unwrap())
+        };
+        assert_eq!((status, code(&body)), (400, "bad_request"), "{query}");
+    }
+}

@@ -6,7 +6,9 @@
 //! - `GET /v1/events?prefix=<p>` and `GET /v1/locks/{lock}/events`: Server-Sent Events
 //!   ([`crate::observe::events`]): `granted`, `released`, `expired`, `fenced`, `rejected`
 //!   and `reset`. A `Last-Event-ID` header resumes after that id while the server still
-//!   holds what followed it; otherwise the stream starts with `reset`. With
+//!   holds what followed it; otherwise the stream starts with `reset`. Without one,
+//!   `?backlog=N` (at most [`MAX_BACKLOG`]) starts it with the newest N events the server
+//!   holds of the stream's locks, so that a dashboard that opens shows what just happened. With
 //!   authentication on, a stream carries only the locks its principal may `read` or
 //!   `acquire` (as checked when the stream opened), takes one of its principal's places
 //!   (`max_event_subscribers`), and ends when a reload of the auth file removes or
@@ -28,7 +30,7 @@ use tokio::sync::watch;
 
 use super::{lock_name, path, query_of, ApiError, AppState};
 use crate::auth::{Auth, Caller, Verb};
-use crate::observe::events::{reset_json, Live, ResetReason, Subscription};
+use crate::observe::events::{reset_json, Live, ResetReason, Start, Subscription};
 use crate::observe::{metrics, Observe};
 
 /// How often an idle stream sends a comment, so that proxies and clients see it alive.
@@ -92,12 +94,33 @@ impl Timing {
     }
 }
 
-/// `?prefix=` of `GET /v1/events`.
+/// Most events `?backlog=` may ask for.
+pub const MAX_BACKLOG: usize = 1000;
+
+/// `?prefix=` and `?backlog=` of `GET /v1/events`.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventsQuery {
     #[serde(default)]
     prefix: String,
+    backlog: Option<usize>,
+}
+
+/// `?backlog=` of `GET /v1/locks/{lock}/events`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockEventsQuery {
+    backlog: Option<usize>,
+}
+
+/// `?backlog=`, checked.
+fn backlog(asked: Option<usize>) -> Result<usize, ApiError> {
+    match asked {
+        Some(n) if n > MAX_BACKLOG => Err(ApiError::bad_request(format!(
+            "backlog must be at most {MAX_BACKLOG} events"
+        ))),
+        asked => Ok(asked.unwrap_or(0)),
+    }
 }
 
 /// Which locks a stream follows.
@@ -122,7 +145,11 @@ pub async fn all(
     query: Result<Query<EventsQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let prefix = query_of(query)?.prefix;
+    let EventsQuery {
+        prefix,
+        backlog: asked,
+    } = query_of(query)?;
+    let backlog = backlog(asked)?;
     let valid = prefix.len() <= 128
         && prefix
             .bytes()
@@ -135,7 +162,7 @@ pub async fn all(
     if !(caller.may_any(Verb::Read) || caller.may_any(Verb::Acquire)) {
         caller.require_any(Verb::Read)?;
     }
-    open(&state, caller, Scope::Prefix(prefix), &headers)
+    open(&state, caller, Scope::Prefix(prefix), &headers, backlog)
 }
 
 /// `GET /v1/locks/{lock}/events`: one lock.
@@ -143,14 +170,16 @@ pub async fn lock(
     State(state): State<AppState>,
     caller: Caller,
     lock: Result<Path<String>, PathRejection>,
+    query: Result<Query<LockEventsQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let lock = path(lock)?;
     lock_name(&lock)?;
+    let backlog = backlog(query_of(query)?.backlog)?;
     if !super::locks::may_see(&caller, &lock) {
         caller.require(Verb::Read, &lock)?;
     }
-    open(&state, caller, Scope::Lock(lock), &headers)
+    open(&state, caller, Scope::Lock(lock), &headers, backlog)
 }
 
 /// The `Last-Event-ID` header, if any.
@@ -175,6 +204,7 @@ fn open(
     caller: Caller,
     scope: Scope,
     headers: &HeaderMap,
+    backlog: usize,
 ) -> Result<Response, ApiError> {
     let last = last_event_id(headers)?;
     let bus = &state.observe.events;
@@ -182,8 +212,15 @@ fn open(
         return Err(ApiError::shutting_down());
     }
     let owner = state.limits.event_streams_for(&caller);
+    // A resume takes precedence: it already says where to start.
+    let covers = |lock: &str| scope.covers(lock);
+    let start = match last {
+        Some(id) => Start::After(id),
+        None if backlog > 0 => Start::Newest(backlog, &covers),
+        None => Start::Now,
+    };
     let sub = bus
-        .subscribe(last, owner)
+        .subscribe(start, owner)
         .map_err(|full| ApiError::quota_exceeded(full.resource, full.limit as u64))?;
     let revocable = match (&state.auth, &caller) {
         (Some(auth), Caller::Principal(_)) => Some((auth.clone(), auth.reloads())),

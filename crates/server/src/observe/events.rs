@@ -137,6 +137,18 @@ pub enum Live {
     Reset { id: u64, reason: ResetReason },
 }
 
+/// Where a new stream starts.
+pub enum Start<'a> {
+    /// With what is published from now on.
+    Now,
+    /// After this event id (a `Last-Event-ID`), if the ring still holds everything that
+    /// followed it; otherwise with a `reset`.
+    After(u64),
+    /// With the newest `n` events the ring holds of the locks `covers` accepts, oldest
+    /// first, then live (a dashboard that opens shows what just happened).
+    Newest(usize, &'a dyn Fn(&str) -> bool),
+}
+
 struct Ring {
     events: VecDeque<Arc<Published>>,
     next_id: u64,
@@ -269,12 +281,12 @@ impl EventBus {
         });
     }
 
-    /// Opens a stream resuming after `last_event_id` (none: from now on), for `owner` (a
-    /// principal's name and how many streams it may have open; none with authentication
-    /// off). Refused when `max_subscribers` streams are open, or the owner's limit.
+    /// Opens a stream starting at `start`, for `owner` (a principal's name and how many
+    /// streams it may have open; none with authentication off). Refused when
+    /// `max_subscribers` streams are open, or the owner's limit.
     pub fn subscribe(
         &self,
-        last_event_id: Option<u64>,
+        start: Start<'_>,
         owner: Option<(&str, usize)>,
     ) -> Result<Subscription, Full> {
         let taken = self
@@ -313,7 +325,19 @@ impl EventBus {
         let newest = ring.next_id - 1;
         let oldest = ring.events.front().map_or(ring.next_id, |e| e.id);
         let mut backlog = VecDeque::new();
-        if let Some(last) = last_event_id {
+        if let Start::Newest(n, covers) = start {
+            let mut newest: Vec<Live> = ring
+                .events
+                .iter()
+                .rev()
+                .filter(|e| covers(e.lock()))
+                .take(n)
+                .map(|e| Live::Event(e.clone()))
+                .collect();
+            newest.reverse();
+            backlog.extend(newest);
+        }
+        if let Start::After(last) = start {
             // Resumable: nothing after `last` was dropped from the ring, and `last` was
             // published by this run.
             if last >= oldest.saturating_sub(1) && last <= newest {
@@ -380,38 +404,73 @@ mod tests {
             bus.publish(fenced("a", mark));
         }
         // Held: first+2 ..= first+4.
-        let resumed = bus.subscribe(Some(first + 2), None).unwrap();
+        let resumed = bus.subscribe(Start::After(first + 2), None).unwrap();
         assert_eq!(ids(&resumed.backlog), vec![Ok(first + 3), Ok(first + 4)]);
-        let edge = bus.subscribe(Some(first + 1), None).unwrap();
+        let edge = bus.subscribe(Start::After(first + 1), None).unwrap();
         assert_eq!(
             ids(&edge.backlog).len(),
             3,
             "nothing after first+1 was dropped"
         );
-        let old = bus.subscribe(Some(first), None).unwrap();
+        let old = bus.subscribe(Start::After(first), None).unwrap();
         assert_eq!(ids(&old.backlog), vec![Err(first + 4)]);
-        let other_run = bus.subscribe(Some(first + 100), None).unwrap();
+        let other_run = bus.subscribe(Start::After(first + 100), None).unwrap();
         assert_eq!(ids(&other_run.backlog), vec![Err(first + 4)]);
-        let current = bus.subscribe(Some(first + 4), None).unwrap();
+        let current = bus.subscribe(Start::After(first + 4), None).unwrap();
         assert!(current.backlog.is_empty());
-        assert!(bus.subscribe(None, None).unwrap().backlog.is_empty());
+        assert!(bus.subscribe(Start::Now, None).unwrap().backlog.is_empty());
+    }
+
+    #[test]
+    fn a_new_stream_can_start_with_the_newest_events_of_its_locks() {
+        let bus = EventBus::new(4, 10);
+        let first = bus.publish(fenced("a", 1));
+        bus.publish(fenced("b", 2));
+        bus.publish(fenced("a", 3));
+        bus.publish(fenced("b", 4));
+        bus.publish(fenced("a", 5));
+        // The ring holds first+1 ..= first+4 (b, a, b, a).
+        let only_a = |lock: &str| lock == "a";
+        let two = bus.subscribe(Start::Newest(2, &only_a), None).unwrap();
+        assert_eq!(
+            ids(&two.backlog),
+            vec![Ok(first + 2), Ok(first + 4)],
+            "oldest first"
+        );
+        let more = bus.subscribe(Start::Newest(10, &only_a), None).unwrap();
+        assert_eq!(
+            ids(&more.backlog).len(),
+            2,
+            "only what the ring still holds"
+        );
+        let all = |_: &str| true;
+        let every = bus.subscribe(Start::Newest(3, &all), None).unwrap();
+        assert_eq!(
+            ids(&every.backlog),
+            vec![Ok(first + 2), Ok(first + 3), Ok(first + 4)]
+        );
+        assert!(bus
+            .subscribe(Start::Newest(0, &all), None)
+            .unwrap()
+            .backlog
+            .is_empty());
     }
 
     #[test]
     fn subscribers_are_capped_and_slots_come_back() {
         let bus = EventBus::new(4, 2);
-        let a = bus.subscribe(None, None).unwrap();
-        let _b = bus.subscribe(None, None).unwrap();
-        assert!(bus.subscribe(None, None).is_err());
+        let a = bus.subscribe(Start::Now, None).unwrap();
+        let _b = bus.subscribe(Start::Now, None).unwrap();
+        assert!(bus.subscribe(Start::Now, None).is_err());
         drop(a);
-        assert!(bus.subscribe(None, None).is_ok());
+        assert!(bus.subscribe(Start::Now, None).is_ok());
         assert_eq!(bus.subscribers(), 1);
     }
 
     #[test]
     fn a_slow_subscriber_lags_instead_of_growing() {
         let bus = EventBus::new(4, 2);
-        let mut slow = bus.subscribe(None, None).unwrap();
+        let mut slow = bus.subscribe(Start::Now, None).unwrap();
         for mark in 0..100 {
             bus.publish(fenced("a", mark));
         }
@@ -425,9 +484,9 @@ mod tests {
     #[test]
     fn one_principal_cannot_take_every_place() {
         let bus = EventBus::new(4, 3);
-        let a1 = bus.subscribe(None, Some(("a", 2))).unwrap();
-        let _a2 = bus.subscribe(None, Some(("a", 2))).unwrap();
-        let refused = bus.subscribe(None, Some(("a", 2))).err().unwrap();
+        let a1 = bus.subscribe(Start::Now, Some(("a", 2))).unwrap();
+        let _a2 = bus.subscribe(Start::Now, Some(("a", 2))).unwrap();
+        let refused = bus.subscribe(Start::Now, Some(("a", 2))).err().unwrap();
         assert_eq!(
             refused,
             Full {
@@ -436,13 +495,13 @@ mod tests {
             }
         );
         // Another principal still finds a place; then the server-wide cap holds.
-        let _b = bus.subscribe(None, Some(("b", 2))).unwrap();
-        let full = bus.subscribe(None, Some(("c", 2))).err().unwrap();
+        let _b = bus.subscribe(Start::Now, Some(("b", 2))).unwrap();
+        let full = bus.subscribe(Start::Now, Some(("c", 2))).err().unwrap();
         assert_eq!(full.resource, QuotaResource::EventSubscribers);
         assert_eq!(bus.subscribers(), 3);
         // A place given back is the principal's again, and the count is exact.
         drop(a1);
-        assert!(bus.subscribe(None, Some(("a", 2))).is_ok());
+        assert!(bus.subscribe(Start::Now, Some(("a", 2))).is_ok());
         assert_eq!(bus.owners.lock().unwrap().get("a"), Some(&1));
     }
 
@@ -452,8 +511,8 @@ mod tests {
         bus.publish(fenced("a", 1));
         let unheard = bus.ring().events.back().unwrap().clone();
         assert!(unheard.json.get().is_none(), "nobody listens: not encoded");
-        let mut one = bus.subscribe(None, None).unwrap();
-        let mut two = bus.subscribe(None, None).unwrap();
+        let mut one = bus.subscribe(Start::Now, None).unwrap();
+        let mut two = bus.subscribe(Start::Now, None).unwrap();
         bus.publish(fenced("a", 2));
         let (Ok(Live::Event(a)), Ok(Live::Event(b))) = (one.live.try_recv(), two.live.try_recv())
         else {
@@ -471,7 +530,7 @@ mod tests {
     #[test]
     fn the_json_is_the_documented_shape() {
         let bus = EventBus::new(4, 2);
-        let mut sub = bus.subscribe(None, None).unwrap();
+        let mut sub = bus.subscribe(Start::Now, None).unwrap();
         let id = bus.publish(Body::Rejected {
             lock: "orders".into(),
             code: "stale_token".into(),
@@ -497,7 +556,7 @@ mod tests {
     #[test]
     fn the_bytes_keep_their_order() {
         let bus = EventBus::new(4, 2);
-        let mut sub = bus.subscribe(None, None).unwrap();
+        let mut sub = bus.subscribe(Start::Now, None).unwrap();
         let id = bus.publish(Body::Released {
             lock: "orders".into(),
             epoch: 3,

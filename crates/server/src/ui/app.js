@@ -7,6 +7,7 @@
 const KEY = "palisade.key";
 const PAGE = 50; // rows per page: one page is all the page ever holds
 const FEED_MAX = 200; // feed entries kept
+const FEED_BACKLOG = 50; // events shown at once when the page opens
 const POINTS = 60; // chart points kept
 const REFRESH_MS = 2000;
 
@@ -166,7 +167,10 @@ async function follow() {
     try {
       const h = headers({ Accept: "text/event-stream" });
       if (lastId !== null) h["Last-Event-ID"] = lastId;
-      const r = await fetch("/v1/events", { headers: h, signal: ctrl.signal, cache: "no-store" });
+      // The first connection starts with the newest events the server holds (the feed is
+      // not empty when the page opens); a reconnection resumes after the last one seen.
+      const url = lastId === null ? "/v1/events?backlog=" + FEED_BACKLOG : "/v1/events";
+      const r = await fetch(url, { headers: h, signal: ctrl.signal, cache: "no-store" });
       if (!r.ok) throw new Error("events: " + r.status);
       $("feed-state").textContent = "(live)";
       wait = 500;
