@@ -104,7 +104,7 @@ def main():
     options = Options()
     options.binary_location = os.environ.get("CHROMIUM", "/usr/bin/chromium")
     for arg in ["--headless=new", "--no-sandbox", "--disable-gpu",
-                "--disable-dev-shm-usage", "--window-size=1400,1100",
+                "--disable-dev-shm-usage", "--window-size=1400,900",
                 f"--user-data-dir={work}/profile"]:
         options.add_argument(arg)
     driver = webdriver.Chrome(
@@ -203,6 +203,23 @@ def run(driver, base, dash_key, app, screenshot):
         "  if (px[i] > 150 && px[i + 1] < 90 && px[i + 2] < 90 && px[i + 3] > 200) return true;"
         "return false;"))
 
+    # Twenty locks: everything still on the first screen (1400x900), and the chart has
+    # its time axis.
+    for i in range(18):
+        app.acquire(f"fill-{i:02}", 60_000)
+    wait_for(driver, "twenty locks", lambda d: len(d.find_elements(By.CSS_SELECTOR, "#locks tbody tr")) == 20)
+    outside = driver.execute_script(
+        "return ['locks-section', 'namespaces-section', 'chart-section', 'feed-section']"
+        ".filter(id => { const r = document.getElementById(id).getBoundingClientRect();"
+        "  return r.bottom > window.innerHeight || r.right > window.innerWidth; });")
+    assert outside == [], f"not on the first screen at 1400x900: {outside}"
+    axis = driver.execute_script(
+        "const c = document.getElementById('chart');"
+        "const px = c.getContext('2d').getImageData(0, c.height - 12, c.width, 12).data;"
+        "let ink = 0; for (let i = 3; i < px.length; i += 4) if (px[i] > 100) ink++;"
+        "return ink;")
+    assert axis > 50, f"no time axis under the chart ({axis} pixels of ink)"
+
     driver.save_screenshot(screenshot)  # the sequence above, on one screen
 
     # Opened again, the page shows what just happened at once (the events' backlog), with
@@ -213,8 +230,9 @@ def run(driver, base, dash_key, app, screenshot):
     wait_for(driver, "the expiry, from the backlog",
              lambda d: feed_entry(d, "expired", "jobs", "epoch 1"))
 
-    # A page at a time: 55 more locks make the table a first page of 50 and a second.
-    for i in range(55):
+    # A page at a time: 37 more locks (57 in all) make the table a first page of 50 and a
+    # second of 7.
+    for i in range(37):
         app.acquire(f"bulk-{i:03}", 60_000)
     wait_for(driver, "a full first page", lambda d: len(d.find_elements(By.CSS_SELECTOR, "#locks tbody tr")) == 50
              and d.find_element(By.ID, "locks-next").is_enabled())

@@ -250,11 +250,31 @@ async function sample() {
   previous = now;
 }
 
+// Pixels under the plot for its time axis.
+const AXIS = 14;
+
 function draw() {
   const canvas = $("chart");
+  // Drawn at the size it is shown, so that its text is not stretched.
+  if (canvas.clientWidth > 0 && canvas.width !== canvas.clientWidth) canvas.width = canvas.clientWidth;
   const g = canvas.getContext("2d");
-  const w = canvas.width, h = canvas.height, pad = 16;
-  g.clearRect(0, 0, w, h);
+  const w = canvas.width, h = canvas.height - AXIS, pad = 16;
+  g.clearRect(0, 0, w, canvas.height);
+  // The time axis: the newest sample is now, at the right edge.
+  g.strokeStyle = "#ccc";
+  g.lineWidth = 1;
+  g.beginPath();
+  g.moveTo(0, h + 0.5);
+  g.lineTo(w, h + 0.5);
+  g.stroke();
+  g.fillStyle = "#666";
+  g.font = "11px sans-serif";
+  const span = ((POINTS - 1) * REFRESH_MS) / 1000;
+  for (const [frac, align] of [[0, "left"], [0.5, "center"], [1, "right"]]) {
+    g.textAlign = align;
+    g.fillText(frac === 1 ? "now" : "-" + Math.round(span * (1 - frac)) + " s", frac * w, canvas.height - 2);
+  }
+  g.textAlign = "left";
   const top = Math.max(1, ...series.grants, ...series.writes, ...series.rejections);
   g.fillStyle = "#666";
   g.font = "11px sans-serif";
