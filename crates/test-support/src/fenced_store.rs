@@ -663,7 +663,7 @@ pub async fn namespaces_page_by_name_with_marks_and_usage(open: impl Open) {
 #[macro_export]
 macro_rules! fenced_store_suite {
     ($open:path) => {
-        $crate::fenced_store_suite!(@cases $open;
+        $crate::suite_cases!(fenced_store, $open;
             the_gate_admits_newer_and_equal_epochs_and_refuses_older,
             preconditions_compare_the_revision_and_refusals_change_nothing,
             a_fence_raises_the_mark_and_writes_nothing,
@@ -675,13 +675,5 @@ macro_rules! fenced_store_suite {
             quotas_refuse_without_writing_and_count_exactly,
             namespaces_page_by_name_with_marks_and_usage,
         );
-    };
-    (@cases $open:path; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                $crate::fenced_store::$case($open).await;
-            }
-        )*
     };
 }

@@ -17,6 +17,23 @@
 
 pub mod etcd;
 pub mod fenced_store;
+
+/// One test per case of a behavioural suite ([`fenced_store_suite!`],
+/// [`lock_service_suite!`]): `async fn $case()` calling `$crate::$module::$case($make)`, on a
+/// multi-thread runtime of two workers. The suites' macros list their cases; this writes
+/// the tests once for both.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! suite_cases {
+    ($module:ident, $make:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                $crate::$module::$case($make).await;
+            }
+        )*
+    };
+}
 pub mod lock_service;
 pub mod process;
 pub mod server;

@@ -327,20 +327,12 @@ pub async fn an_owner_is_counted_or_refused_never_ignored(start: impl Start) {
 #[macro_export]
 macro_rules! lock_service_suite {
     ($start:path) => {
-        $crate::lock_service_suite!(@cases $start;
+        $crate::suite_cases!(lock_service, $start;
             grant_refuse_keepalive_release_and_expiry,
             a_lease_the_caller_may_not_act_on_is_refused_and_left_as_it_was,
             racing_acquisitions_never_overlap_and_never_reuse_an_epoch,
             the_line_is_first_come_first_served_and_cleans_up_after_a_timeout,
             an_owner_is_counted_or_refused_never_ignored,
         );
-    };
-    (@cases $start:path; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $case() {
-                $crate::lock_service::$case($start).await;
-            }
-        )*
     };
 }
