@@ -458,6 +458,17 @@ pub enum EventBody {
         epoch: Option<u64>,
         high_water: Option<u64>,
     },
+    /// A gate in another resource (`resource`: a [`ResourceKind`]) refused a write to
+    /// `lock`'s data with `code`, as its report to the server says (`POST
+    /// /v1/gates/report`); `epoch` is the writer's token's, `high_water` the resource's
+    /// mark that refused it, when the gate knows them.
+    GateRefused {
+        lock: String,
+        resource: Cow<'static, str>,
+        code: Cow<'static, str>,
+        epoch: Option<u64>,
+        high_water: Option<u64>,
+    },
     /// Events may have been missed (`reason`: `unknown_last_event_id`, `lagged` or
     /// `gap`): read the state again.
     Reset { reason: Cow<'static, str> },
@@ -472,6 +483,7 @@ impl EventBody {
             EventBody::Expired { .. } => "expired",
             EventBody::Fenced { .. } => "fenced",
             EventBody::Rejected { .. } => "rejected",
+            EventBody::GateRefused { .. } => "gate_refused",
             EventBody::Reset { .. } => "reset",
         }
     }
@@ -483,10 +495,92 @@ impl EventBody {
             | EventBody::Released { lock, .. }
             | EventBody::Expired { lock, .. }
             | EventBody::Fenced { lock, .. }
-            | EventBody::Rejected { lock, .. } => Some(lock),
+            | EventBody::Rejected { lock, .. }
+            | EventBody::GateRefused { lock, .. } => Some(lock),
             EventBody::Reset { .. } => None,
         }
     }
+}
+
+/// The kind of resource a gate guards: the label of the gate counters in `/metrics` and a
+/// field of `gate_refused` events. A fixed set, so that the metrics' series stay bounded
+/// whatever gates report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResourceKind {
+    Postgres,
+    Mysql,
+    Redis,
+    Sqlite,
+    ObjectStore,
+    Other,
+}
+
+impl ResourceKind {
+    pub const ALL: &'static [ResourceKind] = &[
+        ResourceKind::Postgres,
+        ResourceKind::Mysql,
+        ResourceKind::Redis,
+        ResourceKind::Sqlite,
+        ResourceKind::ObjectStore,
+        ResourceKind::Other,
+    ];
+
+    /// Its name on the wire and in metrics labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResourceKind::Postgres => "postgres",
+            ResourceKind::Mysql => "mysql",
+            ResourceKind::Redis => "redis",
+            ResourceKind::Sqlite => "sqlite",
+            ResourceKind::ObjectStore => "object_store",
+            ResourceKind::Other => "other",
+        }
+    }
+}
+
+/// Most refusals one gate report may carry in `recent`.
+pub const MAX_REPORTED_REFUSALS: usize = 100;
+
+/// `POST /v1/gates/report`: what a gate admitted and refused since its last report. The
+/// counts go to `/metrics` (by resource kind and code, never by lock), each of `recent`
+/// to the events stream as a `gate_refused` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateReport {
+    pub resource: ResourceKind,
+    /// Writes the gate admitted since its last report.
+    #[serde(default)]
+    pub admitted: u64,
+    /// Writes it refused since its last report, by error code (`stale_token`, ...).
+    #[serde(default)]
+    pub refused: std::collections::BTreeMap<String, u64>,
+    /// The newest refusals, oldest first, at most [`MAX_REPORTED_REFUSALS`].
+    #[serde(default)]
+    pub recent: Vec<GateRefusal>,
+}
+
+/// One refusal of a [`GateReport`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateRefusal {
+    pub lock: String,
+    pub code: String,
+    /// The writer's token's epoch, when the gate read one.
+    #[serde(default)]
+    pub epoch: Option<u64>,
+    /// The resource's mark that refused it, for `stale_token` and `stale_sequence`.
+    #[serde(default)]
+    pub high_water: Option<u64>,
+}
+
+/// The answer to a [`GateReport`]: how many of `recent` went to the events stream, and how
+/// many were dropped (the server publishes at most so many gate events a second; the
+/// counts are always taken).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateReportAnswer {
+    pub published: u64,
+    pub dropped: u64,
 }
 
 #[cfg(test)]

@@ -638,3 +638,115 @@ async fn a_stream_opened_with_a_backlog_starts_with_the_newest_events() {
         assert_eq!((status, code(&body)), (400, "bad_request"), "{query}");
     }
 }
+
+/// `POST /v1/gates/report`: a gate's counts go to `/metrics` by resource kind and code, its
+/// refusals to the events stream as `gate_refused`; a bad report (unknown code, resource
+/// or field, a bad lock name, too many refusals) is a 400 and changes nothing; with
+/// authentication on, reporting needs `write` on every lock a report names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (file, who) = auth_file(
+        dir.path(),
+        &[
+            ("gate", &grant("orders*", &["write", "read"])),
+            ("reader", &grant("*", &["read"])),
+            ("prom", &grant("x", &["metrics"])),
+        ],
+    );
+    let server = Server::start(&["--auth-file", file.to_str().unwrap()]);
+    let api = Api::new(&server);
+    let (gate, reader, prom) = (&who[0].key, &who[1].key, &who[2].key);
+    let report = |key: &str, body: Value| {
+        api.req(Some(key), reqwest::Method::POST, "/v1/gates/report")
+            .json(&body)
+    };
+    let metrics = || async {
+        let text = api
+            .text(api.req(Some(prom), reqwest::Method::GET, "/metrics"))
+            .await;
+        let sample = |name: &str| {
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (
+            sample("palisade_gate_admits_total{resource=\"postgres\"}"),
+            sample("palisade_gate_refusals_total{code=\"stale_token\",resource=\"postgres\"}"),
+        )
+    };
+    let client = palisade_client::Client::builder(&server.url)
+        .bearer_key(gate.clone())
+        .build()
+        .unwrap();
+    let mut stream = follow(client.watch("orders").unwrap());
+    let open = "palisade_event_subscribers";
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = api
+            .text(api.req(Some(prom), reqwest::Method::GET, "/metrics"))
+            .await;
+        if text.lines().any(|l| l == format!("{open} 1")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "stream never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    let good = serde_json::json!({
+        "resource": "postgres",
+        "admitted": 40,
+        "refused": {"stale_token": 2},
+        "recent": [
+            {"lock": "orders", "code": "stale_token", "epoch": 7, "high_water": 8},
+            {"lock": "orders", "code": "stale_token", "epoch": 6, "high_water": 8},
+        ],
+    });
+    let (status, body, _) = api.send(report(gate, good.clone())).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, serde_json::json!({"published": 2, "dropped": 0}));
+    assert_eq!(metrics().await, (40.0, 2.0));
+    for epoch in [7, 6] {
+        assert_eq!(
+            describe(&next_event(&mut stream).await),
+            format!("gate_refused postgres stale_token Some({epoch}) Some(8)")
+        );
+    }
+
+    let too_many: Vec<Value> = (0..101)
+        .map(|_| serde_json::json!({"lock": "orders", "code": "stale_token"}))
+        .collect();
+    for bad in [
+        serde_json::json!({"resource": "postgres", "refused": {"stale_tokn": 1}}),
+        serde_json::json!({"resource": "oracle", "admitted": 1}),
+        serde_json::json!({"resource": "postgres", "admitted": 1, "extra": true}),
+        serde_json::json!({"resource": "postgres", "admitted": -1}),
+        serde_json::json!({"resource": "postgres", "recent": [{"lock": "bad name", "code": "stale_token"}]}),
+        serde_json::json!({"resource": "postgres", "admitted": 1, "recent": [{"lock": "orders", "code": "nope"}]}),
+        serde_json::json!({"resource": "postgres", "admitted": 1, "recent": too_many}),
+    ] {
+        let (status, body, _) = api.send(report(gate, bad.clone())).await;
+        assert_eq!((status, code(&body)), (400, "bad_request"), "{bad}");
+    }
+    // Nobody may report refusals of a lock it may not write; a reader may not report.
+    let elsewhere = serde_json::json!({"resource": "redis", "admitted": 5,
+        "recent": [{"lock": "payments", "code": "stale_token"}]});
+    let (status, body, _) = api.send(report(gate, elsewhere)).await;
+    assert_eq!((status, code(&body)), (403, "permission_denied"));
+    let (status, body, _) = api.send(report(reader, good)).await;
+    assert_eq!((status, code(&body)), (403, "permission_denied"));
+    assert_eq!(
+        metrics().await,
+        (40.0, 2.0),
+        "a refused report changes nothing"
+    );
+    let text = api
+        .text(api.req(Some(prom), reqwest::Method::GET, "/metrics"))
+        .await;
+    assert!(
+        !text.contains("resource=\"redis\""),
+        "the refused redis report left no series"
+    );
+}

@@ -386,7 +386,11 @@ async fn lease_change(watch: &mut Watch) -> bool {
     loop {
         match watch.next_on_connection().await {
             // The namespace's marks and refusals say nothing about who leads.
-            Some(Ok(LockEvent::Fenced { .. } | LockEvent::Rejected { .. })) => continue,
+            Some(Ok(
+                LockEvent::Fenced { .. }
+                | LockEvent::Rejected { .. }
+                | LockEvent::GateRefused { .. },
+            )) => continue,
             Some(Ok(_)) => return false,
             Some(Err(_)) | None => return true,
         }

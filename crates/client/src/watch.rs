@@ -87,6 +87,17 @@ pub enum LockEvent {
         epoch: Option<u64>,
         high_water: Option<u64>,
     },
+    /// A gate in another resource (`resource`: `postgres`, `redis`, ...) refused a write
+    /// to the lock's data with `code`, as the gate reported to the server.
+    GateRefused {
+        id: u64,
+        at_ms: u64,
+        lock: String,
+        resource: String,
+        code: String,
+        epoch: Option<u64>,
+        high_water: Option<u64>,
+    },
     /// Events may have been missed: read the lock's state again.
     Reset { id: u64, at_ms: u64, reason: String },
 }
@@ -100,6 +111,7 @@ impl LockEvent {
             | LockEvent::Expired { id, .. }
             | LockEvent::Fenced { id, .. }
             | LockEvent::Rejected { id, .. }
+            | LockEvent::GateRefused { id, .. }
             | LockEvent::Reset { id, .. } => *id,
         }
     }
@@ -165,6 +177,21 @@ impl From<Event> for LockEvent {
                 id,
                 at_ms,
                 lock,
+                code: code.into_owned(),
+                epoch,
+                high_water,
+            },
+            EventBody::GateRefused {
+                lock,
+                resource,
+                code,
+                epoch,
+                high_water,
+            } => LockEvent::GateRefused {
+                id,
+                at_ms,
+                lock,
+                resource: resource.into_owned(),
                 code: code.into_owned(),
                 epoch,
                 high_water,

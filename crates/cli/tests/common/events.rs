@@ -58,6 +58,13 @@ pub fn describe(e: &LockEvent) -> String {
             high_water,
             ..
         } => format!("rejected {code} {epoch:?} {high_water:?}"),
+        LockEvent::GateRefused {
+            resource,
+            code,
+            epoch,
+            high_water,
+            ..
+        } => format!("gate_refused {resource} {code} {epoch:?} {high_water:?}"),
         LockEvent::Reset { reason, .. } => format!("reset {reason}"),
     }
 }

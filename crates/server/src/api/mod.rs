@@ -6,6 +6,7 @@
 
 mod admin;
 mod front;
+mod gates;
 pub(crate) mod kv;
 pub(crate) mod locks;
 mod namespaces;
@@ -161,6 +162,7 @@ pub fn router(state: AppState) -> Router {
             get(kv::get).put(kv::put).delete(kv::delete),
         )
         .route("/v1/fences", get(namespaces::list))
+        .route("/v1/gates/report", post(gates::report))
         .route("/v1/fences/{lock}", get(kv::high_water).post(kv::fence))
         .route("/v1/openapi.json", get(crate::openapi::document))
         .route("/v1/admin/keys", get(admin::list_keys))

@@ -19,6 +19,7 @@ use prometheus::{
     IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use palisade_api::wire::ResourceKind;
 use palisade_api::ErrorCode;
 use palisade_issuer::Census;
 use palisade_storage::observe::{CommitObserver, CommitReport};
@@ -31,6 +32,9 @@ pub struct Metrics {
     registry: Registry,
     rejections: IntCounterVec,
     fenced_writes: IntCounter,
+    /// What gates in other resources reported (`POST /v1/gates/report`).
+    gate_admits: IntCounterVec,
+    gate_refusals: IntCounterVec,
     pub(crate) grants: IntCounter,
     pub(crate) releases: IntCounter,
     pub(crate) expiries: IntCounter,
@@ -90,6 +94,24 @@ impl Metrics {
         ] {
             rejections.with_label_values(&[code.as_str()]);
         }
+        let gate_admits = IntCounterVec::new(
+            Opts::new(
+                "palisade_gate_admits_total",
+                "Writes admitted by gates in other resources, as they reported them, by \
+                 resource kind.",
+            ),
+            &["resource"],
+        )?;
+        registry.register(Box::new(gate_admits.clone()))?;
+        let gate_refusals = IntCounterVec::new(
+            Opts::new(
+                "palisade_gate_refusals_total",
+                "Writes refused by gates in other resources, as they reported them, by \
+                 resource kind and error code.",
+            ),
+            &["resource", "code"],
+        )?;
+        registry.register(Box::new(gate_refusals.clone()))?;
         let request_duration = HistogramVec::new(
             HistogramOpts::new(
                 "palisade_request_duration_seconds",
@@ -134,6 +156,8 @@ impl Metrics {
         ))?;
         let metrics = Metrics {
             rejections,
+            gate_admits,
+            gate_refusals,
             fenced_writes: counter(
                 "palisade_fenced_writes_total",
                 "Mutations of the fenced store admitted and applied (replays not counted).",
@@ -187,6 +211,17 @@ impl Metrics {
     /// A refused mutation.
     pub fn rejected(&self, code: ErrorCode) {
         self.rejections.with_label_values(&[code.as_str()]).inc();
+    }
+
+    /// A gate's report: `admitted` writes and `refused` ones by code, in a `resource`.
+    pub fn gate_report(&self, resource: ResourceKind, admitted: u64, refused: &[(ErrorCode, u64)]) {
+        let kind = resource.as_str();
+        self.gate_admits.with_label_values(&[kind]).inc_by(admitted);
+        for (code, n) in refused {
+            self.gate_refusals
+                .with_label_values(&[kind, code.as_str()])
+                .inc_by(*n);
+        }
     }
 
     /// An admitted mutation.

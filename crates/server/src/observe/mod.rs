@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use palisade_api::wire::ResourceKind;
 use palisade_api::ErrorCode;
 use palisade_issuer::{LeaseChange, LeaseEvent, LeaseObserver};
 use palisade_storage::Applied;
@@ -41,7 +42,14 @@ pub struct Observe {
     pub metrics: Metrics,
     pub events: EventBus,
     stale_log: RateLimit,
+    /// Gate refusals published as events, at most [`GATE_EVENTS_PER_SECOND`].
+    gate_events: RateLimit,
 }
+
+/// Most `gate_refused` events published per second, from every gate's reports together:
+/// gates report what they saw, so a flood of reports cannot flood the events stream (the
+/// counts in `/metrics` are always taken).
+pub const GATE_EVENTS_PER_SECOND: u64 = 100;
 
 impl Observe {
     /// Keeps the last `events_buffer` events for at most `max_subscribers` streams.
@@ -50,6 +58,7 @@ impl Observe {
             metrics: Metrics::new(),
             events: EventBus::new(events_buffer, max_subscribers),
             stale_log: RateLimit::new(STALE_LINES_PER_SECOND),
+            gate_events: RateLimit::new(GATE_EVENTS_PER_SECOND),
         })
     }
 
@@ -66,6 +75,29 @@ impl Observe {
                 seq: applied.high_water.seq,
             });
         }
+    }
+
+    /// A gate in a `resource` refused a write to `lock`'s data (from its report): published
+    /// as a `gate_refused` event unless this second's share is used up. Whether it was.
+    pub fn gate_refused(
+        &self,
+        lock: &str,
+        resource: ResourceKind,
+        code: ErrorCode,
+        epoch: Option<u64>,
+        high_water: Option<u64>,
+    ) -> bool {
+        if self.gate_events.allow().is_none() {
+            return false;
+        }
+        self.events.publish(Body::GateRefused {
+            lock: lock.to_owned(),
+            resource: resource.as_str().into(),
+            code: code.as_str().into(),
+            epoch,
+            high_water,
+        });
+        true
     }
 
     /// A mutation of namespace `lock` was refused with `code`. `epoch` is the token's

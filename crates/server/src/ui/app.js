@@ -128,6 +128,8 @@ function describe(type, e) {
     case "fenced": return `fenced ${e.lock} high-water ${e.high_water}` + (e.seq ? ` seq ${e.seq}` : "");
     case "rejected": return `REJECTED ${e.lock} ${e.code} epoch ${e.epoch ?? "-"}` +
       (e.high_water !== null ? ` < high-water ${e.high_water}` : "");
+    case "gate_refused": return `REFUSED by the ${e.resource} gate: ${e.lock} ${e.code} epoch ${e.epoch ?? "-"}` +
+      (e.high_water !== null ? ` < high-water ${e.high_water}` : "");
     case "reset": return `reset (${e.reason}): state re-read`;
     default: return `${type} ${e.lock ?? ""}`;
   }
