@@ -13,7 +13,7 @@ use std::time::Duration;
 use palisade_client::LockEvent;
 use serde_json::Value;
 
-use common::events::{delta, describe, follow, next_event, samples, scrape};
+use common::events::{delta, describe, follow, next_event, samples, scrape, until_streams_open};
 use common::principals::{auth_file, digest, grant, Api};
 use common::{code, Http, Server, Signal};
 
@@ -29,12 +29,7 @@ async fn counters_and_events_follow_a_scripted_sequence() {
     let before = scrape(&http).await;
     let mut stream = follow(client.watch("L").unwrap());
     // The stream is open once the server counts it.
-    let open = "palisade_event_subscribers";
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while scrape(&http).await.get(open).copied() != Some(1.0) {
-        assert!(std::time::Instant::now() < deadline, "stream never opened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_streams_open(1.0, || scrape(&http)).await;
 
     let a = http.acquire("L", "a", 300).await;
     let token_a = a["token"].as_str().unwrap().to_owned();
@@ -175,17 +170,13 @@ async fn metrics_and_streams_follow_the_auth_file() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = api
-            .text(api.req(Some(root), reqwest::Method::GET, "/metrics"))
-            .await;
-        if samples(&text).get("palisade_event_subscribers") == Some(&1.0) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "stream never opened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_streams_open(1.0, || async {
+        samples(
+            &api.text(api.req(Some(root), reqwest::Method::GET, "/metrics"))
+                .await,
+        )
+    })
+    .await;
     for lock in ["b1", "a1"] {
         let (status, body, _) = api
             .send(
@@ -661,17 +652,15 @@ async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothin
         api.req(Some(key), reqwest::Method::POST, "/v1/gates/report")
             .json(&body)
     };
+    let scrape_as_prom = || async {
+        samples(
+            &api.text(api.req(Some(prom), reqwest::Method::GET, "/metrics"))
+                .await,
+        )
+    };
     let metrics = || async {
-        let text = api
-            .text(api.req(Some(prom), reqwest::Method::GET, "/metrics"))
-            .await;
-        let sample = |name: &str| {
-            text.lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.rsplit(' ').next())
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
+        let now = scrape_as_prom().await;
+        let sample = |name: &str| now.get(name).copied().unwrap_or(0.0);
         (
             sample("palisade_gate_admits_total{resource=\"postgres\"}"),
             sample("palisade_gate_refusals_total{code=\"stale_token\",resource=\"postgres\"}"),
@@ -682,18 +671,7 @@ async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothin
         .build()
         .unwrap();
     let mut stream = follow(client.watch("orders").unwrap());
-    let open = "palisade_event_subscribers";
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = api
-            .text(api.req(Some(prom), reqwest::Method::GET, "/metrics"))
-            .await;
-        if text.lines().any(|l| l == format!("{open} 1")) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "stream never opened");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_streams_open(1.0, scrape_as_prom).await;
 
     let good = serde_json::json!({
         "resource": "postgres",

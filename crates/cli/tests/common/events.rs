@@ -35,6 +35,20 @@ pub async fn scrape(http: &Http) -> BTreeMap<String, f64> {
     samples(&resp.text().await.unwrap())
 }
 
+/// Polls `scrape` (a read of `/metrics` as samples) until the server counts `n` open event
+/// streams: a stream connects only when polled, so a test waits for it before acting.
+pub async fn until_streams_open<F, Fut>(n: f64, mut scrape: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = BTreeMap<String, f64>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while scrape().await.get("palisade_event_subscribers") != Some(&n) {
+        assert!(std::time::Instant::now() < deadline, "stream never opened");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// How much the sample `name` moved between two scrapes.
 pub fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>, name: &str) -> f64 {
     after.get(name).copied().unwrap_or(0.0) - before.get(name).copied().unwrap_or(0.0)

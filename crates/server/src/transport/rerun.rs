@@ -15,13 +15,16 @@
 //! any other wake goes to the task's waker as usual. After [`MAX_RERUNS`] polls in a row
 //! it yields through the runtime after all, so that a future that keeps waking itself
 //! cannot keep its worker from other tasks. No library offers this for an arbitrary
-//! future (tokio's own yield is what it avoids), so it is written here.
+//! future (tokio's own yield is what it avoids), so it is written here, with the task's
+//! waker kept in `futures`' `AtomicWaker`.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
+
+use futures::task::AtomicWaker;
 
 /// Most polls in a row before a self-wake goes through the runtime.
 pub(super) const MAX_RERUNS: usize = 16;
@@ -41,7 +44,7 @@ struct Signal {
     /// It was woken while being polled.
     woken: AtomicBool,
     /// The task's own waker, as of the last poll.
-    task: Mutex<Option<Waker>>,
+    task: AtomicWaker,
 }
 
 impl Wake for Signal {
@@ -58,10 +61,7 @@ impl Wake for Signal {
                 return;
             }
         }
-        let task = self.task.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(task) = task.as_ref() {
-            task.wake_by_ref();
-        }
+        self.task.wake();
     }
 }
 
@@ -70,7 +70,7 @@ impl<F> Rerun<F> {
         let signal = Arc::new(Signal {
             polling: AtomicBool::new(false),
             woken: AtomicBool::new(false),
-            task: Mutex::new(None),
+            task: AtomicWaker::new(),
         });
         let waker = Waker::from(Arc::clone(&signal));
         Rerun {
@@ -92,16 +92,7 @@ impl<F: Future + Unpin> Future for Rerun<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
         let this = self.get_mut();
-        {
-            let mut task = this
-                .signal
-                .task
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if !task.as_ref().is_some_and(|t| t.will_wake(cx.waker())) {
-                *task = Some(cx.waker().clone());
-            }
-        }
+        this.signal.task.register(cx.waker());
         let signal = &this.signal;
         let mut inner_cx = Context::from_waker(&this.waker);
         for _ in 0..MAX_RERUNS {
@@ -124,6 +115,8 @@ impl<F: Future + Unpin> Future for Rerun<F> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
 
     /// Wakes itself during each of its first `left` polls, then is ready.
