@@ -13,7 +13,7 @@ use object_store::{ObjectStoreExt, PutPayload};
 use palisade_adapters::objects::FencedObjects;
 use palisade_adapters::AdmitError;
 use palisade_token::Verifier;
-use support::{GateUnderTest, Issuer, LOCK, OTHER_LOCK};
+use support::{GateUnderTest, Issuer, Write, LOCK, OTHER_LOCK};
 
 struct ObjectGate {
     objects: FencedObjects,
@@ -30,16 +30,10 @@ impl ObjectGate {
 }
 
 impl GateUnderTest for ObjectGate {
-    async fn write(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-    ) -> Result<(), AdmitError> {
-        let value = value.to_owned().into();
+    async fn put(&self, write: Write<'_>) -> Result<(), AdmitError> {
+        let (path, value) = (Path::from(write.key), write.value.to_owned().into());
         self.objects
-            .put(&self.verifier, token, lock, &Path::from(key), value)
+            .put(&self.verifier, write.token, write.lock, &path, value)
             .await
             .map(drop)
     }

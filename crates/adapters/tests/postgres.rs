@@ -9,7 +9,9 @@ use std::sync::Arc;
 use palisade_adapters::{postgres, AdmitError};
 use palisade_token::Verifier;
 use support::servers::{self, Server};
-use support::{GateUnderTest, Issuer, RaisableGate, TransactionalGate, LOCK, OTHER_LOCK};
+use support::{
+    GateUnderTest, Issuer, RaisableGate, Shape, TransactionalGate, Write, LOCK, OTHER_LOCK,
+};
 use tokio::sync::Mutex;
 use tokio_postgres::{Client, NoTls};
 
@@ -17,13 +19,6 @@ const UPSERT: &str = "INSERT INTO kv (key, value) VALUES ($1, $2) \
      ON CONFLICT (key) DO UPDATE SET value = excluded.value";
 
 /// How one fenced transaction ends.
-#[derive(Clone, Copy)]
-enum Shape {
-    Plain,
-    OwnWriteFirst,
-    FailAfter,
-}
-
 struct PgGate {
     config: String,
     idle: Mutex<Vec<Client>>,
@@ -65,55 +60,11 @@ impl PgGate {
             None => connect(&self.config).await,
         }
     }
-
-    async fn run(
-        &self,
-        token: &str,
-        lock: &str,
-        writes: &[(&str, &str)],
-        shape: Shape,
-        seq: Option<u64>,
-    ) -> Result<(), AdmitError> {
-        let mut client = self.client().await;
-        let result = async {
-            let tx = client.transaction().await.unwrap();
-            let mut writes = writes.iter();
-            if let Shape::OwnWriteFirst = shape {
-                let (k, v) = writes.next().unwrap();
-                tx.execute(UPSERT, &[k, v]).await.unwrap();
-            }
-            // On Err the transaction is dropped, which rolls it back.
-            match seq {
-                Some(seq) => {
-                    postgres::admit_sequenced(&tx, &self.verifier, token, lock, seq).await?
-                }
-                None => postgres::admit(&tx, &self.verifier, token, lock).await?,
-            };
-            for (k, v) in writes {
-                tx.execute(UPSERT, &[k, v]).await.unwrap();
-            }
-            match shape {
-                Shape::FailAfter => tx.rollback().await.unwrap(),
-                _ => tx.commit().await.unwrap(),
-            }
-            Ok(())
-        }
-        .await;
-        self.idle.lock().await.push(client);
-        result
-    }
 }
 
 impl GateUnderTest for PgGate {
-    async fn write(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-    ) -> Result<(), AdmitError> {
-        self.run(token, lock, &[(key, value)], Shape::Plain, None)
-            .await
+    async fn put(&self, write: Write<'_>) -> Result<(), AdmitError> {
+        self.put_shaped(write, Shape::Plain).await
     }
 
     async fn read(&self, key: &str) -> Option<String> {
@@ -135,36 +86,36 @@ impl GateUnderTest for PgGate {
 }
 
 impl TransactionalGate for PgGate {
-    async fn write_after_own_write(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-        own_key: &str,
-    ) -> Result<(), AdmitError> {
-        let writes = [(own_key, "own"), (key, value)];
-        self.run(token, lock, &writes, Shape::OwnWriteFirst, None)
-            .await
-    }
-
-    async fn write_and_fail_after(&self, token: &str, lock: &str, key: &str, value: &str) {
-        let writes = [(key, value)];
-        self.run(token, lock, &writes, Shape::FailAfter, None)
-            .await
-            .unwrap();
-    }
-
-    async fn write_sequenced(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-        seq: u64,
-    ) -> Result<(), AdmitError> {
-        self.run(token, lock, &[(key, value)], Shape::Plain, Some(seq))
-            .await
+    async fn put_shaped(&self, write: Write<'_>, shape: Shape<'_>) -> Result<(), AdmitError> {
+        let Write {
+            token,
+            lock,
+            key,
+            value,
+        } = write;
+        let mut client = self.client().await;
+        let result = async {
+            let tx = client.transaction().await.unwrap();
+            if let Shape::AfterOwnWrite(own_key) = shape {
+                tx.execute(UPSERT, &[&own_key, &"own"]).await.unwrap();
+            }
+            // On Err the transaction is dropped, which rolls it back.
+            match shape {
+                Shape::Sequenced(seq) => {
+                    postgres::admit_sequenced(&tx, &self.verifier, token, lock, seq).await?
+                }
+                _ => postgres::admit(&tx, &self.verifier, token, lock).await?,
+            };
+            tx.execute(UPSERT, &[&key, &value]).await.unwrap();
+            match shape {
+                Shape::FailAfter => tx.rollback().await.unwrap(),
+                _ => tx.commit().await.unwrap(),
+            }
+            Ok(())
+        }
+        .await;
+        self.idle.lock().await.push(client);
+        result
     }
 }
 

@@ -12,7 +12,7 @@ use palisade_token::Verifier;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
 use support::servers::{self, Server};
-use support::{GateUnderTest, Issuer, RaisableGate, LOCK};
+use support::{GateUnderTest, Issuer, RaisableGate, Write, LOCK};
 
 struct RedisGate {
     con: MultiplexedConnection,
@@ -53,17 +53,11 @@ impl RedisGate {
 }
 
 impl GateUnderTest for RedisGate {
-    async fn write(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-    ) -> Result<(), AdmitError> {
+    async fn put(&self, write: Write<'_>) -> Result<(), AdmitError> {
         let mut con = self.con.clone();
-        let pairs = [(key, value.as_bytes())];
+        let pairs = [(write.key, write.value.as_bytes())];
         self.fence
-            .fenced_set(&mut con, &self.verifier, token, lock, &pairs)
+            .fenced_set(&mut con, &self.verifier, write.token, write.lock, &pairs)
             .await
             .map(drop)
     }

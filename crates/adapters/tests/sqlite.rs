@@ -11,7 +11,7 @@ use std::time::Duration;
 use palisade_adapters::{sqlite, AdmitError};
 use palisade_token::Verifier;
 use rusqlite::{Connection, OptionalExtension};
-use support::{GateUnderTest, Issuer, RaisableGate, TransactionalGate};
+use support::{GateUnderTest, Issuer, RaisableGate, Shape, TransactionalGate, Write};
 use tempfile::TempDir;
 
 const UPSERT: &str = "INSERT INTO kv (key, value) VALUES (?1, ?2) \
@@ -21,14 +21,6 @@ struct SqliteGate {
     path: PathBuf,
     verifier: Arc<Verifier>,
     _dir: TempDir,
-}
-
-/// How one fenced transaction ends.
-#[derive(Clone, Copy)]
-enum Shape {
-    Plain,
-    OwnWriteFirst,
-    FailAfter,
 }
 
 impl SqliteGate {
@@ -51,56 +43,11 @@ impl SqliteGate {
         conn.busy_timeout(Duration::from_secs(30)).unwrap();
         conn
     }
-
-    /// One transaction of the given shape, on a fresh connection, off the async runtime.
-    async fn run(
-        &self,
-        token: &str,
-        lock: &str,
-        writes: Vec<(String, String)>,
-        shape: Shape,
-        seq: Option<u64>,
-    ) -> Result<(), AdmitError> {
-        let (path, verifier) = (self.path.clone(), self.verifier.clone());
-        let (token, lock) = (token.to_owned(), lock.to_owned());
-        tokio::task::spawn_blocking(move || {
-            let mut conn = Connection::open(path).unwrap();
-            conn.busy_timeout(Duration::from_secs(30)).unwrap();
-            let tx = sqlite::begin(&mut conn)?;
-            let mut writes = writes.into_iter();
-            if let Shape::OwnWriteFirst = shape {
-                let (k, v) = writes.next().unwrap();
-                tx.execute(UPSERT, [k, v]).unwrap();
-            }
-            // On Err the transaction is dropped, which rolls it back.
-            match seq {
-                Some(seq) => sqlite::admit_sequenced(&tx, &verifier, &token, &lock, seq)?,
-                None => sqlite::admit(&tx, &verifier, &token, &lock)?,
-            };
-            for (k, v) in writes {
-                tx.execute(UPSERT, [k, v]).unwrap();
-            }
-            match shape {
-                Shape::FailAfter => tx.rollback().unwrap(),
-                _ => tx.commit().unwrap(),
-            }
-            Ok(())
-        })
-        .await
-        .unwrap()
-    }
 }
 
 impl GateUnderTest for SqliteGate {
-    async fn write(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-    ) -> Result<(), AdmitError> {
-        let writes = vec![(key.to_owned(), value.to_owned())];
-        self.run(token, lock, writes, Shape::Plain, None).await
+    async fn put(&self, write: Write<'_>) -> Result<(), AdmitError> {
+        self.put_shaped(write, Shape::Plain).await
     }
 
     async fn read(&self, key: &str) -> Option<String> {
@@ -116,39 +63,42 @@ impl GateUnderTest for SqliteGate {
 }
 
 impl TransactionalGate for SqliteGate {
-    async fn write_after_own_write(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-        own_key: &str,
-    ) -> Result<(), AdmitError> {
-        let writes = vec![
-            (own_key.to_owned(), "own".to_owned()),
-            (key.to_owned(), value.to_owned()),
-        ];
-        self.run(token, lock, writes, Shape::OwnWriteFirst, None)
-            .await
-    }
-
-    async fn write_and_fail_after(&self, token: &str, lock: &str, key: &str, value: &str) {
-        let writes = vec![(key.to_owned(), value.to_owned())];
-        self.run(token, lock, writes, Shape::FailAfter, None)
-            .await
-            .unwrap();
-    }
-
-    async fn write_sequenced(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-        seq: u64,
-    ) -> Result<(), AdmitError> {
-        let writes = vec![(key.to_owned(), value.to_owned())];
-        self.run(token, lock, writes, Shape::Plain, Some(seq)).await
+    /// One transaction on a fresh connection, off the async runtime.
+    async fn put_shaped(&self, write: Write<'_>, shape: Shape<'_>) -> Result<(), AdmitError> {
+        let (path, verifier) = (self.path.clone(), self.verifier.clone());
+        let own = match shape {
+            Shape::AfterOwnWrite(own_key) => Some(own_key.to_owned()),
+            _ => None,
+        };
+        let seq = match shape {
+            Shape::Sequenced(seq) => Some(seq),
+            _ => None,
+        };
+        let fail_after = matches!(shape, Shape::FailAfter);
+        let [token, lock, key, value] =
+            [write.token, write.lock, write.key, write.value].map(str::to_owned);
+        tokio::task::spawn_blocking(move || {
+            let mut conn = Connection::open(path).unwrap();
+            conn.busy_timeout(Duration::from_secs(30)).unwrap();
+            let tx = sqlite::begin(&mut conn)?;
+            if let Some(own_key) = own {
+                tx.execute(UPSERT, [own_key.as_str(), "own"]).unwrap();
+            }
+            // On Err the transaction is dropped, which rolls it back.
+            match seq {
+                Some(seq) => sqlite::admit_sequenced(&tx, &verifier, &token, &lock, seq)?,
+                None => sqlite::admit(&tx, &verifier, &token, &lock)?,
+            };
+            tx.execute(UPSERT, [key, value]).unwrap();
+            if fail_after {
+                tx.rollback().unwrap();
+            } else {
+                tx.commit().unwrap();
+            }
+            Ok(())
+        })
+        .await
+        .unwrap()
     }
 }
 

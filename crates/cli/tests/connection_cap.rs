@@ -72,12 +72,7 @@ async fn a_full_cap_of_slow_clients_does_not_keep_a_prompt_client_out() {
 
     // The queued acquisition was never evicted: it gets the lock on release.
     let lease = holder["lease_id"].as_str().unwrap();
-    let (status, body) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/leases/{lease}/release", server.url)),
-        )
-        .await;
+    let (status, body) = http.post(&format!("/v1/leases/{lease}/release")).await;
     assert_eq!(status, 200, "{body}");
     let granted = waiter.await.unwrap();
     assert_eq!(granted["epoch"], 2, "{granted}");

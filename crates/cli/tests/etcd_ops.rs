@@ -194,16 +194,6 @@ fn etcd_raise(endpoints: &str, ledgers: &[&Path]) -> (i32, Value, String) {
     )
 }
 
-async fn release(http: &Http, grant: &Value) {
-    let url = format!(
-        "{}/v1/leases/{}/release",
-        http.base,
-        grant["lease_id"].as_str().unwrap()
-    );
-    let (status, body) = http.send(http.client.post(url)).await;
-    assert_eq!(status, 200, "{body}");
-}
-
 /// The drill of docs/operations.md ("Restoring etcd from a snapshot"), with a real
 /// `etcdctl snapshot save` and `etcdctl snapshot restore`, and the node's epoch ledger
 /// where it is by default (no `--etcd-epoch-ledger`): `etcd-epoch-ledger.json` in its data
@@ -246,7 +236,7 @@ async fn etcd_restore_drill_raises_epochs_above_the_ledger() {
     let g1 = http.acquire("D", "h1", 60_000).await;
     let token1 = g1["token"].as_str().unwrap().to_owned();
     assert_eq!(http.put("D", "k", Some(&token1), "one").await.0, 200);
-    release(&http, &g1).await;
+    http.release(&g1).await;
     etcd.save_snapshot(0, &snapshot);
 
     // After it, acknowledged and then lost by the restore: epoch 2 of D, and lock N.
@@ -254,11 +244,11 @@ async fn etcd_restore_drill_raises_epochs_above_the_ledger() {
     let token2 = g2["token"].as_str().unwrap().to_owned();
     assert_eq!(g2["epoch"], 2);
     assert_eq!(http.put("D", "k", Some(&token2), "two").await.0, 200);
-    release(&http, &g2).await;
+    http.release(&g2).await;
     let n1 = http.acquire("N", "h1", 60_000).await;
     let token_n1 = n1["token"].as_str().unwrap().to_owned();
     assert_eq!(http.put("N", "k", Some(&token_n1), "n").await.0, 200);
-    release(&http, &n1).await;
+    http.release(&n1).await;
     let ceiling = ledger_ceiling(&ledger);
     assert!(ceiling >= 2, "the ledger covers every epoch handed out");
 
@@ -278,10 +268,10 @@ async fn etcd_restore_drill_raises_epochs_above_the_ledger() {
     assert_eq!(http.put("D", "old", Some(&token1), "again").await.0, 200);
     let again = http.acquire("D", "h3", 60_000).await;
     assert_eq!(again["epoch"], 2, "epoch 2 of D is issued a second time");
-    release(&http, &again).await;
+    http.release(&again).await;
     let n_again = http.acquire("N", "h3", 60_000).await;
     assert_eq!(n_again["epoch"], 1, "epoch 1 of N is issued a second time");
-    release(&http, &n_again).await;
+    http.release(&n_again).await;
     node.kill();
 
     // The raise refuses to guess when a node's ledger is missing, and changes nothing.
@@ -321,7 +311,7 @@ async fn etcd_restore_drill_raises_epochs_above_the_ledger() {
         assert_eq!(epoch, ceiling + 2, "{lock}");
         let token = g["token"].as_str().unwrap();
         assert_eq!(http.put(lock, "k", Some(token), "new").await.0, 200);
-        release(&http, &g).await;
+        http.release(&g).await;
     }
     let raised = ledger_ceiling(&ledger);
     assert!(raised >= ceiling + 2, "the ledger covers the new epochs");

@@ -100,14 +100,7 @@ async fn scenario(topology: &Topology) {
     }
 
     // 7. A third acquisition gives epoch 3; its write is accepted; epoch 2 is now rejected.
-    let release = node(14)
-        .send(node(15).client.post(format!(
-            "{}/v1/leases/{}/release",
-            node(16).base,
-            new["lease_id"].as_str().unwrap()
-        )))
-        .await;
-    assert_eq!(release.0, 200, "{}", release.1);
+    node(14).release(&new).await;
     let third = node(17).acquire(lock, "third-leader", 60_000).await;
     assert_eq!(third["epoch"], 3);
     let (status, _) = node(18)

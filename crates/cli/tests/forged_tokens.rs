@@ -27,10 +27,7 @@ async fn forged_tokens_are_rejected_and_change_nothing() {
     let (status, _) = http.put("vault", "k", Some(token), "genuine").await;
     assert_eq!(status, 200);
 
-    let keys = http
-        .send(http.client.get(format!("{}/v1/keys", server.url)))
-        .await
-        .1;
+    let keys = http.get("/v1/keys").await.1;
     let key_id = keys["keys"][0]["key_id"].as_str().unwrap().to_owned();
     assert!(token.contains('.'));
 
@@ -131,12 +128,7 @@ async fn a_lease_honoured_across_a_restart_checks_as_current() {
     server.crash_and_restart();
     // A new connection pool: the old one's connections died with the process.
     let http = Http::new(&server.url);
-    let (_, status) = http
-        .send(
-            http.client
-                .get(format!("{}/v1/locks/restarted", server.url)),
-        )
-        .await;
+    let (_, status) = http.get("/v1/locks/restarted").await;
     assert_eq!(
         (&status["epoch"], &status["lease_epoch"]),
         (&lease["epoch"], &lease["epoch"]),

@@ -421,12 +421,7 @@ async fn a_lost_key_set_refuses_to_start_until_restored_or_replaced() {
 async fn admin_routes_without_auth_are_open() {
     let server = Server::start(&[]);
     let http = Http::new(&server.url);
-    let (status, body) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/admin/keys/rotate", server.url)),
-        )
-        .await;
+    let (status, body) = http.post("/v1/admin/keys/rotate").await;
     assert_eq!(status, 200, "{body}");
     let (status, body) = http
         .send(

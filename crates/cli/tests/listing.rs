@@ -89,9 +89,7 @@ async fn a_renewing_holder_keeps_its_lease_while_listers_page_through_every_lock
         );
         renewals += 1;
     }
-    let (_, status) = http
-        .send(http.client.get(format!("{}/v1/locks/held", http.base)))
-        .await;
+    let (_, status) = http.get("/v1/locks/held").await;
     assert_eq!(status["lease_id"], json!(lease_id), "{status}");
     for lister in listers {
         lister.await.unwrap();

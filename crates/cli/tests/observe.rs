@@ -40,17 +40,7 @@ async fn counters_and_events_follow_a_scripted_sequence() {
     assert_eq!(http.put("L", "k", Some(&token_b), "2").await.0, 200);
     let (status, body) = http.put("L", "k", Some(&token_a), "late").await;
     assert_eq!((status, code(&body)), (409, "stale_token"));
-    let release = http
-        .client
-        .post(format!(
-            "{}/v1/leases/{}/release",
-            http.base,
-            b["lease_id"].as_str().unwrap()
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(release.status(), 200);
+    http.release(&b).await;
 
     let mut seen = Vec::new();
     for _ in 0..7 {
@@ -279,15 +269,7 @@ async fn a_backup_taken_while_serving_restores_safely() {
 
     // After the backup: a newer holder fences the old one out.
     let newer = {
-        let release = format!(
-            "{}/v1/leases/{}/release",
-            http.base,
-            lease["lease_id"].as_str().unwrap()
-        );
-        assert_eq!(
-            http.client.post(release).send().await.unwrap().status(),
-            200
-        );
+        http.release(&lease).await;
         http.acquire("W", "newer", 60_000).await
     };
     let newer_epoch = newer["epoch"].as_u64().unwrap();
@@ -583,17 +565,7 @@ async fn a_stream_opened_with_a_backlog_starts_with_the_newest_events() {
     assert_eq!(http.put("B", "k", Some(&token), "1").await.0, 200);
     // Another lock's event, which the lock's stream leaves out.
     http.acquire("other", "x", 60_000).await;
-    let release = http
-        .client
-        .post(format!(
-            "{}/v1/leases/{}/release",
-            http.base,
-            a["lease_id"].as_str().unwrap()
-        ))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(release.status(), 200);
+    http.release(&a).await;
 
     let open = |query: &str| {
         http.client

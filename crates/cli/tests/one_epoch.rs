@@ -15,21 +15,14 @@ use serde_json::{json, Value};
 /// listing, each with the live lease's epoch (None when free).
 async fn epochs_seen(http: &Http, server: &Server, lock: &str) -> Vec<(String, Value, Value)> {
     let mut seen = Vec::new();
-    let (status, body) = http
-        .send(http.client.get(format!("{}/v1/locks/{lock}", http.base)))
-        .await;
+    let (status, body) = http.get(&format!("/v1/locks/{lock}")).await;
     assert_eq!(status, 200, "{body}");
     seen.push((
         "status".into(),
         body["epoch"].clone(),
         body["lease_epoch"].clone(),
     ));
-    let (status, body) = http
-        .send(
-            http.client
-                .get(format!("{}/v1/locks?prefix={lock}", http.base)),
-        )
-        .await;
+    let (status, body) = http.get(&format!("/v1/locks?prefix={lock}")).await;
     assert_eq!(status, 200, "{body}");
     let listed = body["locks"]
         .as_array()
@@ -81,11 +74,7 @@ async fn assert_one_epoch(http: &Http, server: &Server, lock: &str, epoch: u64, 
 
 async fn check(http: &Http, token: &Value) -> Value {
     let (status, body) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/tokens/check", http.base))
-                .json(&json!({ "token": token })),
-        )
+        .post_json("/v1/tokens/check", &json!({ "token": token }))
         .await;
     assert_eq!(status, 200, "{body}");
     body
@@ -101,22 +90,12 @@ async fn a_lock_shows_one_epoch_on_every_route_before_and_after_a_crash() {
     assert_eq!(first["epoch"], 1, "{first}");
     assert_one_epoch(&http, &server, "L", 1, true).await;
     let lease_id = first["lease_id"].as_str().unwrap();
-    let (status, renewed) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/leases/{lease_id}/keepalive", http.base)),
-        )
-        .await;
+    let (status, renewed) = http.post(&format!("/v1/leases/{lease_id}/keepalive")).await;
     assert_eq!((status, &renewed["epoch"]), (200, &json!(1)), "{renewed}");
     // A fenced write: durable, and the grant's record rides with it.
     let (status, body) = http.put("L", "k", first["token"].as_str(), "v").await;
     assert_eq!(status, 200, "{body}");
-    let (status, _) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/leases/{lease_id}/release", http.base)),
-        )
-        .await;
+    let (status, _) = http.post(&format!("/v1/leases/{lease_id}/release")).await;
     assert_eq!(status, 200);
     // Free: the last one granted.
     assert_one_epoch(&http, &server, "L", 1, false).await;

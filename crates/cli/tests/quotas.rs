@@ -177,12 +177,7 @@ async fn per_lock_and_per_server_quotas() {
         queued.push(tokio::spawn(req.send()));
     }
     for _ in 0..500 {
-        if http
-            .send(http.client.get(format!("{}/v1/locks/line", server.url)))
-            .await
-            .1["waiters"]
-            == 2
-        {
+        if http.get("/v1/locks/line").await.1["waiters"] == 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -198,12 +193,7 @@ async fn per_lock_and_per_server_quotas() {
     // Once one lock is released (and idle on disk), a new lock finds room: its first
     // sweep may wait up to a second after a sweep that found nothing.
     let id = two["lease_id"].as_str().unwrap();
-    let (s, _) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/leases/{id}/release", server.url)),
-        )
-        .await;
+    let (s, _) = http.post(&format!("/v1/leases/{id}/release")).await;
     assert_eq!(s, 200);
     let mut granted = None;
     for _ in 0..100 {

@@ -61,14 +61,7 @@ async fn raise_marks_shuts_out_what_a_restored_database_forgot() {
     write(&db, &verifier, &old, "one").unwrap();
     let backup = dir.path().join("app.db.backup");
     std::fs::copy(&db, &backup).unwrap();
-    let (status, _) = http
-        .send(http.client.post(format!(
-            "{}/v1/leases/{}/release",
-            server.url,
-            first["lease_id"].as_str().unwrap()
-        )))
-        .await;
-    assert_eq!(status, 200);
+    http.release(&first).await;
     let second = http.acquire("L", "b", 60_000).await;
     let new = second["token"].as_str().unwrap().to_owned();
     write(&db, &verifier, &new, "two").unwrap();

@@ -33,7 +33,7 @@ async fn acquire_above_all(http: &Http, locks: &[&str], issued: &mut Vec<(String
             epoch > before,
             "{lock}: epoch {epoch} after a restore, but {before} was issued before"
         );
-        offline::release(http, &grant).await;
+        http.release(&grant).await;
     }
     assert_unique(issued);
 }
@@ -158,10 +158,9 @@ async fn a_token_fenced_out_after_the_backup_stays_fenced_after_restore() {
     // fences epoch 1 out.
     let (mut server, http) = start(&data);
     let (status, newer) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/locks/ns/acquire", http.base))
-                .json(&acquire_body("worker-2", 60_000, 10_000)),
+        .post_json(
+            "/v1/locks/ns/acquire",
+            &acquire_body("worker-2", 60_000, 10_000),
         )
         .await;
     assert_eq!(status, 200, "{newer}");
@@ -205,18 +204,12 @@ async fn a_token_fenced_out_after_the_backup_stays_fenced_after_restore() {
     // The backup's lease is not honoured: it cannot be renewed, the lock is free at once,
     // and the token of that lease is genuine but neither current nor alive.
     let lease_id = old["lease_id"].as_str().unwrap();
-    let (status, body) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/leases/{lease_id}/keepalive", http.base)),
-        )
-        .await;
+    let (status, body) = http.post(&format!("/v1/leases/{lease_id}/keepalive")).await;
     assert_eq!((status, code(&body)), (404, "lease_expired"), "{body}");
     let (_, check) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/tokens/check", http.base))
-                .json(&serde_json::json!({"token": old["token"]})),
+        .post_json(
+            "/v1/tokens/check",
+            &serde_json::json!({"token": old["token"]}),
         )
         .await;
     assert_eq!(
@@ -257,7 +250,7 @@ async fn a_zeroed_sector_in_the_newest_commit_never_readmits_a_fenced_out_token(
     let (mut server, http) = start(&data);
     let old = acquire(&http, "z", 60_000, &mut issued).await;
     assert_eq!(put(&http, "z", "k", &old["token"], "one").await.0, 200);
-    offline::release(&http, &old).await;
+    http.release(&old).await;
     let newer = acquire(&http, "z", 2_000, &mut issued).await;
     assert!(newer["epoch"].as_u64() > old["epoch"].as_u64());
     assert_eq!(put(&http, "z", "k", &newer["token"], "two").await.0, 200);
@@ -296,21 +289,15 @@ async fn a_zeroed_sector_in_the_newest_commit_never_readmits_a_fenced_out_token(
         // dropped commit) and acquires again: an epoch above every one issued before,
         // which writes. A lease lost with the commit blocks the lock for its TTL at most.
         let id = newer["lease_id"].as_str().unwrap();
-        let (status, body) = http
-            .send(
-                http.client
-                    .post(format!("{}/v1/leases/{id}/release", http.base)),
-            )
-            .await;
+        let (status, body) = http.post(&format!("/v1/leases/{id}/release")).await;
         assert!(
             status == 200 || status == 404,
             "sector {sector}: release: {body}"
         );
         let (status, next) = http
-            .send(
-                http.client
-                    .post(format!("{}/v1/locks/z/acquire", http.base))
-                    .json(&acquire_body("worker", 60_000, 10_000)),
+            .post_json(
+                "/v1/locks/z/acquire",
+                &acquire_body("worker", 60_000, 10_000),
             )
             .await;
         assert_eq!(status, 200, "sector {sector}: {next}");
@@ -393,7 +380,7 @@ async fn a_data_directory_put_back_from_a_copy_is_refused_and_never_reissues_an_
     let (server, http) = start(&data);
     let first = acquire(&http, "L", 60_000, &mut issued).await;
     assert_eq!(put(&http, "L", "k", &first["token"], "v1").await.0, 200);
-    offline::release(&http, &first).await;
+    http.release(&first).await;
     stop(server);
     assert!(
         dir.path().join("data.witness").exists(),

@@ -146,13 +146,7 @@ async fn namespaces_are_listed_a_page_at_a_time_with_marks_and_key_counts() {
         let (status, body) = http.put(lock, "k1", Some(token), "one").await;
         assert_eq!(status, 200, "{body}");
         if lock == "ns-b" {
-            let release = format!(
-                "{}/v1/leases/{}/release",
-                server.url,
-                granted["lease_id"].as_str().unwrap()
-            );
-            let (status, body) = http.send(http.client.post(release)).await;
-            assert_eq!(status, 200, "{body}");
+            http.release(&granted).await;
             let again = http.acquire(lock, "w", 60_000).await;
             assert_eq!(again["epoch"], 2);
             let token = again["token"].as_str().unwrap();
@@ -164,9 +158,7 @@ async fn namespaces_are_listed_a_page_at_a_time_with_marks_and_key_counts() {
     let list = |query: &'static str| {
         let http = &http;
         async move {
-            let (status, body) = http
-                .send(http.client.get(format!("{}/v1/fences?{query}", http.base)))
-                .await;
+            let (status, body) = http.get(&format!("/v1/fences?{query}")).await;
             assert_eq!(status, 200, "{body}");
             body
         }
@@ -198,17 +190,10 @@ async fn namespaces_are_listed_a_page_at_a_time_with_marks_and_key_counts() {
         .map(|n| n["lock"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["ns-a", "ns-b", "ns-c", "other"]);
-    let (status, body) = http
-        .send(http.client.get(format!("{}/v1/fences?limit=x", server.url)))
-        .await;
+    let (status, body) = http.get("/v1/fences?limit=x").await;
     assert_eq!(status, 400);
     assert_eq!(code(&body), "bad_request");
-    let (status, body) = http
-        .send(
-            http.client
-                .get(format!("{}/v1/fences?colour=red", server.url)),
-        )
-        .await;
+    let (status, body) = http.get("/v1/fences?colour=red").await;
     assert_eq!(status, 400, "{body}");
 }
 

@@ -48,8 +48,8 @@ import type { Verifier } from "../token.js";
 
 export type { Admitted, HighWater, Policy } from "../gate.js";
 
-/** The SQL that creates the fence table: a copy of crates/adapters/migrations/postgres.sql,
- * shipped next to this module (a test keeps the two equal, byte for byte). */
+/** The SQL that creates the fence table: crates/adapters/migrations/postgres.sql itself,
+ * copied next to the built module by `npm run build` (a test checks the shipped bytes). */
 export const MIGRATION: string = readFileSync(new URL("./postgres.sql", import.meta.url), "utf8");
 
 const SELECT_MARK = "SELECT epoch, seq FROM palisade_fence WHERE lock_name = $1";

@@ -47,17 +47,43 @@ impl Issuer {
     }
 }
 
+/// One fenced write as the suite asks for it: `value` at `key`, guarded by `lock`, if
+/// `token` is admitted.
+#[derive(Clone, Copy)]
+pub struct Write<'a> {
+    pub token: &'a str,
+    pub lock: &'a str,
+    pub key: &'a str,
+    pub value: &'a str,
+}
+
+impl<'a> Write<'a> {
+    pub fn new(token: &'a str, lock: &'a str, key: &'a str, value: &'a str) -> Self {
+        Write {
+            token,
+            lock,
+            key,
+            value,
+        }
+    }
+}
+
 /// What the shared suite needs from an adapter. Each method is one complete operation:
 /// a fenced write opens, admits, writes and commits (or rolls back) its own transaction.
 pub trait GateUnderTest: Send + Sync + 'static {
+    /// Carries out `write`.
+    fn put(&self, write: Write<'_>) -> impl Future<Output = Result<(), AdmitError>> + Send;
+
     /// Writes `value` at `key` guarded by `lock`, if `token` is admitted.
-    fn write(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-    ) -> impl Future<Output = Result<(), AdmitError>> + Send;
+    fn write<'a>(
+        &'a self,
+        token: &'a str,
+        lock: &'a str,
+        key: &'a str,
+        value: &'a str,
+    ) -> impl Future<Output = Result<(), AdmitError>> + Send + 'a {
+        self.put(Write::new(token, lock, key, value))
+    }
 
     /// The committed value at `key`.
     fn read(&self, key: &str) -> impl Future<Output = Option<String>> + Send;
@@ -74,37 +100,28 @@ pub trait RaisableGate: GateUnderTest {
     fn raise(&self, marks: &[(String, u64)]) -> impl Future<Output = usize> + Send;
 }
 
+/// How a transactional gate runs one write: the variations the shared suite needs.
+#[derive(Clone, Copy)]
+pub enum Shape<'a> {
+    /// Admit, write, commit.
+    Plain,
+    /// The caller writes `"own"` at this key first, then admits and writes; commits if
+    /// admitted, rolls back otherwise.
+    AfterOwnWrite(&'a str),
+    /// Admits (which must pass) and writes, then the caller's own next step fails and the
+    /// transaction rolls back.
+    FailAfter,
+    /// Like `Plain`, under the sequence policy with this sequence number.
+    Sequenced(u64),
+}
+
 /// Adapters that run inside a caller's transaction (PostgreSQL, SQLite).
 pub trait TransactionalGate: GateUnderTest {
-    /// In one transaction: the caller writes `own_key` first, then admits `token`, then
-    /// writes `key`. Commits if admitted, rolls back otherwise.
-    fn write_after_own_write(
+    /// Carries out `write` in one transaction of the given shape.
+    fn put_shaped(
         &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-        own_key: &str,
-    ) -> impl Future<Output = Result<(), AdmitError>> + Send;
-
-    /// In one transaction: admits `token` (which must pass) and writes `key`, then the
-    /// caller's own next step fails and the transaction rolls back.
-    fn write_and_fail_after(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-    ) -> impl Future<Output = ()> + Send;
-
-    /// Like [`GateUnderTest::write`], under the sequence policy with `seq`.
-    fn write_sequenced(
-        &self,
-        token: &str,
-        lock: &str,
-        key: &str,
-        value: &str,
-        seq: u64,
+        write: Write<'_>,
+        shape: Shape<'_>,
     ) -> impl Future<Output = Result<(), AdmitError>> + Send;
 }
 

@@ -8,7 +8,8 @@ use palisade_token::{Signer, TokenError};
 use tokio::sync::Barrier;
 
 use super::{
-    retry_conflicts, GateUnderTest, Issuer, RaisableGate, TransactionalGate, LOCK, OTHER_LOCK,
+    retry_conflicts, GateUnderTest, Issuer, RaisableGate, Shape, TransactionalGate, Write, LOCK,
+    OTHER_LOCK,
 };
 
 async fn assert_state<G: GateUnderTest>(gate: &G, key: &str, value: &str, mark: u64) {
@@ -204,13 +205,16 @@ pub async fn racing_epochs<G: GateUnderTest>(gate: Arc<G>, issuer: &Issuer, roun
 /// A refused admit must take the caller's own earlier writes in the transaction with it.
 pub async fn rejected_admit_rolls_back_own_writes<G: TransactionalGate>(gate: &G, issuer: &Issuer) {
     let key = "own-writes";
-    gate.write_after_own_write(&issuer.token(LOCK, 2), LOCK, key, "v2", "audit-admitted")
+    let (t1, t2) = (issuer.token(LOCK, 1), issuer.token(LOCK, 2));
+    let admitted = Write::new(&t2, LOCK, key, "v2");
+    gate.put_shaped(admitted, Shape::AfterOwnWrite("audit-admitted"))
         .await
         .unwrap();
     assert_eq!(gate.read("audit-admitted").await.as_deref(), Some("own"));
 
+    let stale = Write::new(&t1, LOCK, key, "v1");
     let stale = gate
-        .write_after_own_write(&issuer.token(LOCK, 1), LOCK, key, "v1", "audit-stale")
+        .put_shaped(stale, Shape::AfterOwnWrite("audit-stale"))
         .await;
     assert_stale(stale, 2, 1);
     for (token, own_key) in [
@@ -219,7 +223,10 @@ pub async fn rejected_admit_rolls_back_own_writes<G: TransactionalGate>(gate: &G
         (issuer.token(OTHER_LOCK, 9), "audit-other-lock"),
     ] {
         assert!(gate
-            .write_after_own_write(&token, LOCK, key, "bad", own_key)
+            .put_shaped(
+                Write::new(&token, LOCK, key, "bad"),
+                Shape::AfterOwnWrite(own_key)
+            )
             .await
             .is_err());
         assert_eq!(gate.read(own_key).await, None, "{own_key} committed");
@@ -238,8 +245,9 @@ pub async fn failure_after_admit_rolls_back_the_mark<G: TransactionalGate>(
     gate.write(&issuer.token(LOCK, 2), LOCK, key, "v2")
         .await
         .unwrap();
-    gate.write_and_fail_after(&issuer.token(LOCK, 5), LOCK, key, "v5")
-        .await;
+    let t5 = issuer.token(LOCK, 5);
+    let doomed = Write::new(&t5, LOCK, key, "v5");
+    gate.put_shaped(doomed, Shape::FailAfter).await.unwrap();
     assert_state(gate, key, "v2", 2).await;
     gate.write(&issuer.token(LOCK, 2), LOCK, key, "v2-again")
         .await
@@ -251,10 +259,17 @@ pub async fn failure_after_admit_rolls_back_the_mark<G: TransactionalGate>(
 pub async fn sequence_policy<G: TransactionalGate>(gate: &G, issuer: &Issuer) {
     let (key, lock) = ("seq-key", "sequenced");
     let t1 = issuer.token(lock, 1);
-    gate.write_sequenced(&t1, lock, key, "a", 1).await.unwrap();
-    gate.write_sequenced(&t1, lock, key, "b", 5).await.unwrap();
+    gate.put_shaped(Write::new(&t1, lock, key, "a"), Shape::Sequenced(1))
+        .await
+        .unwrap();
+    gate.put_shaped(Write::new(&t1, lock, key, "b"), Shape::Sequenced(5))
+        .await
+        .unwrap();
     for seq in [5, 4] {
-        match gate.write_sequenced(&t1, lock, key, "replay", seq).await {
+        match gate
+            .put_shaped(Write::new(&t1, lock, key, "replay"), Shape::Sequenced(seq))
+            .await
+        {
             Err(e @ AdmitError::StaleSequence { .. }) => {
                 assert_eq!(e.code(), ErrorCode::StaleSequence)
             }
@@ -263,8 +278,12 @@ pub async fn sequence_policy<G: TransactionalGate>(gate: &G, issuer: &Issuer) {
     }
     // A new epoch may restart its sequence; the old epoch is then stale whatever its seq.
     let t2 = issuer.token(lock, 2);
-    gate.write_sequenced(&t2, lock, key, "c", 1).await.unwrap();
-    let old = gate.write_sequenced(&t1, lock, key, "d", 99).await;
+    gate.put_shaped(Write::new(&t2, lock, key, "c"), Shape::Sequenced(1))
+        .await
+        .unwrap();
+    let old = gate
+        .put_shaped(Write::new(&t1, lock, key, "d"), Shape::Sequenced(99))
+        .await;
     assert_stale(old, 2, 1);
     assert_eq!(gate.read(key).await.as_deref(), Some("c"));
     assert_eq!(gate.high_water(lock, key).await, 2);

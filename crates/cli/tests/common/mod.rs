@@ -132,12 +132,9 @@ impl Http {
     }
 
     pub async fn acquire(&self, lock: &str, holder: &str, ttl_ms: u64) -> Value {
+        let body = serde_json::json!({"holder": holder, "ttl_ms": ttl_ms});
         let (status, body) = self
-            .send(
-                self.client
-                    .post(format!("{}/v1/locks/{lock}/acquire", self.base))
-                    .json(&serde_json::json!({"holder": holder, "ttl_ms": ttl_ms})),
-            )
+            .post_json(&format!("/v1/locks/{lock}/acquire"), &body)
             .await;
         assert_eq!(status, 200, "acquire {lock}: {body}");
         body
@@ -185,16 +182,22 @@ impl Http {
         wait_ms: u64,
     ) -> Value {
         let body = serde_json::json!({"holder": holder, "ttl_ms": ttl_ms, "wait_ms": wait_ms});
-        let url = format!("{}/v1/locks/{lock}/acquire", self.base);
-        let (status, body) = self.send(self.client.post(url).json(&body)).await;
+        let (status, body) = self
+            .post_json(&format!("/v1/locks/{lock}/acquire"), &body)
+            .await;
         assert_eq!(status, 200, "acquire {lock}: {body}");
         body
     }
 
+    /// Releases the lease of `grant` (an acquire's answer); asserts it was released.
+    pub async fn release(&self, grant: &Value) {
+        let id = grant["lease_id"].as_str().expect("lease_id");
+        let (status, body) = self.post(&format!("/v1/leases/{id}/release")).await;
+        assert_eq!(status, 200, "release: {body}");
+    }
+
     pub async fn high_water(&self, lock: &str) -> u64 {
-        let (status, body) = self
-            .send(self.client.get(format!("{}/v1/fences/{lock}", self.base)))
-            .await;
+        let (status, body) = self.get(&format!("/v1/fences/{lock}")).await;
         assert_eq!(status, 200, "{body}");
         body["high_water"].as_u64().expect("high_water")
     }
@@ -203,9 +206,7 @@ impl Http {
     pub async fn wait_for_waiters(&self, lock: &str, n: u64) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            let (_, status) = self
-                .send(self.client.get(format!("{}/v1/locks/{lock}", self.base)))
-                .await;
+            let (_, status) = self.get(&format!("/v1/locks/{lock}")).await;
             if status["waiters"] == n {
                 return;
             }
@@ -215,6 +216,24 @@ impl Http {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// GETs `path` (from `/v1/...`) and returns (status, JSON body or Null).
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.client.get(format!("{}{path}", self.base)))
+            .await
+    }
+
+    /// POSTs `path` with no body and returns (status, JSON body or Null).
+    pub async fn post(&self, path: &str) -> (u16, Value) {
+        self.send(self.client.post(format!("{}{path}", self.base)))
+            .await
+    }
+
+    /// POSTs `body` as JSON to `path` and returns (status, JSON body or Null).
+    pub async fn post_json(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.send(self.client.post(format!("{}{path}", self.base)).json(body))
+            .await
     }
 
     /// Sends and returns (status, JSON body or Null).

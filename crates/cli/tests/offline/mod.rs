@@ -122,22 +122,11 @@ pub async fn acquire(
     grant
 }
 
-pub async fn release(http: &Http, grant: &Value) {
-    let id = grant["lease_id"].as_str().expect("lease_id");
-    let (status, body) = http
-        .send(
-            http.client
-                .post(format!("{}/v1/leases/{id}/release", http.base)),
-        )
-        .await;
-    assert_eq!(status, 200, "release: {body}");
-}
-
 /// Acquires and releases `lock` `n` times.
 pub async fn cycle(http: &Http, lock: &str, n: usize, issued: &mut Vec<(String, u64)>) {
     for _ in 0..n {
         let grant = acquire(http, lock, 60_000, issued).await;
-        release(http, &grant).await;
+        http.release(&grant).await;
     }
 }
 
