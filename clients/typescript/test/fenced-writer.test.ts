@@ -6,26 +6,18 @@
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
 import { fileURLToPath } from "node:url";
-import { after, before, test } from "node:test";
+import { test } from "node:test";
 import pg from "pg";
 
 import { migrate } from "../src/gates/postgres.js";
 import { parseConninfo, pgConfig } from "./fenced-writer.js";
 import { newIssuer } from "./issuer.js";
-import { type Cluster, startCluster } from "./postgres.js";
+import { fileCluster, schemaName } from "./postgres.js";
 
 const WRITER = fileURLToPath(new URL("./fenced-writer.js", import.meta.url));
 const LOCK = "orders";
 
-let cluster: Cluster;
-before(async () => {
-  cluster = await startCluster();
-});
-after(async () => {
-  await cluster?.stop();
-});
-
-let schemas = 0;
+const cluster = fileCluster();
 
 /** A fresh schema with the fence table and `table` (key, value); its conninfo. */
 async function schema(table = "kv"): Promise<string> {
@@ -33,8 +25,8 @@ async function schema(table = "kv"): Promise<string> {
 }
 
 async function namedSchema(table: string): Promise<{ name: string; conninfo: string }> {
-  const name = `w_${process.pid}_${++schemas}`;
-  const client = new pg.Client({ ...cluster.config(), options: `-csearch_path=${name}` });
+  const name = schemaName("w");
+  const client = new pg.Client({ ...cluster().config(), options: `-csearch_path=${name}` });
   await client.connect();
   try {
     await client.query(`CREATE SCHEMA ${name}`);
@@ -43,7 +35,7 @@ async function namedSchema(table: string): Promise<{ name: string; conninfo: str
   } finally {
     await client.end();
   }
-  return { name, conninfo: cluster.conninfo(`options=-csearch_path=${name}`) };
+  return { name, conninfo: cluster().conninfo(`options=-csearch_path=${name}`) };
 }
 
 interface Outcome {
@@ -154,7 +146,7 @@ test("the conninfo is libpq's: quoted values, escapes, white space around =, a t
 
   const table = 'odd "table"';
   const { name, conninfo } = await namedSchema(table);
-  const spelled = `host = '127.0.0.1'  port=${cluster.port} user='postgres' dbname=postgres options='-csearch_path=${name}'`;
+  const spelled = `host = '127.0.0.1'  port=${cluster().port} user='postgres' dbname=postgres options='-csearch_path=${name}'`;
   const issuer = newIssuer();
   const args = writeArgs(spelled, Buffer.from(issuer.publicKey).toString("hex"), issuer.token(LOCK, 1n), "quoted");
   assert.equal(await line(args.map((a) => (a === "kv" ? table : a))), "admitted 1 1");

@@ -9,7 +9,7 @@
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { after, before, test, type TestContext } from "node:test";
+import { test, type TestContext } from "node:test";
 import pg from "pg";
 
 import {
@@ -25,22 +25,14 @@ import {
 import { MIGRATION, UnsafeDatabase, admit, admitSequenced, checkSettings, highWater, migrate, preflight } from "../src/gates/postgres.js";
 import { BadSignatureError, MalformedTokenError, UnknownKeyError, Verifier } from "../src/token.js";
 import { type Issuer, newIssuer } from "./issuer.js";
-import { type Cluster, startCluster } from "./postgres.js";
+import { fileCluster, schemaName } from "./postgres.js";
 import { PACKAGE, REPO } from "./server.js";
 
 const LOCK = "orders";
 const OTHER_LOCK = "invoices";
 const UPSERT = "INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v";
 
-let cluster: Cluster;
-before(async () => {
-  cluster = await startCluster();
-});
-after(async () => {
-  await cluster?.stop();
-});
-
-let schemas = 0;
+const cluster = fileCluster();
 
 const FAIL_AFTER = new Error("the caller's own failure after the admit");
 
@@ -67,12 +59,12 @@ class Fixture {
   }
 
   static async create(t: TestContext, poolConfig: pg.PoolConfig = {}): Promise<Fixture> {
-    const schema = `t_${process.pid}_${++schemas}`;
-    const admin = new pg.Client(cluster.config());
+    const schema = schemaName("t");
+    const admin = new pg.Client(cluster().config());
     await admin.connect();
     await admin.query(`CREATE SCHEMA ${schema}`);
     await admin.end();
-    const pool = new pg.Pool({ ...cluster.config(), options: `-csearch_path=${schema}`, max: 10, ...poolConfig });
+    const pool = new pg.Pool({ ...cluster().config(), options: `-csearch_path=${schema}`, max: 10, ...poolConfig });
     pool.on("error", () => {}); // an idle client's error; the test's own queries report theirs
     t.after(() => pool.end());
     await migrate(pool);

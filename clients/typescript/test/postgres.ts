@@ -11,6 +11,7 @@ import { chownSync, closeSync, existsSync, openSync, readFileSync, readdirSync }
 import { mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { join } from "node:path";
+import { after, before } from "node:test";
 import { setTimeout as delay } from "node:timers/promises";
 import { promisify } from "node:util";
 import pg from "pg";
@@ -63,6 +64,29 @@ async function freePort(): Promise<number> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
   if (address === null || typeof address === "string") throw new Error("no port");
   return address.port;
+}
+
+/** One cluster for the calling test file: started before its tests, stopped after them.
+ * The returned function gives it to a test (and throws outside the tests). */
+export function fileCluster(): () => Cluster {
+  let cluster: Cluster | undefined;
+  before(async () => {
+    cluster = await startCluster();
+  });
+  after(async () => {
+    await cluster?.stop();
+  });
+  return () => {
+    if (cluster === undefined) throw new Error("the file's PostgreSQL cluster is not running");
+    return cluster;
+  };
+}
+
+let schemas = 0;
+
+/** A schema name no other test of this process has: `prefix`, the pid, a counter. */
+export function schemaName(prefix: string): string {
+  return `${prefix}_${process.pid}_${++schemas}`;
 }
 
 /** Starts a cluster; call stop() when done. */

@@ -93,15 +93,10 @@ fn generate() -> Value {
 
 #[test]
 fn the_committed_preflight_vectors_are_the_rules_verdicts() {
-    let made = serde_json::to_string_pretty(&generate()).unwrap() + "\n";
-    if std::env::var_os("PALISADE_UPDATE_VECTORS").is_some() {
-        std::fs::write(FILE, &made).unwrap();
-    }
-    let committed = std::fs::read_to_string(FILE).unwrap_or_default();
-    assert!(
-        committed == made,
-        "vectors/preflight.json is not what the rules say: regenerate it with \
-         PALISADE_UPDATE_VECTORS=1 cargo test -p palisade-adapters --test preflight_vectors"
+    palisade_test_support::vectors::assert_committed(
+        FILE,
+        &generate(),
+        "cargo test -p palisade-adapters --test preflight_vectors",
     );
 }
 

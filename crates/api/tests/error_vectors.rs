@@ -32,14 +32,9 @@ fn generate() -> Value {
 
 #[test]
 fn the_committed_error_vectors_are_the_generators() {
-    let made = serde_json::to_string_pretty(&generate()).unwrap() + "\n";
-    if std::env::var_os("PALISADE_UPDATE_VECTORS").is_some() {
-        std::fs::write(FILE, &made).unwrap();
-    }
-    let committed = std::fs::read_to_string(FILE).unwrap_or_default();
-    assert!(
-        committed == made,
-        "{FILE} is not what the generator makes: run PALISADE_UPDATE_VECTORS=1 cargo test -p \
-         palisade-api --test error_vectors, and commit the file"
+    palisade_test_support::vectors::assert_committed(
+        FILE,
+        &generate(),
+        "cargo test -p palisade-api --test error_vectors",
     );
 }

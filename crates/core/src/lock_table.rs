@@ -105,21 +105,24 @@ pub struct TableConfig {
     pub max_sessions: usize,
 }
 
-/// A request to acquire a lock.
+/// A request to acquire a lock: the lock table's, and every issuer's (`palisade_issuer`
+/// re-exports it as `Acquire`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AcquireRequest {
     pub lock: String,
     pub holder: String,
+    /// The lease's TTL (ignored in a session: the lease takes the session's).
     pub ttl_ms: Millis,
     /// How long to queue if the lock is taken; 0 answers at once.
     pub wait_ms: Millis,
-    /// Id for the lease, if one is granted.
+    /// Id for the lease, if one is granted (chosen by the caller, unique).
     pub lease_id: LeaseId,
     /// Whose quota the lease and the wait count against (None: nobody's).
     pub owner: Option<Owner>,
     /// What the holder advertises while it holds the lock (see [`LockTable::proclaim`]).
     pub value: Option<Vec<u8>>,
-    /// Lock-delay after this lease expires (None: [`TableConfig::lock_delay_ms`]).
+    /// Lock-delay after this lease expires (None: [`TableConfig::lock_delay_ms`], the
+    /// issuer's default).
     pub lock_delay_ms: Option<Millis>,
     /// Acquire inside this session: the lease takes the session's TTL and deadline
     /// (`ttl_ms` is ignored) and ends with it.

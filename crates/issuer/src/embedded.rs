@@ -65,9 +65,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use palisade_core::lock_table::{
-    AcquireRequest, Grant, LeaseView, LockView, SessionView, TableConfig,
-};
+use palisade_core::lock_table::{Grant, LeaseView, LockView, SessionView, TableConfig};
 use palisade_core::Millis;
 use palisade_storage::{IssuerLog, Queued, StorageError};
 use palisade_token::{ActiveSigner, Epoch, KeyId};
@@ -458,17 +456,6 @@ impl Issuer {
 
     /// Acquires a lock, waiting up to `req.wait_ms` in line.
     pub async fn acquire(self: &Arc<Self>, req: Acquire) -> Result<Granted, AcquireError> {
-        let req = AcquireRequest {
-            lock: req.lock,
-            holder: req.holder,
-            ttl_ms: req.ttl_ms,
-            wait_ms: req.wait_ms,
-            lease_id: req.lease_id,
-            owner: req.owner,
-            value: req.value,
-            lock_delay_ms: req.lock_delay_ms,
-            session: req.session,
-        };
         let asked = self.request(|core, now, id| core.acquire(now, id, req))?;
         let (grant, ahead) = match self.answer(asked).await {
             Some(Answered {

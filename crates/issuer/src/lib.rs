@@ -45,29 +45,11 @@ pub mod value;
 pub use embedded::Issuer;
 pub use observe::{Census, LeaseChange, LeaseEvent, LeaseObserver};
 
-/// An acquisition, as every [`LockService`] takes it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Acquire {
-    pub lock: String,
-    pub holder: String,
-    /// The lease's TTL (ignored in a session: the lease takes the session's).
-    pub ttl_ms: Millis,
-    /// How long to queue if the lock is taken; 0 answers at once.
-    pub wait_ms: Millis,
-    /// Id for the lease, if one is granted (chosen by the caller, unique).
-    pub lease_id: LeaseId,
-    /// Count the lease and the wait against this principal's quotas. Only an issuer that
-    /// counts them ([`LockService::counts_owners`]) takes it; another refuses the
-    /// acquisition with [`AcquireError::Unsupported`] rather than ignore it.
-    pub owner: Option<Owner>,
-    /// What the holder advertises while it holds the lock (see [`LockService::proclaim`]).
-    pub value: Option<Vec<u8>>,
-    /// Lock-delay after this lease expires (`None`: the issuer's default).
-    pub lock_delay_ms: Option<Millis>,
-    /// Acquire inside this session: the lease takes the session's TTL and deadline and
-    /// ends with it.
-    pub session: Option<SessionId>,
-}
+/// An acquisition, as every [`LockService`] takes it: the lock table's own request (one
+/// type, so that a field added to one cannot be dropped on the way to the other). Its
+/// `owner` is taken only by an issuer that counts quotas ([`LockService::counts_owners`]);
+/// another refuses the acquisition with [`AcquireError::Unsupported`] rather than ignore it.
+pub use palisade_core::lock_table::AcquireRequest as Acquire;
 
 /// A lease an issuer granted: what every backend can say of it. How an issuer made it
 /// durable (the embedded issuer's reservations) stays inside that issuer.

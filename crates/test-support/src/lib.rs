@@ -4,7 +4,8 @@
 //! `palisade serve` process read up to its start-up line, etcd members and clusters, signals
 //! by process id, polling for state instead of sleeping, and the behavioural suites every
 //! [`palisade_storage::FencedStore`] ([`fenced_store`]) and every
-//! [`palisade_issuer::LockService`] ([`lock_service`]) runs.
+//! [`palisade_issuer::LockService`] ([`lock_service`]) runs, and the check that a committed
+//! vectors file is what the code generates ([`vectors`]).
 //!
 //! Everything here listens on loopback addresses only, lives in temp dirs, and is stopped
 //! by process id when its handle is dropped.
@@ -37,6 +38,7 @@ macro_rules! suite_cases {
 pub mod lock_service;
 pub mod process;
 pub mod server;
+pub mod vectors;
 
 use std::net::TcpListener;
 use std::time::{Duration, Instant};

@@ -264,16 +264,10 @@ fn outcome(verifier: &Verifier, token: &str, lock: &str) -> (String, Option<Valu
 
 #[test]
 fn the_committed_vectors_are_the_generators() {
-    let made = serde_json::to_string_pretty(&generate()).unwrap() + "\n";
-    if std::env::var_os("PALISADE_UPDATE_VECTORS").is_some() {
-        std::fs::create_dir_all(std::path::Path::new(FILE).parent().unwrap()).unwrap();
-        std::fs::write(FILE, &made).unwrap();
-    }
-    let committed = std::fs::read_to_string(FILE).unwrap_or_default();
-    assert!(
-        committed == made,
-        "{FILE} is not what the generator makes: run PALISADE_UPDATE_VECTORS=1 cargo test -p \
-         palisade-token --test vectors, and commit the file"
+    palisade_test_support::vectors::assert_committed(
+        FILE,
+        &generate(),
+        "cargo test -p palisade-token --test vectors",
     );
 }
 

@@ -12,30 +12,11 @@ import dev.palisade.token.TokenException;
 import dev.palisade.token.Verifier;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.io.TempDir;
 
-class ClientTest {
-  @TempDir Path dir;
-  private TestServer server;
-  private PalisadeClient client;
-
-  @BeforeEach
-  void start() throws IOException {
-    server = new TestServer(dir);
-    client = server.client();
-  }
-
-  @AfterEach
-  void stop() throws InterruptedException {
-    server.stop();
-  }
-
+class ClientTest extends ServerTest {
   private static AcquireOptions as(String holder, Duration ttl) {
     return AcquireOptions.ttl(ttl).holder(holder);
   }

@@ -9,38 +9,14 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.io.TempDir;
 
-class EventsAndElectionTest {
+class EventsAndElectionTest extends ServerTest {
   private static final Duration TTL = Duration.ofSeconds(10);
-
-  @TempDir Path dir;
-  private TestServer server;
-  private PalisadeClient client;
-
-  @BeforeEach
-  void start() throws Exception {
-    server = new TestServer(dir);
-    client = server.client();
-  }
-
-  @AfterEach
-  void stop() throws InterruptedException {
-    server.stop();
-  }
-
-  private static byte[] bytes(String text) {
-    return text.getBytes(StandardCharsets.UTF_8);
-  }
 
   /** The first event of type {@code type} within 10 s, skipping others. */
   private static <T extends LockEvent> T await(EventStream events, Class<T> type) throws Exception {

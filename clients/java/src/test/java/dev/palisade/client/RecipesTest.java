@@ -9,35 +9,16 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.io.TempDir;
 
-class RecipesTest {
+class RecipesTest extends ServerTest {
   private static final Duration TTL = Duration.ofSeconds(10);
 
-  @TempDir Path dir;
-  private TestServer server;
-  private PalisadeClient client;
-
-  @BeforeEach
-  void start() throws Exception {
-    server = new TestServer(dir, "--policy", "seq-*=sequence");
-    client = server.client();
-  }
-
-  @AfterEach
-  void stop() throws InterruptedException {
-    server.stop();
-  }
-
-  private static byte[] bytes(String text) {
-    return text.getBytes(StandardCharsets.UTF_8);
+  @Override
+  String[] serverArgs() {
+    return new String[] {"--policy", "seq-*=sequence"};
   }
 
   private Lease take(String lock, String holder) throws Exception {
