@@ -139,6 +139,53 @@ pub(crate) fn decide(
     }
 }
 
+/// One admission as the SQL gates carry it out: the token, the lock it must be for, and
+/// the policy with its sequence number.
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[derive(Clone, Copy)]
+pub(crate) struct Ask<'a> {
+    pub token: &'a str,
+    pub lock: &'a str,
+    policy: Policy,
+    seq: Option<u64>,
+}
+
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+impl<'a> Ask<'a> {
+    /// Under the epoch policy.
+    pub(crate) fn epoch(token: &'a str, lock: &'a str) -> Self {
+        Ask {
+            token,
+            lock,
+            policy: Policy::Epoch,
+            seq: None,
+        }
+    }
+
+    /// Under the sequence policy, with `seq`.
+    pub(crate) fn sequenced(token: &'a str, lock: &'a str, seq: u64) -> Self {
+        Ask {
+            token,
+            lock,
+            policy: Policy::Sequence,
+            seq: Some(seq),
+        }
+    }
+
+    /// The rule against the lock's `current` mark for the verified `claims`; on
+    /// admission, also the new mark's epoch and sequence number as SQL integers.
+    pub(crate) fn decide(
+        &self,
+        claims: &Arc<Claims>,
+        current: HighWater,
+    ) -> Result<(Admitted, i64, i64), AdmitError> {
+        let admitted = decide(current, self.policy, claims, self.seq)?;
+        let epoch = to_sql_int(admitted.high_water.epoch, "epoch")?;
+        let seq = to_sql_int(admitted.high_water.seq, "sequence number")?;
+        Ok((admitted, epoch, seq))
+    }
+}
+
 /// SQL integers are signed 64-bit; epochs and sequence numbers are unsigned. Values past
 /// `i64::MAX` are refused rather than wrapped, since a wrapped mark would compare wrongly.
 #[cfg(any(feature = "postgres", feature = "sqlite"))]

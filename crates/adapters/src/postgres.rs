@@ -35,11 +35,11 @@
 //! transaction) and start again. If the caller needs to record the refusal in the same
 //! database, it does so in a new transaction.
 
-use palisade_core::gate::{HighWater, Policy};
+use palisade_core::gate::HighWater;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{GenericClient, Transaction};
 
-use crate::admission::{decide, from_sql_mark, to_sql_int, Admitted, Trust};
+use crate::admission::{from_sql_mark, to_sql_int, Admitted, Ask, Trust};
 use crate::error::AdmitError;
 
 /// The SQL that creates the fence table; [`migrate`] runs it. Idempotent.
@@ -109,7 +109,7 @@ pub async fn admit<'t>(
     token: &str,
     lock: &str,
 ) -> Result<Admitted, AdmitError> {
-    admit_with(tx, trust.into(), token, lock, Policy::Epoch, None).await
+    admit_with(tx, trust.into(), Ask::epoch(token, lock)).await
 }
 
 /// Like [`admit`], under the sequence policy: (epoch, `seq`) must strictly exceed the
@@ -122,7 +122,7 @@ pub async fn admit_sequenced<'t>(
     lock: &str,
     seq: u64,
 ) -> Result<Admitted, AdmitError> {
-    admit_with(tx, trust.into(), token, lock, Policy::Sequence, Some(seq)).await
+    admit_with(tx, trust.into(), Ask::sequenced(token, lock, seq)).await
 }
 
 /// Protects `table` with `lock`: from now on PostgreSQL itself refuses every INSERT,
@@ -203,12 +203,9 @@ pub async fn high_water(client: &impl GenericClient, lock: &str) -> Result<HighW
 async fn admit_with(
     tx: &Transaction<'_>,
     trust: Trust<'_>,
-    token: &str,
-    lock: &str,
-    policy: Policy,
-    seq: Option<u64>,
+    ask: Ask<'_>,
 ) -> Result<Admitted, AdmitError> {
-    let result = admit_unpoisoned(tx, trust, token, lock, policy, seq).await;
+    let result = admit_unpoisoned(tx, trust, ask).await;
     if result.is_err() {
         // The POISON statement is expected to fail; that failure is the point. If the
         // connection itself is gone, the transaction cannot commit anyway.
@@ -220,17 +217,12 @@ async fn admit_with(
 async fn admit_unpoisoned(
     tx: &Transaction<'_>,
     trust: Trust<'_>,
-    token: &str,
-    lock: &str,
-    policy: Policy,
-    seq: Option<u64>,
+    ask: Ask<'_>,
 ) -> Result<Admitted, AdmitError> {
-    let claims = trust.verify_for_lock(token, lock)?;
-    let current = lock_mark(tx, lock).await?;
-    let admitted = decide(current, policy, &claims, seq)?;
-    let epoch = to_sql_int(admitted.high_water.epoch, "epoch")?;
-    let seq = to_sql_int(admitted.high_water.seq, "sequence number")?;
-    tx.execute(STORE_MARK, &[&lock, &epoch, &seq])
+    let claims = trust.verify_for_lock(ask.token, ask.lock)?;
+    let current = lock_mark(tx, ask.lock).await?;
+    let (admitted, epoch, seq) = ask.decide(&claims, current)?;
+    tx.execute(STORE_MARK, &[&ask.lock, &epoch, &seq])
         .await
         .map_err(pg_error)?;
     Ok(admitted)

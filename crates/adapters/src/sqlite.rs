@@ -38,10 +38,10 @@
 //! journal mode; in WAL mode SQLite's default `NORMAL` can lose the last commits, mark
 //! included, on power loss).
 
-use palisade_core::gate::{HighWater, Policy};
+use palisade_core::gate::HighWater;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, Transaction, TransactionBehavior};
 
-use crate::admission::{decide, from_sql_mark, to_sql_int, Admitted, Trust};
+use crate::admission::{from_sql_mark, to_sql_int, Admitted, Ask, Trust};
 use crate::error::AdmitError;
 
 /// The SQL that creates the fence table; [`migrate`] runs it. Idempotent.
@@ -80,7 +80,7 @@ pub fn admit<'t>(
     token: &str,
     lock: &str,
 ) -> Result<Admitted, AdmitError> {
-    admit_with(tx, trust.into(), token, lock, Policy::Epoch, None)
+    admit_with(tx, trust.into(), Ask::epoch(token, lock))
 }
 
 /// Like [`admit`], under the sequence policy: (epoch, `seq`) must strictly exceed the
@@ -92,7 +92,7 @@ pub fn admit_sequenced<'t>(
     lock: &str,
     seq: u64,
 ) -> Result<Admitted, AdmitError> {
-    admit_with(tx, trust.into(), token, lock, Policy::Sequence, Some(seq))
+    admit_with(tx, trust.into(), Ask::sequenced(token, lock, seq))
 }
 
 /// After the database file was restored from a copy (its marks are older than what it had
@@ -126,18 +126,13 @@ pub fn high_water(conn: &Connection, lock: &str) -> Result<HighWater, AdmitError
 fn admit_with(
     tx: &Transaction<'_>,
     trust: Trust<'_>,
-    token: &str,
-    lock: &str,
-    policy: Policy,
-    seq: Option<u64>,
+    ask: Ask<'_>,
 ) -> Result<Admitted, AdmitError> {
-    let claims = trust.verify_for_lock(token, lock)?;
-    let current = read_mark(tx, lock)?;
-    let admitted = decide(current, policy, &claims, seq)?;
-    let epoch = to_sql_int(admitted.high_water.epoch, "epoch")?;
-    let seq = to_sql_int(admitted.high_water.seq, "sequence number")?;
+    let claims = trust.verify_for_lock(ask.token, ask.lock)?;
+    let current = read_mark(tx, ask.lock)?;
+    let (admitted, epoch, seq) = ask.decide(&claims, current)?;
     tx.prepare_cached(STORE_MARK)
-        .and_then(|mut stmt| stmt.execute(rusqlite::params![lock, epoch, seq]))
+        .and_then(|mut stmt| stmt.execute(rusqlite::params![ask.lock, epoch, seq]))
         .map_err(sqlite_error)?;
     Ok(admitted)
 }

@@ -89,20 +89,7 @@ pub(crate) fn may_act(record: &HolderRecord, may: MayAct<'_>) -> Result<(), Leas
 }
 
 pub(crate) fn view_of(record: &HolderRecord, remaining_ms: u64) -> LeaseView {
-    LeaseView {
-        lease_id: record.lease_id.clone(),
-        lock: record.lock.clone(),
-        holder: record.holder.clone(),
-        epoch: record.epoch,
-        ttl_ms: record.ttl_ms,
-        remaining_ms,
-        value: record
-            .value
-            .as_deref()
-            .and_then(palisade_issuer::value::decode),
-        lock_delay_ms: record.lock_delay_ms,
-        session: record.session.clone(),
-    }
+    lease_of(record).view(remaining_ms)
 }
 
 impl EtcdIssuer {

@@ -69,6 +69,23 @@ pub struct Lease {
     pub session: Option<SessionId>,
 }
 
+impl Lease {
+    /// The lease as a view, with `remaining_ms` of its TTL left.
+    pub fn view(self, remaining_ms: Millis) -> LeaseView {
+        LeaseView {
+            lease_id: self.lease_id,
+            lock: self.lock,
+            holder: self.holder,
+            epoch: self.epoch,
+            ttl_ms: self.ttl_ms,
+            remaining_ms,
+            value: self.value,
+            lock_delay_ms: self.lock_delay_ms,
+            session: self.session,
+        }
+    }
+}
+
 /// A durable grant, with its signed token.
 #[derive(Debug, Clone)]
 pub struct Granted {

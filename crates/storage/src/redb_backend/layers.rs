@@ -39,6 +39,21 @@ pub(super) struct Layers {
 }
 
 impl Layers {
+    /// `key`'s row in memory, newest first: `published`, then `frozen`. `Some(None)` is a
+    /// durable delete; `None`, not in memory (the file, or a cache, has it if anything).
+    pub fn in_memory(&self, key: &Key) -> Option<Option<Val>> {
+        let published = self
+            .published
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(v) = published.get(key) {
+            return Some(v.clone());
+        }
+        drop(published);
+        let frozen = self.frozen.read().unwrap_or_else(PoisonError::into_inner);
+        frozen.as_ref().and_then(|f| f.get(key).cloned())
+    }
+
     pub fn frozen(&self) -> Option<Arc<Rows>> {
         self.frozen
             .read()
@@ -104,19 +119,10 @@ impl<'a> View<'a> {
 
     /// The durable value of `key`.
     pub fn get(&self, key: &Key) -> Result<Option<Val>, Fault> {
-        if let Some(v) = self
-            .layers
-            .published
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-        {
-            return Ok(v.clone());
+        match self.layers.in_memory(key) {
+            Some(v) => Ok(v),
+            None => file_get(&self.txn, key),
         }
-        if let Some(v) = self.layers.frozen().and_then(|f| f.get(key).cloned()) {
-            return Ok(v);
-        }
-        file_get(&self.txn, key)
     }
 
     /// The rows of `start`'s table from `start` on while `keep` holds, at most `limit`

@@ -124,27 +124,10 @@ pub(super) struct Resident<'a> {
 
 impl Point for Resident<'_> {
     fn row(&self, key: &Key) -> Result<Option<Val>, ReadError> {
-        if let Some(v) = self
-            .layers
-            .published
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(key)
-        {
-            return Ok(v.clone());
+        match self.layers.in_memory(key) {
+            Some(v) => Ok(v),
+            None => self.cache.rows.get(key).ok_or(ReadError::Miss),
         }
-        if let Some(frozen) = self
-            .layers
-            .frozen
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
-            if let Some(v) = frozen.get(key) {
-                return Ok(v.clone());
-            }
-        }
-        self.cache.rows.get(key).ok_or(ReadError::Miss)
     }
 }
 

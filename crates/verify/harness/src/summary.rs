@@ -39,21 +39,12 @@ pub struct Verdict {
     pub summary: String,
 }
 
-/// Everything `summary.json` holds.
+/// Everything `summary.json` holds: the run's facts, then what the history and the
+/// checkers made of it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    pub command: String,
-    pub workload: String,
-    /// `embedded` or `etcd3`.
-    pub topology: String,
-    /// The deployment's name (`embedded`, `etcd3`, `unfenced-control`, `etcd-lock`, ...).
-    pub target: String,
-    /// One line per process of the deployment, and how the workers reach it.
-    pub deployment: Vec<String>,
-    pub seed: u64,
-    pub time_secs: u64,
-    pub workers: u32,
-    pub ttl_ms: u64,
+    #[serde(flatten)]
+    pub run: RunFacts,
     pub ops: Outcomes,
     pub ops_by_kind: BTreeMap<String, Outcomes>,
     /// Refusal codes of `fail` operations (e.g. `stale_token`, `lock_held`).
@@ -66,21 +57,24 @@ pub struct Summary {
     pub violations: usize,
     /// Of which lost updates (lock-set).
     pub lost_updates: usize,
-    /// Things the reader should know (workers killed at the end, unreadable lines, ...).
-    pub notes: Vec<String>,
 }
 
 /// What went into the summary besides the history.
+#[derive(Debug, Clone, Serialize)]
 pub struct RunFacts {
     pub command: String,
     pub workload: String,
+    /// `embedded` or `etcd3`.
     pub topology: String,
+    /// The deployment's name (`embedded`, `etcd3`, `unfenced-control`, `etcd-lock`, ...).
     pub target: String,
+    /// One line per process of the deployment, and how the workers reach it.
     pub deployment: Vec<String>,
     pub seed: u64,
     pub time_secs: u64,
     pub workers: u32,
     pub ttl_ms: u64,
+    /// Things the reader should know (workers killed at the end, unreadable lines, ...).
     pub notes: Vec<String>,
 }
 
@@ -129,15 +123,7 @@ impl Summary {
             .filter(|v| matches!(v, Violation::LostUpdate { .. }))
             .count();
         Summary {
-            command: facts.command,
-            workload: facts.workload,
-            topology: facts.topology,
-            target: facts.target,
-            deployment: facts.deployment,
-            seed: facts.seed,
-            time_secs: facts.time_secs,
-            workers: facts.workers,
-            ttl_ms: facts.ttl_ms,
+            run: facts,
             ops,
             ops_by_kind,
             fail_codes,
@@ -146,7 +132,6 @@ impl Summary {
             checkers,
             violations: all.count(),
             lost_updates,
-            notes: facts.notes,
         }
     }
 
@@ -157,9 +142,9 @@ impl Summary {
         let _ = writeln!(
             out,
             "\n{} on {} ({}): {} operations ({} ok, {} fail, {} info)",
-            self.workload,
-            self.topology,
-            self.target,
+            self.run.workload,
+            self.run.topology,
+            self.run.target,
             o.total(),
             o.ok,
             o.fail,
@@ -189,7 +174,7 @@ impl Summary {
             let text = clip_violations(&v.summary, 10).replace('\n', "\n    ");
             let _ = writeln!(out, "  {name}: {text}");
         }
-        for note in &self.notes {
+        for note in &self.run.notes {
             let _ = writeln!(out, "note: {note}");
         }
         let _ = writeln!(
@@ -197,7 +182,11 @@ impl Summary {
             "violations: {} ({} lost updates)",
             self.violations, self.lost_updates
         );
-        let _ = writeln!(out, "seed {}: rerun with `{}`", self.seed, self.command);
+        let _ = writeln!(
+            out,
+            "seed {}: rerun with `{}`",
+            self.run.seed, self.run.command
+        );
         out
     }
 }

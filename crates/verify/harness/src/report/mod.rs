@@ -74,29 +74,29 @@ pub fn render(
     let _ = write!(
         h,
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>palisade verify: {} on {}</title><style>{CSS}</style></head><body>",
-        escape(&summary.workload),
-        escape(&summary.target)
+        escape(&summary.run.workload),
+        escape(&summary.run.target)
     );
     let _ = write!(
         h,
         "<h1>palisade verify: {} on {} <span class=\"{}\">{}</span></h1><p><code>{}</code></p>",
-        escape(&summary.workload),
-        escape(&summary.target),
+        escape(&summary.run.workload),
+        escape(&summary.run.target),
         if passed { "pass" } else { "fail" },
         if passed {
             "no violations found".to_owned()
         } else {
             format!("{} violation(s)", summary.violations)
         },
-        escape(&summary.command)
+        escape(&summary.run.command)
     );
     let _ = write!(
         h,
         "<h2>Topology: {} (target {})</h2><ul>",
-        escape(&summary.topology),
-        escape(&summary.target)
+        escape(&summary.run.topology),
+        escape(&summary.run.target)
     );
-    for line in &summary.deployment {
+    for line in &summary.run.deployment {
         let _ = write!(h, "<li>{}</li>", escape(line));
     }
     h.push_str("</ul>");
@@ -112,7 +112,7 @@ pub fn render(
          <span style=\"background:#c99\">etcd-kill</span> <span style=\"background:#bbe\">etcd-pause</span> \
          <span style=\"background:#9dd\">node-partition</span> <span style=\"background:#cb9\">disk</span> &middot; \
          <b style=\"color:#d00\">&#9711;</b> named by a violation. Hover for details.</p><div class=\"scroll\">{}</div>",
-        svg::timeline(history, faults, summary.workers, &flagged)
+        svg::timeline(history, faults, summary.run.workers, &flagged)
     );
     h.push_str("<h2>Violations</h2>");
     if violations.is_empty() {
@@ -157,7 +157,7 @@ fn counts(h: &mut String, summary: &Summary) {
     let _ = write!(
         h,
         "<h2>Run</h2><p>{} workers, lease TTL {} ms, {} s, seed {}. {} operations: {} ok, {} fail, {} info.</p>",
-        summary.workers, summary.ttl_ms, summary.time_secs, summary.seed, o.total(), o.ok, o.fail, o.info
+        summary.run.workers, summary.run.ttl_ms, summary.run.time_secs, summary.run.seed, o.total(), o.ok, o.fail, o.info
     );
     h.push_str("<table><tr><th>operation</th><th>ok</th><th>fail</th><th>info</th></tr>");
     for (kind, c) in &summary.ops_by_kind {
@@ -182,7 +182,7 @@ fn counts(h: &mut String, summary: &Summary) {
         );
     }
     h.push_str("</table>");
-    for note in &summary.notes {
+    for note in &summary.run.notes {
         let _ = write!(h, "<p class=\"note\">note: {}</p>", escape(note));
     }
 }
