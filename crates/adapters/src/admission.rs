@@ -7,6 +7,7 @@ use palisade_core::gate::{self, GateError, HighWater, Policy};
 use palisade_token::{Claims, Epoch, Verifier};
 
 use crate::error::AdmitError;
+use crate::report::{GateTally, ResourceKind};
 
 /// What an admitted operation may rely on. Returned only after the mark was advanced inside
 /// the caller's transaction (SQL) or together with the write (Redis, object store).
@@ -39,6 +40,7 @@ impl Admitted {
 pub struct Trust<'a> {
     verifier: &'a Verifier,
     principal: Option<&'a str>,
+    tally: Option<&'a GateTally>,
 }
 
 impl<'a> Trust<'a> {
@@ -47,6 +49,7 @@ impl<'a> Trust<'a> {
         Trust {
             verifier,
             principal: None,
+            tally: None,
         }
     }
 
@@ -55,6 +58,27 @@ impl<'a> Trust<'a> {
         Trust {
             principal: Some(principal),
             ..self
+        }
+    }
+
+    /// Counts every admit made with this trust in `tally`: admitted, or refused by code
+    /// (see [`crate::report`]). Nothing is sent on the write's path.
+    pub fn reporting_to(self, tally: &'a GateTally) -> Self {
+        Trust {
+            tally: Some(tally),
+            ..self
+        }
+    }
+
+    /// Counts `outcome`, an admit of `lock`'s data in a `resource`, if this trust reports.
+    pub(crate) fn record<T>(
+        &self,
+        resource: ResourceKind,
+        lock: &str,
+        outcome: &Result<T, AdmitError>,
+    ) {
+        if let Some(tally) = self.tally {
+            tally.record(resource, lock, outcome);
         }
     }
 
@@ -92,6 +116,7 @@ impl std::fmt::Debug for Trust<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Trust")
             .field("principal", &self.principal)
+            .field("reporting", &self.tally.is_some())
             .finish_non_exhaustive()
     }
 }

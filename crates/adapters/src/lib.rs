@@ -60,6 +60,7 @@
 mod admission;
 mod error;
 pub mod preflight;
+pub mod report;
 
 #[cfg(feature = "object-store")]
 pub mod objects;
@@ -73,3 +74,4 @@ pub mod sqlite;
 pub use admission::{Admitted, Trust};
 pub use error::{AdmitError, BoxError, CorruptFence, ErrorCode};
 pub use preflight::{UnsafeDatabase, UnsafeSetting};
+pub use report::GateTally;

@@ -50,6 +50,7 @@ use palisade_core::gate::{HighWater, Policy};
 
 use crate::admission::{decide, Admitted, Trust};
 use crate::error::{AdmitError, CorruptFence};
+use crate::report::ResourceKind;
 
 mod envelope;
 pub use envelope::Envelope;
@@ -144,58 +145,63 @@ impl FencedObjects {
         path: &Path,
         change: Change,
     ) -> Result<Admitted, AdmitError> {
-        let claims = trust.verify_for_lock(token, lock)?;
-        let (current, mode) = match self.read(path).await? {
-            None => (None, PutMode::Create),
-            Some((
-                _,
-                UpdateVersion {
-                    e_tag: None,
-                    version: None,
-                },
-            )) => {
-                return Err(AdmitError::backend(CorruptFence(format!(
-                    "{path}: the store reports no version, so it cannot write conditionally"
-                ))))
+        let outcome = async {
+            let claims = trust.verify_for_lock(token, lock)?;
+            let (current, mode) = match self.read(path).await? {
+                None => (None, PutMode::Create),
+                Some((
+                    _,
+                    UpdateVersion {
+                        e_tag: None,
+                        version: None,
+                    },
+                )) => {
+                    return Err(AdmitError::backend(CorruptFence(format!(
+                        "{path}: the store reports no version, so it cannot write conditionally"
+                    ))))
+                }
+                Some((envelope, version)) => (Some(envelope), PutMode::Update(version)),
+            };
+            let mark = HighWater {
+                epoch: current.as_ref().map_or(0, |e| e.epoch),
+                seq: 0,
+            };
+            if let Some(bound) = current.as_ref().filter(|e| e.lock != lock) {
+                return Err(AdmitError::WrongLock {
+                    expected: bound.lock.clone(),
+                    token_lock: claims.lock.clone(),
+                });
             }
-            Some((envelope, version)) => (Some(envelope), PutMode::Update(version)),
-        };
-        let mark = HighWater {
-            epoch: current.as_ref().map_or(0, |e| e.epoch),
-            seq: 0,
-        };
-        if let Some(bound) = current.as_ref().filter(|e| e.lock != lock) {
-            return Err(AdmitError::WrongLock {
-                expected: bound.lock.clone(),
-                token_lock: claims.lock.clone(),
-            });
+            let admitted = decide(mark, Policy::Epoch, &claims, None)?;
+            let value = match change {
+                Change::Put(value) => Some(value),
+                Change::Delete => None,
+                Change::Keep => current.and_then(|e| e.value),
+            };
+            let next = Envelope {
+                lock: lock.to_owned(),
+                epoch: admitted.high_water.epoch,
+                value,
+            };
+            let options = PutOptions {
+                mode,
+                ..PutOptions::default()
+            };
+            match self
+                .store
+                .put_opts(path, next.encode().into(), options)
+                .await
+            {
+                Ok(_) => Ok(admitted),
+                Err(
+                    object_store::Error::Precondition { .. }
+                    | object_store::Error::AlreadyExists { .. },
+                ) => Err(AdmitError::Conflict),
+                Err(e) => Err(AdmitError::backend(e)),
+            }
         }
-        let admitted = decide(mark, Policy::Epoch, &claims, None)?;
-        let value = match change {
-            Change::Put(value) => Some(value),
-            Change::Delete => None,
-            Change::Keep => current.and_then(|e| e.value),
-        };
-        let next = Envelope {
-            lock: lock.to_owned(),
-            epoch: admitted.high_water.epoch,
-            value,
-        };
-        let options = PutOptions {
-            mode,
-            ..PutOptions::default()
-        };
-        match self
-            .store
-            .put_opts(path, next.encode().into(), options)
-            .await
-        {
-            Ok(_) => Ok(admitted),
-            Err(
-                object_store::Error::Precondition { .. }
-                | object_store::Error::AlreadyExists { .. },
-            ) => Err(AdmitError::Conflict),
-            Err(e) => Err(AdmitError::backend(e)),
-        }
+        .await;
+        trust.record(ResourceKind::ObjectStore, lock, &outcome);
+        outcome
     }
 }

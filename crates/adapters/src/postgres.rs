@@ -41,6 +41,7 @@ use tokio_postgres::{GenericClient, Transaction};
 
 use crate::admission::{from_sql_mark, to_sql_int, Admitted, Ask, Trust};
 use crate::error::AdmitError;
+use crate::report::ResourceKind;
 
 /// The SQL that creates the fence table; [`migrate`] runs it. Idempotent.
 pub const MIGRATION: &str = include_str!("../migrations/postgres.sql");
@@ -206,6 +207,7 @@ async fn admit_with(
     ask: Ask<'_>,
 ) -> Result<Admitted, AdmitError> {
     let result = admit_unpoisoned(tx, trust, ask).await;
+    trust.record(ResourceKind::Postgres, ask.lock, &result);
     if result.is_err() {
         // The POISON statement is expected to fail; that failure is the point. If the
         // connection itself is gone, the transaction cannot commit anyway.

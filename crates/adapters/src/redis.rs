@@ -50,6 +50,7 @@ use redis::Script;
 
 use crate::admission::{decide, Admitted, Trust};
 use crate::error::{AdmitError, CorruptFence};
+use crate::report::ResourceKind;
 
 /// The Lua source run by [`RedisFence`].
 pub const SCRIPT: &str = include_str!("fenced_write.lua");
@@ -272,46 +273,51 @@ impl RedisFence {
         lock: &str,
         op: Op<'_>,
     ) -> Result<Admitted, AdmitError> {
-        let claims = trust.verify_for_lock(token, lock)?;
-        let mut call = self.script.key(Self::fence_key(lock));
-        call.arg(claims.epoch.to_string());
-        match op {
-            Op::Set(pairs) => {
-                call.arg("set");
-                for (key, value) in pairs {
-                    call.key(*key).arg(*value);
+        let outcome = async {
+            let claims = trust.verify_for_lock(token, lock)?;
+            let mut call = self.script.key(Self::fence_key(lock));
+            call.arg(claims.epoch.to_string());
+            match op {
+                Op::Set(pairs) => {
+                    call.arg("set");
+                    for (key, value) in pairs {
+                        call.key(*key).arg(*value);
+                    }
+                }
+                Op::Del(keys) => {
+                    call.arg("del");
+                    for key in keys {
+                        call.key(*key);
+                    }
+                }
+                Op::Fence => {
+                    call.arg("fence");
                 }
             }
-            Op::Del(keys) => {
-                call.arg("del");
-                for key in keys {
-                    call.key(*key);
+            let (admitted, mark): (i64, String) =
+                call.invoke_async(con).await.map_err(AdmitError::backend)?;
+            let current = HighWater {
+                epoch: parse_mark(&mark)?,
+                seq: 0,
+            };
+            // The script decided; running the same rule here both maps its refusal to the
+            // typed error and catches a script that disagrees with the core rule.
+            let decision = decide(current, Policy::Epoch, &claims, None);
+            match (admitted, decision) {
+                (1, Ok(admitted)) => {
+                    self.replicated(con).await?;
+                    Ok(admitted)
                 }
-            }
-            Op::Fence => {
-                call.arg("fence");
+                (0, Err(refused)) => Err(refused),
+                _ => Err(AdmitError::backend(CorruptFence(format!(
+                    "fence script and gate rule disagree on epoch {} against mark {mark}",
+                    claims.epoch
+                )))),
             }
         }
-        let (admitted, mark): (i64, String) =
-            call.invoke_async(con).await.map_err(AdmitError::backend)?;
-        let current = HighWater {
-            epoch: parse_mark(&mark)?,
-            seq: 0,
-        };
-        // The script decided; running the same rule here both maps its refusal to the
-        // typed error and catches a script that disagrees with the core rule.
-        let decision = decide(current, Policy::Epoch, &claims, None);
-        match (admitted, decision) {
-            (1, Ok(admitted)) => {
-                self.replicated(con).await?;
-                Ok(admitted)
-            }
-            (0, Err(refused)) => Err(refused),
-            _ => Err(AdmitError::backend(CorruptFence(format!(
-                "fence script and gate rule disagree on epoch {} against mark {mark}",
-                claims.epoch
-            )))),
-        }
+        .await;
+        trust.record(ResourceKind::Redis, lock, &outcome);
+        outcome
     }
 }
 

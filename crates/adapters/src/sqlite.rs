@@ -43,6 +43,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, Transaction, Transactio
 
 use crate::admission::{from_sql_mark, to_sql_int, Admitted, Ask, Trust};
 use crate::error::AdmitError;
+use crate::report::ResourceKind;
 
 /// The SQL that creates the fence table; [`migrate`] runs it. Idempotent.
 pub const MIGRATION: &str = include_str!("../migrations/sqlite.sql");
@@ -124,6 +125,16 @@ pub fn high_water(conn: &Connection, lock: &str) -> Result<HighWater, AdmitError
 }
 
 fn admit_with(
+    tx: &Transaction<'_>,
+    trust: Trust<'_>,
+    ask: Ask<'_>,
+) -> Result<Admitted, AdmitError> {
+    let result = admit_unrecorded(tx, trust, ask);
+    trust.record(ResourceKind::Sqlite, ask.lock, &result);
+    result
+}
+
+fn admit_unrecorded(
     tx: &Transaction<'_>,
     trust: Trust<'_>,
     ask: Ask<'_>,

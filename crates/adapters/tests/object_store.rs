@@ -11,29 +11,43 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStoreExt, PutPayload};
 use palisade_adapters::objects::FencedObjects;
-use palisade_adapters::AdmitError;
+use palisade_adapters::report::ResourceKind;
+use palisade_adapters::{AdmitError, GateTally, Trust};
 use palisade_token::Verifier;
 use support::{GateUnderTest, Issuer, Write, LOCK, OTHER_LOCK};
 
 struct ObjectGate {
     objects: FencedObjects,
     verifier: Arc<Verifier>,
+    tally: GateTally,
 }
 
 impl ObjectGate {
+    /// Trusts the issuer's tokens and counts every admit in the gate's tally.
+    fn trust(&self) -> Trust<'_> {
+        Trust::new(&self.verifier).reporting_to(&self.tally)
+    }
+
     fn new(issuer: &Issuer) -> Self {
         ObjectGate {
             objects: FencedObjects::new(Arc::new(InMemory::new())),
             verifier: issuer.verifier(),
+            tally: GateTally::new(),
         }
     }
 }
 
 impl GateUnderTest for ObjectGate {
+    const KIND: ResourceKind = ResourceKind::ObjectStore;
+
+    fn tally(&self) -> &GateTally {
+        &self.tally
+    }
+
     async fn put(&self, write: Write<'_>) -> Result<(), AdmitError> {
         let (path, value) = (Path::from(write.key), write.value.to_owned().into());
         self.objects
-            .put(&self.verifier, write.token, write.lock, &path, value)
+            .put(self.trust(), write.token, write.lock, &path, value)
             .await
             .map(drop)
     }

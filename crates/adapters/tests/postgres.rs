@@ -6,7 +6,8 @@ mod support;
 
 use std::sync::Arc;
 
-use palisade_adapters::{postgres, AdmitError};
+use palisade_adapters::report::ResourceKind;
+use palisade_adapters::{postgres, AdmitError, GateTally, Trust};
 use palisade_token::Verifier;
 use support::servers::{self, Server};
 use support::{
@@ -23,6 +24,7 @@ struct PgGate {
     config: String,
     idle: Mutex<Vec<Client>>,
     verifier: Arc<Verifier>,
+    tally: GateTally,
     _server: Server,
 }
 
@@ -48,8 +50,14 @@ impl PgGate {
             config,
             idle: Mutex::new(vec![client]),
             verifier: issuer.verifier(),
+            tally: GateTally::new(),
             _server: server,
         }
+    }
+
+    /// Trusts the issuer's tokens and counts every admit in the gate's tally.
+    fn trust(&self) -> Trust<'_> {
+        Trust::new(&self.verifier).reporting_to(&self.tally)
     }
 
     /// A connection of its own for each concurrent operation, as separate processes have.
@@ -63,6 +71,12 @@ impl PgGate {
 }
 
 impl GateUnderTest for PgGate {
+    const KIND: ResourceKind = ResourceKind::Postgres;
+
+    fn tally(&self) -> &GateTally {
+        &self.tally
+    }
+
     async fn put(&self, write: Write<'_>) -> Result<(), AdmitError> {
         self.put_shaped(write, Shape::Plain).await
     }
@@ -102,9 +116,9 @@ impl TransactionalGate for PgGate {
             // On Err the transaction is dropped, which rolls it back.
             match shape {
                 Shape::Sequenced(seq) => {
-                    postgres::admit_sequenced(&tx, &self.verifier, token, lock, seq).await?
+                    postgres::admit_sequenced(&tx, self.trust(), token, lock, seq).await?
                 }
-                _ => postgres::admit(&tx, &self.verifier, token, lock).await?,
+                _ => postgres::admit(&tx, self.trust(), token, lock).await?,
             };
             tx.execute(UPSERT, &[&key, &value]).await.unwrap();
             match shape {

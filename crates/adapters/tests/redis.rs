@@ -7,7 +7,8 @@ mod support;
 use std::sync::Arc;
 
 use palisade_adapters::redis::RedisFence;
-use palisade_adapters::AdmitError;
+use palisade_adapters::report::ResourceKind;
+use palisade_adapters::{AdmitError, GateTally, Trust};
 use palisade_token::Verifier;
 use redis::aio::MultiplexedConnection;
 use redis::AsyncCommands;
@@ -18,10 +19,16 @@ struct RedisGate {
     con: MultiplexedConnection,
     fence: RedisFence,
     verifier: Arc<Verifier>,
+    tally: GateTally,
     _server: Server,
 }
 
 impl RedisGate {
+    /// Trusts the issuer's tokens and counts every admit in the gate's tally.
+    fn trust(&self) -> Trust<'_> {
+        Trust::new(&self.verifier).reporting_to(&self.tally)
+    }
+
     async fn start(issuer: &Issuer) -> Self {
         let server = tokio::task::spawn_blocking(servers::redis).await.unwrap();
         Self::on(server, issuer).await
@@ -37,6 +44,7 @@ impl RedisGate {
             con,
             fence,
             verifier: issuer.verifier(),
+            tally: GateTally::new(),
             _server: server,
         }
     }
@@ -53,11 +61,17 @@ impl RedisGate {
 }
 
 impl GateUnderTest for RedisGate {
+    const KIND: ResourceKind = ResourceKind::Redis;
+
+    fn tally(&self) -> &GateTally {
+        &self.tally
+    }
+
     async fn put(&self, write: Write<'_>) -> Result<(), AdmitError> {
         let mut con = self.con.clone();
         let pairs = [(write.key, write.value.as_bytes())];
         self.fence
-            .fenced_set(&mut con, &self.verifier, write.token, write.lock, &pairs)
+            .fenced_set(&mut con, self.trust(), write.token, write.lock, &pairs)
             .await
             .map(drop)
     }

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_adapters::{sqlite, AdmitError};
+use palisade_adapters::report::ResourceKind;
+use palisade_adapters::{sqlite, AdmitError, GateTally, Trust};
 use palisade_token::Verifier;
 use rusqlite::{Connection, OptionalExtension};
 use support::{GateUnderTest, Issuer, RaisableGate, Shape, TransactionalGate, Write};
@@ -20,6 +21,7 @@ const UPSERT: &str = "INSERT INTO kv (key, value) VALUES (?1, ?2) \
 struct SqliteGate {
     path: PathBuf,
     verifier: Arc<Verifier>,
+    tally: Arc<GateTally>,
     _dir: TempDir,
 }
 
@@ -29,6 +31,7 @@ impl SqliteGate {
         let gate = SqliteGate {
             path: dir.path().join("app.db"),
             verifier: issuer.verifier(),
+            tally: Arc::new(GateTally::new()),
             _dir: dir,
         };
         let conn = gate.connect();
@@ -46,6 +49,12 @@ impl SqliteGate {
 }
 
 impl GateUnderTest for SqliteGate {
+    const KIND: ResourceKind = ResourceKind::Sqlite;
+
+    fn tally(&self) -> &GateTally {
+        &self.tally
+    }
+
     async fn put(&self, write: Write<'_>) -> Result<(), AdmitError> {
         self.put_shaped(write, Shape::Plain).await
     }
@@ -65,7 +74,8 @@ impl GateUnderTest for SqliteGate {
 impl TransactionalGate for SqliteGate {
     /// One transaction on a fresh connection, off the async runtime.
     async fn put_shaped(&self, write: Write<'_>, shape: Shape<'_>) -> Result<(), AdmitError> {
-        let (path, verifier) = (self.path.clone(), self.verifier.clone());
+        let (path, verifier, tally) =
+            (self.path.clone(), self.verifier.clone(), self.tally.clone());
         let own = match shape {
             Shape::AfterOwnWrite(own_key) => Some(own_key.to_owned()),
             _ => None,
@@ -81,13 +91,14 @@ impl TransactionalGate for SqliteGate {
             let mut conn = Connection::open(path).unwrap();
             conn.busy_timeout(Duration::from_secs(30)).unwrap();
             let tx = sqlite::begin(&mut conn)?;
+            let trust = Trust::new(&verifier).reporting_to(&tally);
             if let Some(own_key) = own {
                 tx.execute(UPSERT, [own_key.as_str(), "own"]).unwrap();
             }
             // On Err the transaction is dropped, which rolls it back.
             match seq {
-                Some(seq) => sqlite::admit_sequenced(&tx, &verifier, &token, &lock, seq)?,
-                None => sqlite::admit(&tx, &verifier, &token, &lock)?,
+                Some(seq) => sqlite::admit_sequenced(&tx, trust, &token, &lock, seq)?,
+                None => sqlite::admit(&tx, trust, &token, &lock)?,
             };
             tx.execute(UPSERT, [key, value]).unwrap();
             if fail_after {

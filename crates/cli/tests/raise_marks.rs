@@ -7,29 +7,12 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::Command;
 
-use common::{Http, Server, BIN};
-use palisade_adapters::{sqlite, AdmitError};
+use common::{sqlite_gate, Http, Server, BIN};
+use palisade_adapters::AdmitError;
 use palisade_client::{Client, IssuerKeys};
-use palisade_token::Verifier;
 use serde_json::Value;
-
-/// One fenced write through the SQLite gate: admit `token` for `L`, then write.
-fn write(db: &Path, verifier: &Verifier, token: &str, value: &str) -> Result<(), AdmitError> {
-    let mut conn = rusqlite::Connection::open(db).unwrap();
-    let tx = sqlite::begin(&mut conn)?;
-    sqlite::admit(&tx, verifier, token, "L")?;
-    tx.execute(
-        "INSERT INTO kv (key, value) VALUES ('k', ?1) \
-         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        [value],
-    )
-    .unwrap();
-    tx.commit().unwrap();
-    Ok(())
-}
 
 fn raise_marks(server: &Server, args: &[&str]) -> std::process::Output {
     Command::new(BIN)
@@ -48,31 +31,25 @@ async fn raise_marks_shuts_out_what_a_restored_database_forgot() {
         .unwrap();
     let verifier = keys.verifier();
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("app.db");
-    {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        sqlite::migrate(&conn).unwrap();
-        conn.execute_batch("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            .unwrap();
-    }
+    let db = sqlite_gate::database(dir.path());
 
     let first = http.acquire("L", "a", 1_000).await;
     let old = first["token"].as_str().unwrap().to_owned();
-    write(&db, &verifier, &old, "one").unwrap();
+    sqlite_gate::write(&db, &*verifier, &old, "one").unwrap();
     let backup = dir.path().join("app.db.backup");
     std::fs::copy(&db, &backup).unwrap();
     http.release(&first).await;
     let second = http.acquire("L", "b", 60_000).await;
     let new = second["token"].as_str().unwrap().to_owned();
-    write(&db, &verifier, &new, "two").unwrap();
+    sqlite_gate::write(&db, &*verifier, &new, "two").unwrap();
     assert!(matches!(
-        write(&db, &verifier, &old, "late"),
+        sqlite_gate::write(&db, &*verifier, &old, "late"),
         Err(AdmitError::Stale { .. })
     ));
 
     // The restore, and the hole it opens.
     std::fs::copy(&backup, &db).unwrap();
-    write(&db, &verifier, &old, "late").expect("the restored mark admits epoch 1");
+    sqlite_gate::write(&db, &*verifier, &old, "late").expect("the restored mark admits epoch 1");
 
     // Nothing named: refused, nothing changed.
     let refused = raise_marks(&server, &[]);
@@ -87,10 +64,11 @@ async fn raise_marks_shuts_out_what_a_restored_database_forgot() {
     assert_eq!(report["locks"], 1, "{report}");
     assert_eq!(report["databases"][0]["raised"], 1, "{report}");
     assert!(matches!(
-        write(&db, &verifier, &old, "later"),
+        sqlite_gate::write(&db, &*verifier, &old, "later"),
         Err(AdmitError::Stale { .. })
     ));
-    write(&db, &verifier, &new, "two again").expect("the holder of the newest epoch writes");
+    sqlite_gate::write(&db, &*verifier, &new, "two again")
+        .expect("the holder of the newest epoch writes");
     // Again: nothing left to raise.
     let out = raise_marks(&server, &["--sqlite", db.to_str().unwrap()]);
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();

@@ -16,7 +16,9 @@ use crate::{
     AcquireOptions, ClientBuilder, Error, FencedKv, KeepaliveInfo, Kv, Lease, LockStatus,
     PublicKey, TokenCheck,
 };
-use palisade_api::wire::{AcquireRequest, KeysAnswer, LockList, TokenCheckRequest};
+use palisade_api::wire::{
+    AcquireRequest, GateReport, GateReportAnswer, KeysAnswer, LockList, TokenCheckRequest,
+};
 
 /// Bound on every call that is not a queued acquire. A lock service that does not answer
 /// within this is treated as unreachable rather than waited on forever.
@@ -234,6 +236,21 @@ impl Client {
     /// a CLI). Holders using [`Client::acquire`] should prefer [`LeaseGuard::kv`].
     pub fn fenced_kv(&self, lock: &str, token: &str) -> FencedKv {
         FencedKv::new(self.clone(), lock, token)
+    }
+
+    /// Sends a gate's report of what it admitted and refused (`POST /v1/gates/report`):
+    /// the server counts it in `/metrics` and puts its refusals on the events stream. Not
+    /// resent when the answer was lost on the way (a second copy would count twice).
+    pub async fn report_gate(&self, report: &GateReport) -> Result<GateReportAnswer, Error> {
+        let resp = self
+            .call(
+                Retry::UnlessUnknown,
+                Method::POST,
+                "/v1/gates/report",
+                |r| r.json(report),
+            )
+            .await?;
+        Self::json(resp).await
     }
 
     /// `Ok` if the server answers and its store has not latched a failure

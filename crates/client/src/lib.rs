@@ -105,6 +105,8 @@ pub use fenced::FencedKv;
 pub use keys::{IssuerKeys, MIN_REFRESH_GAP};
 pub use kv::{Kv, LIST_LIMIT};
 pub use lease::LeaseGuard;
+/// What a gate reports to the server ([`Client::report_gate`]).
+pub use palisade_api::wire::{GateRefusal, GateReport, GateReportAnswer, ResourceKind};
 pub use session::{SessionGuard, SessionLock};
 pub use types::{
     AcquireOptions, Entry, FenceStatus, KeepaliveInfo, Lease, LockStatus, Proclaimed, PublicKey,

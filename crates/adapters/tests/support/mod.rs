@@ -11,7 +11,8 @@ pub mod suite;
 use std::future::Future;
 use std::sync::Arc;
 
-use palisade_adapters::AdmitError;
+use palisade_adapters::report::ResourceKind;
+use palisade_adapters::{AdmitError, GateTally};
 use palisade_token::{KeyRing, Signer, Verifier};
 
 /// The lock guarding the scenario's data.
@@ -85,6 +86,12 @@ pub trait GateUnderTest: Send + Sync + 'static {
         self.put(Write::new(token, lock, key, value))
     }
 
+    /// The kind of resource the gate reports as.
+    const KIND: ResourceKind;
+
+    /// The tally every write of this gate counts into.
+    fn tally(&self) -> &GateTally;
+
     /// The committed value at `key`.
     fn read(&self, key: &str) -> impl Future<Output = Option<String>> + Send;
 
@@ -149,6 +156,12 @@ macro_rules! suite_tests {
         async fn fencing_scenario() {
             let $issuer = &$crate::support::Issuer::new();
             $crate::support::suite::fencing_scenario(&$gate, $issuer).await;
+        }
+
+        #[tokio::test]
+        async fn the_tally_counts_what_the_gate_decided() {
+            let $issuer = &$crate::support::Issuer::new();
+            $crate::support::suite::the_tally_counts_what_the_gate_decided(&$gate, $issuer).await;
         }
 
         #[tokio::test]

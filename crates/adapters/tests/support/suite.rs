@@ -77,6 +77,37 @@ pub async fn fencing_scenario<G: GateUnderTest>(gate: &G, issuer: &Issuer) {
     assert_state(gate, key, "newest", 3).await;
 }
 
+/// Every admit made through the gate is counted in its tally, by the gate's kind of
+/// resource: the admitted ones, the refusals by code, the stale one with both epochs.
+pub async fn the_tally_counts_what_the_gate_decided<G: GateUnderTest>(gate: &G, issuer: &Issuer) {
+    let key = "tallied";
+    let (old, new) = (issuer.token(LOCK, 1), issuer.token(LOCK, 2));
+    gate.write(&old, LOCK, key, "one").await.unwrap();
+    gate.write(&new, LOCK, key, "two").await.unwrap();
+    assert_stale(gate.write(&old, LOCK, key, "late").await, 2, 1);
+    assert!(gate.write("", LOCK, key, "none").await.is_err());
+    let reports = gate.tally().take();
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    let report = &reports[0];
+    assert_eq!((report.resource, report.admitted), (G::KIND, 2));
+    let refused: Vec<(&str, u64)> = report
+        .refused
+        .iter()
+        .map(|(c, n)| (c.as_str(), *n))
+        .collect();
+    assert_eq!(refused, [("missing_token", 1), ("stale_token", 1)]);
+    let stale = &report.recent[0];
+    assert_eq!(
+        (
+            stale.lock.as_str(),
+            stale.code.as_str(),
+            stale.epoch,
+            stale.high_water
+        ),
+        (LOCK, "stale_token", Some(1), Some(2))
+    );
+}
+
 /// Malformed, forged, foreign and other-lock tokens change nothing.
 pub async fn bad_tokens<G: GateUnderTest>(gate: &G, issuer: &Issuer) {
     let key = "bad-tokens";

@@ -9,6 +9,7 @@ pub mod events;
 pub mod pki;
 pub mod principals;
 pub mod raw;
+pub mod sqlite_gate;
 pub mod topology;
 pub mod verify;
 
