@@ -13,6 +13,7 @@ import psycopg
 
 from palisade import ConflictError
 from palisade.gates import Admitted, postgres, sqlite
+from palisade.gates.report import GateTally
 from palisade.tokens import Verifier
 
 PG_UPSERT = "INSERT INTO kv (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
@@ -34,6 +35,8 @@ class _Gate:
     def __init__(self, target: str, verifier: Verifier) -> None:
         self.target = target
         self.verifier = verifier
+        #: Every admit of this gate counts in it.
+        self.tally = GateTally()
 
     def session(self) -> ContextManager[Any]:
         """A connection, closed at the end of the block."""
@@ -50,9 +53,9 @@ class _Gate:
             if own_key is not None:
                 conn.execute(self.upsert, (own_key, "own"))
             if seq is None:
-                admitted: Admitted = self.module.admit(conn, self.verifier, token, lock)
+                admitted: Admitted = self.module.admit(conn, self.verifier, token, lock, tally=self.tally)
             else:
-                admitted = self.module.admit_sequenced(conn, self.verifier, token, lock, seq)
+                admitted = self.module.admit_sequenced(conn, self.verifier, token, lock, seq, tally=self.tally)
             conn.execute(self.upsert, (key, value))
             if fail_after:
                 raise Rollback()

@@ -98,6 +98,10 @@ class PalisadeServer:
         """SIGKILL: a crash, nothing flushed."""
         _stop(self.proc, signal.SIGKILL)
 
+    def restart(self) -> None:
+        """Starts the server again on its data directory and port (after :meth:`kill`)."""
+        self.proc, self.url = self._spawn(self.port)
+
     def stop(self) -> None:
         _stop(self.proc, signal.SIGTERM)
         if self.proc.stdout is not None:

@@ -79,6 +79,29 @@ def test_fencing_scenario(gate: Gate, issuer: Issuer) -> None:
     assert_state(gate, key, "newest", 3)
 
 
+def test_the_tally_counts_what_the_gate_decided(gate: Gate, issuer: Issuer) -> None:
+    """Every admit through the gate counts in its tally, under the gate's kind of
+    database: the admitted ones, the refusals by code, the stale one with both epochs."""
+    old, new = issuer.token(LOCK, 1), issuer.token(LOCK, 2)
+    write(gate, old, LOCK, "tallied", "one")
+    write(gate, new, LOCK, "tallied", "two")
+    with pytest.raises(StaleTokenError):
+        write(gate, old, LOCK, "tallied", "late")
+    with pytest.raises(MissingTokenError):
+        write(gate, "", LOCK, "tallied", "none")
+    assert gate.tally.take() == [
+        {
+            "resource": gate.name,
+            "admitted": 2,
+            "refused": {"stale_token": 1, "missing_token": 1},
+            "recent": [
+                {"lock": LOCK, "code": "stale_token", "epoch": 1, "high_water": 2},
+                {"lock": LOCK, "code": "missing_token", "epoch": None, "high_water": None},
+            ],
+        }
+    ]
+
+
 def test_bad_tokens(gate: Gate, issuer: Issuer) -> None:
     """Malformed, forged, foreign and other-lock tokens change nothing."""
     key = "bad-tokens"

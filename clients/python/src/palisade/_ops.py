@@ -16,7 +16,7 @@ import functools
 import inspect
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Generic, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _protocol as proto
 from ._attrs import Forward
@@ -335,6 +335,15 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT, ContextT]):
     def _high_water(self, name: str) -> Op[FenceStatus]:
         """The store's high-water mark for namespace ``name``."""
         return proto.read(FenceStatus.parse, (yield proto.high_water(name)))
+
+    def _report_gate(self, report: Dict[str, Any]) -> Op[Dict[str, int]]:
+        """Sends a gate's report of what it admitted and refused (``POST
+        /v1/gates/report``; :class:`palisade.gates.report.GateTally` makes them): the
+        server counts it in ``/metrics`` and puts its refusals on the events stream.
+        Returns ``{"published": n, "dropped": m}``, the refusals that became events and
+        those dropped by the server's rate limit."""
+        answer = proto.body((yield proto.report_gate(report)))
+        return {"published": int(answer["published"]), "dropped": int(answer["dropped"])}
 
     def _health(self) -> Op[None]:
         """Returns if a server answers and its store has not latched a failure

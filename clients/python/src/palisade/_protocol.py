@@ -218,6 +218,17 @@ def check_token(token: str) -> Call:
     )
 
 
+def report_gate(report: Dict[str, Any]) -> Call:
+    """A resent report would count twice: sent again only if it never left."""
+    return Call(
+        "POST",
+        "/v1/gates/report",
+        {"Content-Type": "application/json"},
+        _json_body(report),
+        retry=Retry.UNLESS_UNKNOWN,
+    )
+
+
 def health() -> Call:
     return Call("GET", "/healthz")
 

@@ -99,6 +99,7 @@ class Client(ClientOps[httpx.Client, httpx.BaseTransport, "Lease", "Session", "L
     locks = blocking(ClientOps._locks)
     keys = blocking(ClientOps._keys)
     check_token = blocking(ClientOps._check_token)
+    report_gate = blocking(ClientOps._report_gate)
     high_water = blocking(ClientOps._high_water)
     health = blocking(ClientOps._health)
 

@@ -119,6 +119,7 @@ class Client(ClientOps[httpx.AsyncClient, httpx.AsyncBaseTransport, "Lease", "Se
     locks = asynchronous(ClientOps._locks)
     keys = asynchronous(ClientOps._keys)
     check_token = asynchronous(ClientOps._check_token)
+    report_gate = asynchronous(ClientOps._report_gate)
     high_water = asynchronous(ClientOps._high_water)
     health = asynchronous(ClientOps._health)
 

@@ -22,6 +22,11 @@ Refusals raise the package's error classes with the server's codes:
 :class:`StaleSequenceError`, :class:`ConflictError` (a lost race: retry the whole
 transaction), :class:`StorageFailedError` (the database failed).
 
+Every admit takes ``tally=`` (a :class:`palisade.gates.report.GateTally`): it then counts
+as admitted or refused by code, for :class:`palisade.gates.report.Reporter` to send to the
+server (``POST /v1/gates/report``), so that a refusal here shows in its ``/metrics`` and
+events.
+
 Invariants (as in the Rust crate):
 
 - Nothing is read or written before the token verified and named the right lock (S12).
@@ -41,7 +46,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Generator, Optional, Sequence, Tuple
 
 from .._errors import (
     MissingTokenError,
@@ -51,6 +56,9 @@ from .._errors import (
     WrongLockError,
 )
 from ..tokens import Claims, Verifier
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from .report import GateTally
 
 __all__ = ["HighWater", "Policy", "Admitted", "decide", "verify_for_lock", "I64_MAX", "migration"]
 
@@ -178,30 +186,50 @@ class Step:
 AdmitSteps = Generator[Step, Optional[Sequence[Any]], Admitted]
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One admit as a gate carries it out: the token, the lock it must be for, the policy
+    with its sequence number, and the tally that counts the outcome (if any) under the
+    gate's kind of ``resource`` (``postgres``, ``sqlite``)."""
+
+    verifier: Verifier
+    token: Any
+    lock: str
+    policy: Policy
+    seq: Optional[int]
+    tally: "Optional[GateTally]"
+    resource: str
+
+
 def admit_steps(
-    verifier: Verifier,
-    token: Any,
-    lock: str,
-    policy: Policy,
-    seq: Optional[int],
+    ask: Ask,
     read_mark: Step,
     create_mark: Optional[Step],
     store_mark: Callable[[HighWater], Step],
 ) -> AdmitSteps:
     """Verify, read the mark (creating its row first if ``create_mark`` is given and the
-    row is missing), decide, store. Every gate runs this order."""
-    claims = verify_for_lock(verifier, token, lock)
-    if policy is Policy.SEQUENCE and (
-        seq is None or isinstance(seq, bool) or not isinstance(seq, int) or seq < 0
-    ):
-        raise ValueError(f"the sequence policy needs a sequence number >= 0, not {seq!r}")
-    row = yield read_mark
-    if row is None and create_mark is not None:
-        yield create_mark
+    row is missing), decide, store. Every gate runs this order. The tally, if any, counts
+    the decision: a refusal when it is raised, an admit once the mark is stored."""
+    try:
+        claims = verify_for_lock(ask.verifier, ask.token, ask.lock)
+        policy, seq = ask.policy, ask.seq
+        if policy is Policy.SEQUENCE and (
+            seq is None or isinstance(seq, bool) or not isinstance(seq, int) or seq < 0
+        ):
+            raise ValueError(f"the sequence policy needs a sequence number >= 0, not {seq!r}")
         row = yield read_mark
-    current = HighWater() if row is None else from_sql_mark(row[0], row[1])
-    high_water = decide(current, policy, claims.epoch, seq)
+        if row is None and create_mark is not None:
+            yield create_mark
+            row = yield read_mark
+        current = HighWater() if row is None else from_sql_mark(row[0], row[1])
+        high_water = decide(current, policy, claims.epoch, seq)
+    except Exception as e:
+        if ask.tally is not None:
+            ask.tally.refused(ask.resource, ask.lock, e)
+        raise
     to_sql_int(high_water.epoch, "epoch")
     to_sql_int(high_water.seq, "sequence number")
     yield store_mark(high_water)
+    if ask.tally is not None:
+        ask.tally.admitted(ask.resource)
     return Admitted(claims, current, high_water)

@@ -51,8 +51,9 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from .._errors import ConflictError, PalisadeError, StorageFailedError
 from .._stepper import Stepper
 from ..tokens import Verifier
-from . import Admitted, AdmitSteps, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
+from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
 from .preflight import POSTGRES_SETTINGS, UnsafeDatabaseError, check_postgres
+from .report import GateTally
 
 __all__ = ["MIGRATION", "preflight", "preflight_async", "migrate", "migrate_async",
            "migrate_unchecked", "migrate_unchecked_async", "admit", "admit_sequenced",
@@ -91,9 +92,10 @@ def _db_error(e: psycopg.Error) -> PalisadeError:
     return error
 
 
-def _steps(verifier: Verifier, token: Any, lock: str, policy: Policy, seq: Optional[int]) -> AdmitSteps:
+def _steps(ask: Ask) -> AdmitSteps:
+    lock = ask.lock
     return admit_steps(
-        verifier, token, lock, policy, seq,
+        ask,
         read_mark=Step(LOCK_MARK, (lock,), fetch=True),
         create_mark=Step(CREATE_MARK, (lock,), fetch=False),
         store_mark=lambda hw: Step(STORE_MARK, (hw.epoch, hw.seq, lock), fetch=False),
@@ -142,23 +144,23 @@ def migrate_unchecked(conn: "psycopg.Connection[Any]") -> None:
         raise _db_error(e) from e
 
 
-def admit(conn: "psycopg.Connection[Any]", verifier: Verifier, token: Any, lock: str) -> Admitted:
+def admit(conn: "psycopg.Connection[Any]", verifier: Verifier, token: Any, lock: str, *, tally: "Optional[GateTally]" = None) -> Admitted:
     """Admits ``token`` for ``lock`` inside ``conn``'s transaction under the epoch policy:
     an equal or larger epoch passes and raises the mark, a smaller one is refused with
     :class:`StaleTokenError`. On success the new mark is part of the transaction and
     commits or rolls back with the caller's writes; on a refusal the transaction is
     aborted and must be rolled back."""
-    return _run(conn, _steps(verifier, token, lock, Policy.EPOCH, None))
+    return _run(conn, _steps(Ask(verifier, token, lock, Policy.EPOCH, None, tally, "postgres")))
 
 
 def admit_sequenced(
-    conn: "psycopg.Connection[Any]", verifier: Verifier, token: Any, lock: str, seq: int
+    conn: "psycopg.Connection[Any]", verifier: Verifier, token: Any, lock: str, seq: int, *, tally: "Optional[GateTally]" = None
 ) -> Admitted:
     """Like :func:`admit` under the sequence policy: (epoch, ``seq``) must strictly exceed
     the mark, so a delayed or replayed operation of the current holder is refused too
     (:class:`StaleSequenceError`). Use one policy per lock: an epoch-policy admit resets
     the stored sequence to 0."""
-    return _run(conn, _steps(verifier, token, lock, Policy.SEQUENCE, seq))
+    return _run(conn, _steps(Ask(verifier, token, lock, Policy.SEQUENCE, seq, tally, "postgres")))
 
 
 def high_water(conn: "psycopg.Connection[Any]", lock: str) -> HighWater:
@@ -237,17 +239,17 @@ async def migrate_unchecked_async(conn: "psycopg.AsyncConnection[Any]") -> None:
 
 
 async def admit_async(
-    conn: "psycopg.AsyncConnection[Any]", verifier: Verifier, token: Any, lock: str
+    conn: "psycopg.AsyncConnection[Any]", verifier: Verifier, token: Any, lock: str, *, tally: "Optional[GateTally]" = None
 ) -> Admitted:
     """:func:`admit` for an ``AsyncConnection``."""
-    return await _run_async(conn, _steps(verifier, token, lock, Policy.EPOCH, None))
+    return await _run_async(conn, _steps(Ask(verifier, token, lock, Policy.EPOCH, None, tally, "postgres")))
 
 
 async def admit_sequenced_async(
-    conn: "psycopg.AsyncConnection[Any]", verifier: Verifier, token: Any, lock: str, seq: int
+    conn: "psycopg.AsyncConnection[Any]", verifier: Verifier, token: Any, lock: str, seq: int, *, tally: "Optional[GateTally]" = None
 ) -> Admitted:
     """:func:`admit_sequenced` for an ``AsyncConnection``."""
-    return await _run_async(conn, _steps(verifier, token, lock, Policy.SEQUENCE, seq))
+    return await _run_async(conn, _steps(Ask(verifier, token, lock, Policy.SEQUENCE, seq, tally, "postgres")))
 
 
 async def high_water_async(conn: "psycopg.AsyncConnection[Any]", lock: str) -> HighWater:

@@ -40,7 +40,8 @@ from typing import Any, Iterator, Optional
 from .._errors import ConflictError, PalisadeError, StorageFailedError
 from .._stepper import Stepper
 from ..tokens import Verifier
-from . import Admitted, AdmitSteps, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
+from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
+from .report import GateTally
 
 __all__ = ["MIGRATION", "migrate", "begin", "transaction", "admit", "admit_sequenced", "high_water"]
 
@@ -115,18 +116,18 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         raise _db_error(e) from e
 
 
-def admit(conn: sqlite3.Connection, verifier: Verifier, token: Any, lock: str) -> Admitted:
+def admit(conn: sqlite3.Connection, verifier: Verifier, token: Any, lock: str, *, tally: "Optional[GateTally]" = None) -> Admitted:
     """Admits ``token`` for ``lock`` inside ``conn``'s open transaction under the epoch
     policy: an equal or larger epoch passes and raises the mark, a smaller one is refused
     with :class:`StaleTokenError`. On a refusal, roll the transaction back."""
-    return _run(conn, _steps(verifier, token, lock, Policy.EPOCH, None))
+    return _run(conn, _steps(Ask(verifier, token, lock, Policy.EPOCH, None, tally, "sqlite")))
 
 
-def admit_sequenced(conn: sqlite3.Connection, verifier: Verifier, token: Any, lock: str, seq: int) -> Admitted:
+def admit_sequenced(conn: sqlite3.Connection, verifier: Verifier, token: Any, lock: str, seq: int, *, tally: "Optional[GateTally]" = None) -> Admitted:
     """Like :func:`admit` under the sequence policy: (epoch, ``seq``) must strictly exceed
     the mark (:class:`StaleSequenceError`). Use one policy per lock: an epoch-policy admit
     resets the stored sequence to 0."""
-    return _run(conn, _steps(verifier, token, lock, Policy.SEQUENCE, seq))
+    return _run(conn, _steps(Ask(verifier, token, lock, Policy.SEQUENCE, seq, tally, "sqlite")))
 
 
 def high_water(conn: sqlite3.Connection, lock: str) -> HighWater:
@@ -139,9 +140,10 @@ def high_water(conn: sqlite3.Connection, lock: str) -> HighWater:
     return HighWater() if row is None else from_sql_mark(row[0], row[1])
 
 
-def _steps(verifier: Verifier, token: Any, lock: str, policy: Policy, seq: Optional[int]) -> AdmitSteps:
+def _steps(ask: Ask) -> AdmitSteps:
+    lock = ask.lock
     return admit_steps(
-        verifier, token, lock, policy, seq,
+        ask,
         read_mark=Step(SELECT_MARK, (lock,), fetch=True),
         create_mark=None,
         store_mark=lambda hw: Step(STORE_MARK, (lock, hw.epoch, hw.seq), fetch=False),
