@@ -112,6 +112,13 @@ impl Metrics {
             &["resource", "code"],
         )?;
         registry.register(Box::new(gate_refusals.clone()))?;
+        // As above: every kind's admits, and the stale refusals the alerts watch, from 0.
+        for kind in ResourceKind::ALL {
+            gate_admits.with_label_values(&[kind.as_str()]);
+            for code in [ErrorCode::StaleToken, ErrorCode::StaleSequence] {
+                gate_refusals.with_label_values(&[kind.as_str(), code.as_str()]);
+            }
+        }
         let request_duration = HistogramVec::new(
             HistogramOpts::new(
                 "palisade_request_duration_seconds",
