@@ -3,8 +3,9 @@ file, and asserts on the rendered page. Run by scripts/ui-test, which installs w
 needs: `python ui_test.py PALISADE_BINARY SCREENSHOT_PATH`.
 
 The page gets the key of a read-only principal ("dash"); a second one ("app") acquires
-and writes through the API: a grant, a fenced write, a stale write (refused), a lease
-left to expire, then enough locks for a second page. Every check polls the page until it
+and writes through the API: a grant, a fenced write, a stale write (refused), a gate's
+report of the same stale writer refused in PostgreSQL, a lease left to expire, then
+enough locks for a second page. Every check polls the page until it
 shows the state or the deadline passes; nothing sleeps a fixed time.
 """
 
@@ -189,6 +190,17 @@ def run(driver, base, dash_key, app, screenshot):
     colour = rejected.value_of_css_property("background-color")
     plain = feed_entry(driver, "granted", "orders", "epoch 2").value_of_css_property("background-color")
     assert colour != plain, (colour, plain)
+
+    # A gate inside PostgreSQL refused the same stale writer and reported it: the feed
+    # shows it, highlighted like the store's own refusal.
+    status, body = app.call("POST", "/v1/gates/report", {
+        "resource": "postgres", "admitted": 3, "refused": {"stale_token": 1},
+        "recent": [{"lock": "orders", "code": "stale_token", "epoch": 1, "high_water": 2}]})
+    assert status == 200 and body == {"published": 1, "dropped": 0}, (status, body)
+    refused = wait_for(driver, "the gate's refusal",
+                       lambda d: feed_entry(d, "gate_refused", "orders", "REFUSED by the postgres gate"))
+    assert "stale_token epoch 1 < high-water 2" in refused.text, refused.text
+    assert refused.value_of_css_property("background-color") == colour
 
     # A lease left to lapse.
     app.acquire("jobs", 300)
