@@ -31,6 +31,7 @@ pub mod auth;
 #[cfg(feature = "etcd")]
 mod cluster;
 pub mod config;
+mod embedded;
 pub mod error;
 pub use palisade_datadir::data_dir;
 pub mod keys;
@@ -42,6 +43,7 @@ pub mod policies;
 pub use palisade_datadir::recovery;
 pub mod resp;
 mod run;
+mod start;
 pub mod transport;
 pub mod ui;
 
@@ -50,5 +52,6 @@ pub use config::{
     DEFAULT_AUDIT_LOG_MAX_BYTES, DEFAULT_ETCD_PREFIX, DEFAULT_ETCD_TIMEOUT_MS,
     DEFAULT_IDLE_GRACE_MS, DEFAULT_LOCK_DELAY_MS, DEFAULT_MAX_VALUE_BYTES, DEFAULT_TOKEN_CACHE,
 };
-pub use run::{serve, RunningServer, ServerError, DB_FILE};
+pub use run::{RunningServer, ServerError, DB_FILE};
+pub use start::serve;
 pub use transport::{ClientCert, TlsConfig, TransportConfig};
