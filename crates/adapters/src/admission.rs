@@ -166,7 +166,7 @@ pub(crate) fn decide(
 
 /// One admission as the SQL gates carry it out: the token, the lock it must be for, and
 /// the policy with its sequence number.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 #[derive(Clone, Copy)]
 pub(crate) struct Ask<'a> {
     pub token: &'a str,
@@ -175,7 +175,7 @@ pub(crate) struct Ask<'a> {
     seq: Option<u64>,
 }
 
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 impl<'a> Ask<'a> {
     /// Under the epoch policy.
     pub(crate) fn epoch(token: &'a str, lock: &'a str) -> Self {
@@ -213,14 +213,14 @@ impl<'a> Ask<'a> {
 
 /// SQL integers are signed 64-bit; epochs and sequence numbers are unsigned. Values past
 /// `i64::MAX` are refused rather than wrapped, since a wrapped mark would compare wrongly.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) fn to_sql_int(value: u64, what: &'static str) -> Result<i64, AdmitError> {
     i64::try_from(value)
         .map_err(|_| AdmitError::backend(format!("{what} {value} exceeds the SQL integer range")))
 }
 
 /// Reads a stored mark back; a negative value means the fence table was edited by hand.
-#[cfg(any(feature = "postgres", feature = "sqlite"))]
+#[cfg(any(feature = "postgres", feature = "sqlite", feature = "mysql"))]
 pub(crate) fn from_sql_mark(epoch: i64, seq: i64) -> Result<HighWater, AdmitError> {
     match (u64::try_from(epoch), u64::try_from(seq)) {
         (Ok(epoch), Ok(seq)) => Ok(HighWater { epoch, seq }),

@@ -12,6 +12,7 @@
 //! | adapter | feature | atomic unit | serialised by |
 //! |---|---|---|---|
 //! | `postgres` | `postgres` | the caller's transaction | row lock on `palisade_fence` |
+//! | `mysql` | `mysql` | the caller's InnoDB transaction | row lock on `palisade_fence` |
 //! | `sqlite` | `sqlite` (default) | the caller's transaction | `BEGIN IMMEDIATE` |
 //! | `redis` | `redis` | one Lua script | Redis runs scripts one at a time |
 //! | `objects` | `object-store` (default) | one object | conditional put (ETag) |
@@ -49,6 +50,7 @@
 // With no adapter feature enabled, only the shared types are left to use.
 #![cfg_attr(
     not(any(
+        feature = "mysql",
         feature = "postgres",
         feature = "redis",
         feature = "sqlite",
@@ -62,6 +64,8 @@ mod error;
 pub mod preflight;
 pub mod report;
 
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "object-store")]
 pub mod objects;
 #[cfg(feature = "postgres")]

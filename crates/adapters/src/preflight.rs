@@ -10,6 +10,8 @@
 //!   `local` when synchronous standbys are configured; no streaming replicas without
 //!   `synchronous_standby_names` (a failover to an asynchronous standby can lose marks).
 //! - Redis: `appendonly yes` with `appendfsync always`.
+//! - MySQL and MariaDB: `innodb_flush_log_at_trx_commit = 1`, and `sync_binlog = 1` when
+//!   the binary log is on.
 //!
 //! ## What it does not check
 //! - The disk and the kernel: a volatile write cache that lies about flushes defeats every
@@ -133,6 +135,35 @@ pub fn redis(appendonly: &str, appendfsync: &str) -> Result<(), UnsafeDatabase> 
     finish("Redis", bad)
 }
 
+/// The MySQL / MariaDB rule, on `@@innodb_flush_log_at_trx_commit`, `@@sync_binlog` and
+/// `@@log_bin`: InnoDB's log flushed at every commit, and, with the binary log on, the
+/// binary log synced at every commit too (a commit prepared in InnoDB but missing from an
+/// unsynced binary log is rolled back by crash recovery, acknowledged or not).
+pub fn mysql(
+    innodb_flush_log_at_trx_commit: &str,
+    sync_binlog: &str,
+    log_bin: &str,
+) -> Result<(), UnsafeDatabase> {
+    let mut bad = Vec::new();
+    if innodb_flush_log_at_trx_commit != "1" {
+        bad.push(UnsafeSetting {
+            name: "innodb_flush_log_at_trx_commit",
+            value: innodb_flush_log_at_trx_commit.to_owned(),
+            needs: "1 (0 and 2 can lose the last second of commits, marks among them)",
+        });
+    }
+    let binlog_on = matches!(log_bin, "1" | "ON" | "on");
+    if binlog_on && sync_binlog != "1" {
+        bad.push(UnsafeSetting {
+            name: "sync_binlog",
+            value: sync_binlog.to_owned(),
+            needs: "1 with the binary log on (crash recovery rolls back what the binary log \
+                    lost)",
+        });
+    }
+    finish("MySQL", bad)
+}
+
 fn finish(database: &'static str, settings: Vec<UnsafeSetting>) -> Result<(), UnsafeDatabase> {
     if settings.is_empty() {
         Ok(())
@@ -219,6 +250,24 @@ mod tests {
                 "synchronous_commit",
                 "synchronous_standby_names"
             ]
+        );
+    }
+
+    #[test]
+    fn mysql_needs_the_log_flushed_at_every_commit_and_the_binlog_synced_when_on() {
+        assert!(
+            mysql("1", "0", "0").is_ok(),
+            "no binary log: sync_binlog does not matter"
+        );
+        assert!(mysql("1", "1", "1").is_ok());
+        assert_eq!(
+            names(mysql("2", "1", "1")),
+            ["innodb_flush_log_at_trx_commit"]
+        );
+        assert_eq!(names(mysql("1", "0", "ON")), ["sync_binlog"]);
+        assert_eq!(
+            names(mysql("0", "100", "1")),
+            ["innodb_flush_log_at_trx_commit", "sync_binlog"]
         );
     }
 

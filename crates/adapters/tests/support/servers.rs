@@ -1,4 +1,4 @@
-//! Real PostgreSQL and Redis servers for the tests: each in its own temp dir, on a free
+//! Real PostgreSQL, Redis and MariaDB servers for the tests: each in its own temp dir, on a free
 //! loopback port, stopped by process id when dropped. A missing server binary is a test
 //! failure with instructions, never a silent skip.
 
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
-const HOW_TO_INSTALL: &str = "run scripts/adapter-services (installs redis-server and \
-     PostgreSQL with apt-get) before `cargo test -p palisade-adapters --all-features`";
+const HOW_TO_INSTALL: &str = "run scripts/adapter-services (installs redis-server, \
+     PostgreSQL and MariaDB with apt-get) before `cargo test -p palisade-adapters --all-features`";
 
 fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
@@ -22,6 +22,7 @@ fn free_port() -> u16 {
 fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
         .map(|dir| dir.join(name))
         .find(|candidate| candidate.is_file())
 }
@@ -258,5 +259,79 @@ impl Server {
     /// The redis URL for a server started by [`redis`].
     pub fn redis_url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
+    }
+}
+
+/// Initialises a throwaway MariaDB (or MySQL) data directory and starts the server on it,
+/// with `extra` arguments (`--innodb-flush-log-at-trx-commit=2`, say). `root` has no
+/// password on 127.0.0.1; the database `palisade` exists.
+pub fn mariadb(extra: &[&str]) -> Server {
+    let find = |names: &[&str]| names.iter().find_map(|n| on_path(n));
+    let server = find(&["mariadbd", "mysqld"])
+        .unwrap_or_else(|| panic!("mariadbd not found: {HOW_TO_INSTALL}"));
+    let install = find(&["mariadb-install-db", "mysql_install_db"])
+        .unwrap_or_else(|| panic!("mariadb-install-db not found: {HOW_TO_INSTALL}"));
+    let client = find(&["mariadb", "mysql"])
+        .unwrap_or_else(|| panic!("the mariadb client not found: {HOW_TO_INSTALL}"));
+    // SAFETY: geteuid has no preconditions.
+    let as_root = unsafe { libc::geteuid() } == 0;
+    let user = |command: &mut Command| {
+        if as_root {
+            command.arg("--user=root");
+        }
+    };
+    start_with_retries(|port| {
+        let dir =
+            TempDir::with_prefix_in("palisade-mariadb-", "/tmp").map_err(|e| e.to_string())?;
+        let data = dir.path().join("data");
+        let mut init = Command::new(&install);
+        init.arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .args(["--auth-root-authentication-method=normal", "--skip-test-db"]);
+        user(&mut init);
+        let done = init
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", install.display()))?;
+        if !done.status.success() {
+            return Err(format!(
+                "mariadb-install-db failed: {}",
+                String::from_utf8_lossy(&done.stderr)
+            ));
+        }
+        let mut command = Command::new(&server);
+        command
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", dir.path().join("sock").display()))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .args(["--bind-address=127.0.0.1", &format!("--port={port}")])
+            .args(["--skip-name-resolve", "--max-connections=200"])
+            .args(extra);
+        user(&mut command);
+        let client = client.clone();
+        spawn(command, dir, port, libc::SIGTERM, move |port| {
+            Command::new(&client)
+                .args([
+                    "--no-defaults",
+                    "-h",
+                    "127.0.0.1",
+                    "-P",
+                    &port.to_string(),
+                    "-u",
+                    "root",
+                ])
+                .args(["-e", "CREATE DATABASE IF NOT EXISTS palisade"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+    })
+}
+
+impl Server {
+    /// The mysql_async URL of the `palisade` database of a server started by [`mariadb`].
+    pub fn mysql_url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}/palisade", self.port)
     }
 }
