@@ -4,6 +4,7 @@ configures one), a test issuer, and per-test databases."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -13,14 +14,16 @@ from typing import Iterator
 
 import nacl.signing
 import psycopg
+import pymysql
 import pytest
 
 from palisade import Client
 from palisade.gates import sqlite as sqlite_gate
+from palisade.gates import mysql as mysql_gate
 from palisade.gates import postgres as pg_gate
 from palisade.tokens import KeyRing, Verifier
 
-from servers import PalisadeServer, PostgresServer
+from servers import MariaDBServer, PalisadeServer, PostgresServer
 
 #: The lock guarding the scenario's data, and another whose tokens must never write it.
 LOCK = "orders"
@@ -115,3 +118,26 @@ def sqlite_path(tmp_path: Path) -> str:
     conn.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
     conn.close()
     return path
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[MariaDBServer]:
+    server = MariaDBServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def mysql_db(mariadb_server: MariaDBServer) -> dict:
+    """A fresh database of its own for each test, with the fence table and ``kv``: the
+    keyword arguments of ``pymysql.connect``."""
+    name = "t_" + uuid.uuid4().hex[:16]
+    args = {"host": "127.0.0.1", "port": mariadb_server.port, "user": "root"}
+    with contextlib.closing(pymysql.connect(**args)) as admin, admin.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {name}")
+    args["database"] = name
+    with contextlib.closing(pymysql.connect(**args)) as conn:
+        mysql_gate.migrate(conn)
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE kv (`key` VARCHAR(64) PRIMARY KEY, value TEXT NOT NULL) ENGINE = InnoDB")
+    return args

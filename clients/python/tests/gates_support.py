@@ -10,13 +10,15 @@ import sqlite3
 from typing import Any, ContextManager, Optional
 
 import psycopg
+import pymysql
 
 from palisade import ConflictError
-from palisade.gates import Admitted, postgres, sqlite
+from palisade.gates import Admitted, mysql, postgres, sqlite
 from palisade.gates.report import GateTally
 from palisade.tokens import Verifier
 
 PG_UPSERT = "INSERT INTO kv (key, value) VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+MYSQL_UPSERT = "INSERT INTO kv (`key`, value) VALUES (%s, %s) ON DUPLICATE KEY UPDATE value = VALUES(value)"
 SQLITE_UPSERT = "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
@@ -103,7 +105,47 @@ class PgGate(_Gate):
         return conn.transaction()
 
 
-Gate = Any  # SqliteGate or PgGate
+class _Cursored:
+    """A PyMySQL connection with ``execute`` (what the other drivers' connections have),
+    for the shared operations above."""
+
+    def __init__(self, conn: "pymysql.connections.Connection[Any]") -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Any = None) -> Any:
+        cur = self.conn.cursor()
+        cur.execute(sql, params)
+        return cur
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)  # the gate's own calls: cursor, begin, commit, ...
+
+
+class MySqlGate(_Gate):
+    name = "mysql"
+    module = mysql
+    upsert = MYSQL_UPSERT
+    select = "SELECT value FROM kv WHERE `key` = %s"
+
+    def __init__(self, target: Any, verifier: Verifier) -> None:
+        super().__init__("", verifier)
+        self.args = target
+
+    def session(self) -> ContextManager[Any]:
+        @contextlib.contextmanager
+        def opened() -> Any:
+            conn = pymysql.connect(**self.args)
+            try:
+                yield _Cursored(conn)
+            finally:
+                conn.close()
+        return opened()
+
+    def transaction(self, conn: Any) -> ContextManager[Any]:
+        return mysql.transaction(conn)
+
+
+Gate = Any  # SqliteGate, PgGate or MySqlGate
 
 
 def write(gate: Gate, token: Any, lock: str, key: str, value: str) -> None:

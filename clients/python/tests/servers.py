@@ -190,6 +190,74 @@ class PostgresServer:
         self.dir.cleanup()
 
 
+class MariaDBServer:
+    """A throwaway MariaDB (InnoDB, ``innodb_flush_log_at_trx_commit = 1``): ``root`` with
+    no password on 127.0.0.1 only. As root, the server runs as root (``--user=root``)."""
+
+    def __init__(self) -> None:
+        def find(*names: str) -> str:
+            for name in names:
+                found = shutil.which(name) or shutil.which(name, path="/usr/sbin")
+                if found:
+                    return found
+            raise RuntimeError(f"{names[0]} not found: run scripts/adapter-services")
+
+        self.server = find("mariadbd", "mysqld")
+        self.install = find("mariadb-install-db", "mysql_install_db")
+        self.client = find("mariadb", "mysql")
+        last = ""
+        for _ in range(3):  # another process may take the free port first
+            try:
+                self._start(free_port())
+                return
+            except RuntimeError as e:
+                last = str(e)
+        raise RuntimeError(f"could not start MariaDB: {last}")
+
+    def _start(self, port: int) -> None:
+        self.dir = tempfile.TemporaryDirectory(prefix="palisade-mariadb-", dir="/tmp")
+        data = Path(self.dir.name) / "data"
+        user = ["--user=root"] if os.geteuid() == 0 else []
+        init = subprocess.run(
+            [self.install, "--no-defaults", f"--datadir={data}",
+             "--auth-root-authentication-method=normal", "--skip-test-db", *user],
+            capture_output=True,
+        )
+        if init.returncode != 0:
+            raise RuntimeError(f"mariadb-install-db failed: {init.stderr.decode(errors='replace')}")
+        self.log_path = Path(self.dir.name) / "server.log"
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [self.server, "--no-defaults", f"--datadir={data}", f"--socket={self.dir.name}/sock",
+             f"--pid-file={self.dir.name}/pid", "--bind-address=127.0.0.1", f"--port={port}",
+             "--skip-name-resolve", "--max-connections=200", *user],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+        )
+        log.close()
+        self.port = port
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mariadbd exited:\n{self.log_path.read_text(errors='replace')}")
+            if self.sql("SELECT 1").returncode == 0:
+                return
+            time.sleep(0.05)
+        _stop(self.proc, signal.SIGKILL)
+        raise RuntimeError("mariadbd not ready within 60 s")
+
+    def sql(self, statement: str) -> "subprocess.CompletedProcess[bytes]":
+        """Runs ``statement`` as root with the command-line client."""
+        return subprocess.run(
+            [self.client, "--no-defaults", "-h", "127.0.0.1", "-P", str(self.port), "-u", "root",
+             "-e", statement],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        _stop(self.proc, signal.SIGTERM)
+        self.dir.cleanup()
+
+
 class EtcdMember:
     """A one-member etcd cluster for the three-node tests: client and peer ports free on
     loopback, data in a temp dir, short election settings (as the Rust etcd tests use),

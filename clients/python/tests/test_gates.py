@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, List
 
 import psycopg
+import pymysql
 import pytest
 
 from palisade import (
@@ -24,17 +25,19 @@ from palisade import (
     UnknownKeyError,
     WrongLockError,
 )
-from palisade.gates import HighWater, postgres, sqlite
+from palisade.gates import HighWater, mysql, postgres, sqlite
 
 from conftest import LOCK, OTHER_LOCK, Issuer
-from gates_support import PG_UPSERT, Gate, PgGate, Rollback, SqliteGate, write, write_retrying
+from gates_support import PG_UPSERT, Gate, MySqlGate, PgGate, Rollback, SqliteGate, write, write_retrying
 from servers import REPO
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
+@pytest.fixture(params=["sqlite", "postgres", "mysql"])
 def gate(request: Any, issuer: Issuer, tmp_path: Path) -> Gate:
     if request.param == "sqlite":
         return SqliteGate(request.getfixturevalue("sqlite_path"), issuer.verifier)
+    if request.param == "mysql":
+        return MySqlGate(request.getfixturevalue("mysql_db"), issuer.verifier)
     return PgGate(request.getfixturevalue("pg_dsn"), issuer.verifier)
 
 
@@ -306,6 +309,42 @@ def test_preflight_rule_names_each_unsafe_setting() -> None:
         "fsync", "full_page_writes", "synchronous_commit", "synchronous_standby_names"]
 
 
+def test_mysql_preflight_rule_and_an_unsafe_server_refused_by_name(mysql_db: dict) -> None:
+    """The rule (the Rust gate's): the InnoDB log flushed at every commit, the binary log
+    synced when on. And a server switched to innodb_flush_log_at_trx_commit = 2 is refused
+    by preflight and migrate, naming the setting (set back after)."""
+    from palisade.gates.preflight import UnsafeDatabaseError, check_mysql
+
+    def names(*args: str) -> List[str]:
+        try:
+            check_mysql(*args)
+        except UnsafeDatabaseError as e:
+            return [s.name for s in e.settings]
+        return []
+
+    assert names("1", "0", "0") == []
+    assert names("1", "1", "ON") == []
+    assert names("2", "1", "1") == ["innodb_flush_log_at_trx_commit"]
+    assert names("1", "0", "ON") == ["sync_binlog"]
+    assert names("0", "100", "1") == ["innodb_flush_log_at_trx_commit", "sync_binlog"]
+
+    conn = pymysql.connect(**mysql_db)
+    try:
+        mysql.preflight(conn)
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL innodb_flush_log_at_trx_commit = 2")
+        try:
+            for check in (mysql.preflight, mysql.migrate):
+                with pytest.raises(UnsafeDatabaseError) as refused:
+                    check(conn)
+                assert [s.name for s in refused.value.settings] == ["innodb_flush_log_at_trx_commit"]
+        finally:
+            with conn.cursor() as cur:
+                cur.execute("SET GLOBAL innodb_flush_log_at_trx_commit = 1")
+    finally:
+        conn.close()
+
+
 def test_pg_repeatable_read_surfaces_conflict(pg_dsn: str, issuer: Issuer) -> None:
     gate = PgGate(pg_dsn, issuer.verifier)
     write(gate, issuer.token(LOCK, 1), LOCK, "k", "v1")
@@ -410,9 +449,8 @@ def test_sqlite_with_the_default_isolation_level(sqlite_path: str, issuer: Issue
 
 def test_migrations_are_the_rust_adapters_own() -> None:
     """The package ships copies of the Rust adapters' migrations; they must not drift."""
-    for name in ["postgres", "sqlite"]:
+    for name, module in [("postgres", postgres), ("sqlite", sqlite), ("mysql", mysql)]:
         rust = (REPO / "crates" / "adapters" / "migrations" / f"{name}.sql").read_text()
-        module = postgres if name == "postgres" else sqlite
         assert module.MIGRATION == rust, f"{name}.sql differs from crates/adapters/migrations"
 
 

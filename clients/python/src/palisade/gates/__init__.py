@@ -13,6 +13,7 @@ and Python writers can guard one database together:
 module             atomic unit                 concurrent admits serialise on
 =================  ==========================  ========================================
 ``postgres``       the caller's transaction    a row lock on ``palisade_fence``
+``mysql``          the caller's transaction    a row lock on ``palisade_fence`` (InnoDB)
 ``sqlite``         the caller's transaction    ``BEGIN IMMEDIATE`` (one writer)
 =================  ==========================  ========================================
 

@@ -33,6 +33,13 @@ POSTGRES_SETTINGS = (
 )
 
 
+#: The settings :func:`check_mysql` judges, as one row of text.
+MYSQL_SETTINGS = (
+    "SELECT CAST(@@innodb_flush_log_at_trx_commit AS CHAR), CAST(@@sync_binlog AS CHAR), "
+    "CAST(@@log_bin AS CHAR)"
+)
+
+
 @dataclass(frozen=True)
 class UnsafeSetting:
     """A database setting that breaks the gate's durability."""
@@ -92,3 +99,22 @@ def check_postgres(
         ))
     if bad:
         raise UnsafeDatabaseError("PostgreSQL", bad)
+
+
+def check_mysql(innodb_flush_log_at_trx_commit: str, sync_binlog: str, log_bin: str) -> None:
+    """The MySQL / MariaDB rule (the Rust gate's ``preflight::mysql``): InnoDB's log
+    flushed at every commit, and with the binary log on, the binary log synced at every
+    commit too. Raises :class:`UnsafeDatabaseError` naming every unsafe setting."""
+    bad: List[UnsafeSetting] = []
+    if innodb_flush_log_at_trx_commit != "1":
+        bad.append(UnsafeSetting(
+            "innodb_flush_log_at_trx_commit", innodb_flush_log_at_trx_commit,
+            "1 (0 and 2 can lose the last second of commits, marks among them)",
+        ))
+    if log_bin in ("1", "ON", "on") and sync_binlog != "1":
+        bad.append(UnsafeSetting(
+            "sync_binlog", sync_binlog,
+            "1 with the binary log on (crash recovery rolls back what the binary log lost)",
+        ))
+    if bad:
+        raise UnsafeDatabaseError("MySQL", bad)
