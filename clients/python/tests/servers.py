@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import httpx
 
@@ -123,6 +123,18 @@ def _pg_bin() -> Path:
     raise RuntimeError("PostgreSQL server binaries (initdb, postgres) not found: run scripts/adapter-services")
 
 
+def _on_a_free_port(start: Callable[[int], None], what: str) -> None:
+    """``start(port)`` on a free port, three tries: another process may take it first."""
+    last = ""
+    for _ in range(3):
+        try:
+            start(free_port())
+            return
+        except RuntimeError as e:
+            last = str(e)
+    raise RuntimeError(f"could not start {what}: {last}")
+
+
 class PostgresServer:
     """A throwaway PostgreSQL cluster (fsync on). PostgreSQL refuses to run as root, so as
     root the cluster belongs to ``nobody`` and the server runs as ``nobody``."""
@@ -133,14 +145,7 @@ class PostgresServer:
         if os.geteuid() == 0:
             pw = pwd.getpwnam("nobody")
             self.user = (pw.pw_uid, pw.pw_gid)
-        last = ""
-        for _ in range(3):  # another process may take the free port first
-            try:
-                self._start(free_port())
-                return
-            except RuntimeError as e:
-                last = str(e)
-        raise RuntimeError(f"could not start PostgreSQL: {last}")
+        _on_a_free_port(self._start, "PostgreSQL")
 
     def _as_user(self) -> dict:
         if self.user is None:
@@ -205,14 +210,7 @@ class MariaDBServer:
         self.server = find("mariadbd", "mysqld")
         self.install = find("mariadb-install-db", "mysql_install_db")
         self.client = find("mariadb", "mysql")
-        last = ""
-        for _ in range(3):  # another process may take the free port first
-            try:
-                self._start(free_port())
-                return
-            except RuntimeError as e:
-                last = str(e)
-        raise RuntimeError(f"could not start MariaDB: {last}")
+        _on_a_free_port(self._start, "MariaDB")
 
     def _start(self, port: int) -> None:
         self.dir = tempfile.TemporaryDirectory(prefix="palisade-mariadb-", dir="/tmp")

@@ -45,9 +45,10 @@ database (S11), and they are not access control (S14).
 
 from __future__ import annotations
 
+import contextlib
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generator, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator, Optional, Sequence, Tuple, Type
 
 from .._errors import (
     MissingTokenError,
@@ -170,6 +171,33 @@ def migration(name: str) -> str:
     from importlib import resources
 
     return resources.files(__package__).joinpath(f"{name}.sql").read_text(encoding="utf-8")
+
+
+@contextlib.contextmanager
+def mapped(driver_error: Type[BaseException], to_gate_error: Callable[[Any], Exception]) -> Iterator[None]:
+    """A database driver's failures (``driver_error``) as the gate's errors."""
+    try:
+        yield
+    except driver_error as e:
+        raise to_gate_error(e) from e
+
+
+@contextlib.contextmanager
+def committing(conn: Any, begin: Callable[[], None], driver_error: Type[BaseException],
+               to_gate_error: Callable[[Any], Exception]) -> Iterator[Any]:
+    """The body of a gate's ``transaction()``: ``begin()``, then commit when the block
+    succeeds and roll back when it raises (a refused admit included) or the commit fails."""
+    begin()
+    try:
+        yield conn
+    except BaseException:
+        conn.rollback()
+        raise
+    try:
+        conn.commit()
+    except driver_error as e:
+        conn.rollback()
+        raise to_gate_error(e) from e
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,14 @@ binary log on), by the same rule as the Rust gate.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import pymysql
 
 from .._errors import ConflictError, PalisadeError, StorageFailedError
 from .._stepper import Stepper
 from ..tokens import Verifier
-from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
+from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, committing, from_sql_mark, mapped, migration
 from .preflight import MYSQL_SETTINGS, check_mysql
 from .report import GateTally
 
@@ -74,12 +74,8 @@ def _db_error(e: pymysql.MySQLError) -> PalisadeError:
     return error
 
 
-@contextlib.contextmanager
-def _mapped() -> Iterator[None]:
-    try:
-        yield
-    except pymysql.MySQLError as e:
-        raise _db_error(e) from e
+def _mapped() -> "contextlib.AbstractContextManager[None]":
+    return mapped(pymysql.MySQLError, _db_error)
 
 
 def preflight(conn: "pymysql.connections.Connection[Any]") -> None:
@@ -108,22 +104,15 @@ def migrate_unchecked(conn: "pymysql.connections.Connection[Any]") -> None:
         cur.execute(MIGRATION)
 
 
-@contextlib.contextmanager
-def transaction(conn: "pymysql.connections.Connection[Any]") -> Iterator["pymysql.connections.Connection[Any]"]:
+def transaction(conn: "pymysql.connections.Connection[Any]") -> "contextlib.AbstractContextManager[pymysql.connections.Connection[Any]]":
     """``with transaction(conn):`` begins a transaction, commits when the block succeeds
     and rolls back when it raises (a refused admit included)."""
-    with _mapped():
-        conn.begin()
-    try:
-        yield conn
-    except BaseException:
-        conn.rollback()
-        raise
-    try:
-        conn.commit()
-    except pymysql.MySQLError as e:
-        conn.rollback()
-        raise _db_error(e) from e
+
+    def begin() -> None:
+        with _mapped():
+            conn.begin()
+
+    return committing(conn, begin, pymysql.MySQLError, _db_error)
 
 
 def admit(conn: "pymysql.connections.Connection[Any]", verifier: Verifier, token: Any, lock: str, *, tally: "Optional[GateTally]" = None) -> Admitted:

@@ -37,7 +37,7 @@ autocommit connection outside ``conn.transaction()`` is refused with ``ValueErro
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 try:
     import psycopg
@@ -51,7 +51,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from .._errors import ConflictError, PalisadeError, StorageFailedError
 from .._stepper import Stepper
 from ..tokens import Verifier
-from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
+from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, from_sql_mark, mapped, migration
 from .preflight import POSTGRES_SETTINGS, UnsafeDatabaseError, check_postgres
 from .report import GateTally
 
@@ -189,13 +189,9 @@ def _run(conn: "psycopg.Connection[Any]", steps: AdmitSteps) -> Admitted:
     return run.value
 
 
-@contextlib.contextmanager
-def _mapped() -> Iterator[None]:
+def _mapped() -> "contextlib.AbstractContextManager[None]":
     """PostgreSQL's failures as the gate's errors."""
-    try:
-        yield
-    except psycopg.Error as e:
-        raise _db_error(e) from e
+    return mapped(psycopg.Error, _db_error)
 
 
 def _poison(conn: "psycopg.Connection[Any]") -> None:

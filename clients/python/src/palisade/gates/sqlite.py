@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from .._errors import ConflictError, PalisadeError, StorageFailedError
 from .._stepper import Stepper
 from ..tokens import Verifier
-from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, from_sql_mark, migration
+from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, committing, from_sql_mark, migration
 from .report import GateTally
 
 __all__ = ["MIGRATION", "migrate", "begin", "transaction", "admit", "admit_sequenced", "high_water"]
@@ -99,21 +99,10 @@ def begin(conn: sqlite3.Connection) -> None:
         raise _db_error(e) from e
 
 
-@contextlib.contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(conn: sqlite3.Connection) -> "contextlib.AbstractContextManager[sqlite3.Connection]":
     """``with transaction(conn):`` opens ``BEGIN IMMEDIATE``, commits when the block
     succeeds and rolls back when it raises (a refused admit included)."""
-    begin(conn)
-    try:
-        yield conn
-    except BaseException:
-        conn.rollback()
-        raise
-    try:
-        conn.commit()
-    except sqlite3.Error as e:
-        conn.rollback()
-        raise _db_error(e) from e
+    return committing(conn, lambda: begin(conn), sqlite3.Error, _db_error)
 
 
 def admit(conn: sqlite3.Connection, verifier: Verifier, token: Any, lock: str, *, tally: "Optional[GateTally]" = None) -> Admitted:
