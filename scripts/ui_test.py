@@ -4,7 +4,8 @@ needs: `python ui_test.py PALISADE_BINARY SCREENSHOT_PATH`.
 
 The page gets the key of a read-only principal ("dash"); a second one ("app") acquires
 and writes through the API: a grant, a fenced write, a stale write (refused), a gate's
-report of the same stale writer refused in PostgreSQL, a lease left to expire, then
+report of the same stale writer refused in PostgreSQL, the gates' marks beside the
+store's, a lease left to expire, then
 enough locks for a second page. Every check polls the page until it
 shows the state or the deadline passes; nothing sleeps a fixed time.
 """
@@ -202,6 +203,18 @@ def run(driver, base, dash_key, app, screenshot):
     assert "stale_token epoch 1 < high-water 2" in refused.text, refused.text
     assert refused.value_of_css_property("background-color") == colour
 
+    # The marks by resource: the PostgreSQL gate has seen epoch 2, like the store; a Redis
+    # gate reports it has only seen epoch 1, and is shown behind.
+    for resource, mark in (("postgres", 2), ("redis", 1)):
+        status, body = app.call("POST", "/v1/gates/report", {
+            "resource": resource, "marks": [{"lock": "orders", "high_water": mark}]})
+        assert status == 200, (status, body)
+    wait_for(driver, "the marks by resource", lambda d: cells(d, "marks", "lock", "orders")
+             == {"lock": "orders", "store": "2", "resources": "postgres 2 redis 1"})
+    behind = [s.get_attribute("data-resource") for s in
+              driver.find_elements(By.CSS_SELECTOR, "#marks tr[data-lock='orders'] span.behind")]
+    assert behind == ["redis"], behind
+
     # A lease left to lapse.
     app.acquire("jobs", 300)
     wait_for(driver, "the expiry", lambda d: feed_entry(d, "expired", "jobs", "epoch 1"))
@@ -221,7 +234,7 @@ def run(driver, base, dash_key, app, screenshot):
         app.acquire(f"fill-{i:02}", 60_000)
     wait_for(driver, "twenty locks", lambda d: len(d.find_elements(By.CSS_SELECTOR, "#locks tbody tr")) == 20)
     outside = driver.execute_script(
-        "return ['locks-section', 'namespaces-section', 'chart-section', 'feed-section']"
+        "return ['locks-section', 'namespaces-section', 'marks-section', 'chart-section', 'feed-section']"
         ".filter(id => { const r = document.getElementById(id).getBoundingClientRect();"
         "  return r.bottom > window.innerHeight || r.right > window.innerWidth; });")
     assert outside == [], f"not on the first screen at 1400x900: {outside}"

@@ -18,7 +18,7 @@ import pytest
 
 from palisade import Client, ConflictError, StaleTokenError, TransportError, WrongLockError
 from palisade.gates import sqlite as sqlite_gate
-from palisade.gates.report import MAX_REPORTED_REFUSALS, GateTally, Reporter
+from palisade.gates.report import MAX_REPORTED_MARKS, MAX_REPORTED_REFUSALS, GateTally, Reporter
 from palisade.tokens import KeyRing, Verifier
 
 from servers import PalisadeServer
@@ -34,7 +34,7 @@ def stale(epoch: int) -> StaleTokenError:
 
 def test_the_tally_counts_decisions_by_kind_and_code_and_is_taken_once() -> None:
     tally = GateTally()
-    tally.admitted("postgres")
+    tally.admitted("postgres", "orders", 100)
     tally.refused("postgres", "orders", stale(7))
     # Neither a lost race nor anything that is not a gate's refusal is counted.
     tally.refused("postgres", "orders", ConflictError("lost a race"))
@@ -46,17 +46,19 @@ def test_the_tally_counts_decisions_by_kind_and_code_and_is_taken_once() -> None
             "admitted": 1,
             "refused": {"stale_token": 1},
             "recent": [{"lock": "orders", "code": "stale_token", "epoch": 7, "high_water": 100}],
+            "marks": [{"lock": "orders", "high_water": 100}],
         },
         {
             "resource": "sqlite",
             "admitted": 0,
             "refused": {"wrong_lock": 1},
             "recent": [{"lock": "orders", "code": "wrong_lock", "epoch": None, "high_water": None}],
+            "marks": [],
         },
     ]
     assert tally.take() == []
     with pytest.raises(ValueError):
-        tally.admitted("oracle")
+        tally.admitted("oracle", "orders", 1)
 
 
 def test_the_tally_keeps_the_newest_refusals_and_every_count_however_long_it_waits() -> None:
@@ -69,12 +71,34 @@ def test_the_tally_keeps_the_newest_refusals_and_every_count_however_long_it_wai
     assert report["recent"][0]["epoch"] == 150, "the oldest were dropped"
     for epoch in range(250, 260):
         tally.refused("sqlite", "orders", stale(epoch))
-    tally.admitted("sqlite")
+    tally.admitted("sqlite", "orders", 100)
     tally.put_back(report)
     (merged,) = tally.take()
     assert merged["refused"] == {"stale_token": 260}
     assert merged["admitted"] == 1
     assert [r["epoch"] for r in merged["recent"]] == list(range(160, 260))
+
+
+def test_marks_keep_the_highest_per_lock_for_the_locks_seen_last() -> None:
+    tally = GateTally()
+    tally.admitted("postgres", "orders", 8)
+    tally.refused("postgres", "orders", StaleTokenError(high_water=5, epoch=4))
+    for i in range(MAX_REPORTED_MARKS):
+        tally.admitted("postgres", f"other.{i}", 1)
+        if i == 0:
+            tally.admitted("postgres", "orders", 8)
+    (report,) = tally.take()
+    marks = {m["lock"]: m["high_water"] for m in report["marks"]}
+    assert len(marks) == MAX_REPORTED_MARKS
+    assert marks["orders"] == 8, "the highest, kept"
+    assert "other.0" not in marks, "the lock seen longest ago went"
+    # Put back under newer marks: the newer ones win the room.
+    tally.admitted("postgres", "orders", 9)
+    tally.put_back(report)
+    (merged,) = tally.take()
+    marks = {m["lock"]: m["high_water"] for m in merged["marks"]}
+    assert len(marks) == MAX_REPORTED_MARKS
+    assert marks["orders"] == 9
 
 
 def scrape(url: str) -> Dict[str, float]:
@@ -142,6 +166,10 @@ def test_a_gates_refusal_reaches_metrics_and_events_and_waits_out_the_server_bei
         assert gate_refused(own_server.url, "L") == {
             "lock": "L", "resource": "sqlite", "code": "stale_token", "epoch": 1, "high_water": 2,
         }
+        # The database's mark beside the store's (nothing written to the store: null).
+        (marks,) = httpx.get(own_server.url + "/v1/gates/marks?prefix=L", timeout=10).json()["locks"]
+        assert (marks["lock"], marks["store"]) == ("L", None)
+        assert [(m["resource"], m["high_water"]) for m in marks["resources"]] == [("sqlite", 2)]
 
         # The server away: the report is put back into the tally, not lost.
         own_server.kill()

@@ -84,7 +84,8 @@ def test_fencing_scenario(gate: Gate, issuer: Issuer) -> None:
 
 def test_the_tally_counts_what_the_gate_decided(gate: Gate, issuer: Issuer) -> None:
     """Every admit through the gate counts in its tally, under the gate's kind of
-    database: the admitted ones, the refusals by code, the stale one with both epochs."""
+    database: the admitted ones, the refusals by code, the stale one with both epochs, and
+    the database's mark for the lock."""
     old, new = issuer.token(LOCK, 1), issuer.token(LOCK, 2)
     write(gate, old, LOCK, "tallied", "one")
     write(gate, new, LOCK, "tallied", "two")
@@ -101,6 +102,7 @@ def test_the_tally_counts_what_the_gate_decided(gate: Gate, issuer: Issuer) -> N
                 {"lock": LOCK, "code": "stale_token", "epoch": 1, "high_water": 2},
                 {"lock": LOCK, "code": "missing_token", "epoch": None, "high_water": None},
             ],
+            "marks": [{"lock": LOCK, "high_water": 2}],
         }
     ]
 

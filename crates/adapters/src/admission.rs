@@ -71,14 +71,15 @@ impl<'a> Trust<'a> {
     }
 
     /// Counts `outcome`, an admit of `lock`'s data in a `resource`, if this trust reports.
-    pub(crate) fn record<T>(
+    pub(crate) fn record(
         &self,
         resource: ResourceKind,
         lock: &str,
-        outcome: &Result<T, AdmitError>,
+        outcome: &Result<Admitted, AdmitError>,
     ) {
         if let Some(tally) = self.tally {
-            tally.record(resource, lock, outcome);
+            let seen = outcome.as_ref().map(|a| a.high_water.epoch);
+            tally.record(resource, lock, seen);
         }
     }
 

@@ -4,11 +4,14 @@
 //!
 //! A [`GateTally`] is handed to the gates through [`Trust::reporting_to`]: every admit
 //! made with that trust counts as admitted, or as refused by its error code, by the kind
-//! of resource that decided. Counting takes a short lock and allocates nothing for an
-//! admitted write; nothing is sent on the write's path. The tally keeps counters (fixed
-//! size) and the newest [`MAX_REPORTED_REFUSALS`] refusals of each kind, so it stays
-//! bounded however long the server is away. With the `report` feature, a [`Reporter`]
-//! sends it to the server on a task of its own.
+//! of resource that decided; and the resource's mark for the lock, as the admit saw it,
+//! is kept for the server's view of each resource's marks (`GET /v1/gates/marks`).
+//! Counting takes a short lock and allocates only for a refusal or the first write to a
+//! lock since the last report; nothing is sent on the write's path. The tally keeps
+//! counters (fixed size), the newest [`MAX_REPORTED_REFUSALS`] refusals and at most
+//! [`MAX_REPORTED_MARKS`] marks of each kind, so it stays bounded however long the
+//! server is away. With the `report` feature, a [`Reporter`] sends it to the server on a
+//! task of its own.
 //!
 //! What is counted:
 //! - **admitted**: an admit that passed. In a SQL transaction the caller may still roll
@@ -18,13 +21,18 @@
 //!   one (`stale_token`, `stale_sequence`, with the writer's epoch and the resource's mark).
 //! - Not counted: lost races (`write_conflict`, which the caller retries) and backend
 //!   failures (`storage_failed`): neither is a decision about the writer.
+//! - **marks**: for each lock, the highest mark an admit committed with its write
+//!   (`Admitted::high_water`) or a stale refusal read. A SQL transaction the caller rolled
+//!   back after its admit leaves the resource's mark lower than the one reported.
 //!
 //! [`Trust::reporting_to`]: crate::Trust::reporting_to
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 
-pub use palisade_api::wire::{GateRefusal, GateReport, ResourceKind, MAX_REPORTED_REFUSALS};
+pub use palisade_api::wire::{
+    GateMark, GateRefusal, GateReport, ResourceKind, MAX_REPORTED_MARKS, MAX_REPORTED_REFUSALS,
+};
 
 use crate::error::AdmitError;
 
@@ -32,33 +40,50 @@ use crate::error::AdmitError;
 /// [`GateTally::take`]. Share it (an `Arc`) between every trust that reports to it.
 #[derive(Debug, Default)]
 pub struct GateTally {
-    kinds: Mutex<BTreeMap<&'static str, Counts>>,
+    kinds: Mutex<BTreeMap<ResourceKind, Counts>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Counts {
-    resource: ResourceKind,
     admitted: u64,
     refused: BTreeMap<String, u64>,
     recent: VecDeque<GateRefusal>,
+    /// Each lock's highest mark seen since the last take, with the order it was last seen
+    /// in (to push out the one seen longest ago past [`MAX_REPORTED_MARKS`]).
+    marks: BTreeMap<String, (u64, u64)>,
+    tick: u64,
 }
 
 impl Counts {
-    fn new(resource: ResourceKind) -> Self {
-        Counts {
-            resource,
-            admitted: 0,
-            refused: BTreeMap::new(),
-            recent: VecDeque::new(),
-        }
-    }
-
     /// Keeps the newest [`MAX_REPORTED_REFUSALS`].
     fn push_recent(&mut self, refusal: GateRefusal) {
         if self.recent.len() == MAX_REPORTED_REFUSALS {
             self.recent.pop_front();
         }
         self.recent.push_back(refusal);
+    }
+
+    /// Keeps the higher of `mark` and what `lock` had, for at most [`MAX_REPORTED_MARKS`]
+    /// locks: a new lock past that pushes out the one seen longest ago.
+    fn see_mark(&mut self, lock: &str, mark: u64) {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some((high, seen)) = self.marks.get_mut(lock) {
+            *high = (*high).max(mark);
+            *seen = tick;
+            return;
+        }
+        if self.marks.len() == MAX_REPORTED_MARKS {
+            let oldest = self
+                .marks
+                .iter()
+                .min_by_key(|(_, (_, seen))| *seen)
+                .map(|(lock, _)| lock.clone());
+            if let Some(oldest) = oldest {
+                self.marks.remove(&oldest);
+            }
+        }
+        self.marks.insert(lock.to_owned(), (mark, tick));
     }
 }
 
@@ -91,23 +116,29 @@ impl GateTally {
         GateTally::default()
     }
 
-    /// Counts the outcome of one admit of `lock`'s data in a resource of kind `resource`.
-    pub fn record<T>(&self, resource: ResourceKind, lock: &str, outcome: &Result<T, AdmitError>) {
-        let refused = match outcome {
-            Ok(_) => None,
+    /// Counts the outcome of one admit of `lock`'s data in a resource of kind `resource`:
+    /// `Ok(mark)` when it was admitted with the resource's mark now at `mark`, or the
+    /// error it was refused with.
+    pub fn record(&self, resource: ResourceKind, lock: &str, outcome: Result<u64, &AdmitError>) {
+        let seen = match outcome {
+            Ok(mark) => Ok(mark),
             Err(e) => match refusal(lock, e) {
-                Some(r) => Some(r),
+                Some(r) => Err(r),
                 None => return,
             },
         };
         let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = kinds
-            .entry(resource.as_str())
-            .or_insert_with(|| Counts::new(resource));
-        match refused {
-            None => counts.admitted += 1,
-            Some(refusal) => {
+        let counts = kinds.entry(resource).or_default();
+        match seen {
+            Ok(mark) => {
+                counts.admitted += 1;
+                counts.see_mark(lock, mark);
+            }
+            Err(refusal) => {
                 *counts.refused.entry(refusal.code.clone()).or_default() += 1;
+                if let Some(mark) = refusal.high_water {
+                    counts.see_mark(lock, mark);
+                }
                 counts.push_recent(refusal);
             }
         }
@@ -118,24 +149,28 @@ impl GateTally {
     pub fn take(&self) -> Vec<GateReport> {
         let kinds = std::mem::take(&mut *self.kinds.lock().unwrap_or_else(PoisonError::into_inner));
         kinds
-            .into_values()
-            .map(|c| GateReport {
-                resource: c.resource,
+            .into_iter()
+            .map(|(resource, c)| GateReport {
+                resource,
                 admitted: c.admitted,
                 refused: c.refused,
                 recent: c.recent.into(),
+                marks: c
+                    .marks
+                    .into_iter()
+                    .map(|(lock, (high_water, _))| GateMark { lock, high_water })
+                    .collect(),
             })
             .collect()
     }
 
     /// Puts back a report that could not be sent: its counts are added to what was
     /// counted since, its refusals kept before the newer ones (the newest
-    /// [`MAX_REPORTED_REFUSALS`] in all). Nothing grows without bound.
+    /// [`MAX_REPORTED_REFUSALS`] in all), its marks as if seen before the newer ones.
+    /// Nothing grows without bound.
     pub fn put_back(&self, report: GateReport) {
         let mut kinds = self.kinds.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = kinds
-            .entry(report.resource.as_str())
-            .or_insert_with(|| Counts::new(report.resource));
+        let counts = kinds.entry(report.resource).or_default();
         counts.admitted = counts.admitted.saturating_add(report.admitted);
         for (code, n) in report.refused {
             let count = counts.refused.entry(code).or_default();
@@ -144,6 +179,13 @@ impl GateTally {
         let newer = std::mem::take(&mut counts.recent);
         for refusal in report.recent.into_iter().chain(newer) {
             counts.push_recent(refusal);
+        }
+        let newer = std::mem::take(&mut counts.marks);
+        let mut newer: Vec<_> = newer.into_iter().collect();
+        newer.sort_by_key(|(_, (_, seen))| *seen);
+        let older = report.marks.into_iter().map(|m| (m.lock, m.high_water));
+        for (lock, mark) in older.chain(newer.into_iter().map(|(lock, (mark, _))| (lock, mark))) {
+            counts.see_mark(&lock, mark);
         }
     }
 }
@@ -269,23 +311,23 @@ mod tests {
     use super::*;
     use crate::error::CorruptFence;
 
-    fn stale(epoch: u64) -> Result<(), AdmitError> {
-        Err(AdmitError::Stale {
+    fn stale(epoch: u64) -> AdmitError {
+        AdmitError::Stale {
             high_water: 100,
             epoch,
-        })
+        }
     }
 
     #[test]
     fn admits_and_refusals_are_counted_by_kind_and_code_and_taken_once() {
         let tally = GateTally::new();
-        tally.record(ResourceKind::Postgres, "orders", &Ok::<(), AdmitError>(()));
-        tally.record(ResourceKind::Postgres, "orders", &stale(7));
-        tally.record::<()>(ResourceKind::Redis, "cache", &Err(AdmitError::MissingToken));
+        tally.record(ResourceKind::Postgres, "orders", Ok(100));
+        tally.record(ResourceKind::Postgres, "orders", Err(&stale(7)));
+        tally.record(ResourceKind::Redis, "cache", Err(&AdmitError::MissingToken));
         // Neither a lost race nor a backend failure is a decision about the writer.
-        tally.record::<()>(ResourceKind::Postgres, "orders", &Err(AdmitError::Conflict));
+        tally.record(ResourceKind::Postgres, "orders", Err(&AdmitError::Conflict));
         let broken = AdmitError::backend(CorruptFence("x".into()));
-        tally.record::<()>(ResourceKind::Postgres, "orders", &Err(broken));
+        tally.record(ResourceKind::Postgres, "orders", Err(&broken));
         let reports = tally.take();
         assert_eq!(reports.len(), 2);
         let pg = &reports[0];
@@ -300,6 +342,13 @@ mod tests {
                 high_water: Some(100),
             }]
         );
+        assert_eq!(
+            pg.marks,
+            [GateMark {
+                lock: "orders".into(),
+                high_water: 100
+            }]
+        );
         let redis = &reports[1];
         assert_eq!((redis.resource, redis.admitted), (ResourceKind::Redis, 0));
         assert_eq!(redis.recent[0].code, "missing_token");
@@ -307,6 +356,7 @@ mod tests {
             (redis.recent[0].epoch, redis.recent[0].high_water),
             (None, None)
         );
+        assert!(redis.marks.is_empty(), "a missing token shows no mark");
         assert!(tally.take().is_empty(), "taken once");
     }
 
@@ -314,7 +364,7 @@ mod tests {
     fn the_tally_keeps_the_newest_refusals_and_every_count_however_long_it_waits() {
         let tally = GateTally::new();
         for epoch in 0..250 {
-            tally.record(ResourceKind::Sqlite, "orders", &stale(epoch));
+            tally.record(ResourceKind::Sqlite, "orders", Err(&stale(epoch)));
         }
         let report = tally.take().pop().unwrap();
         assert_eq!(report.refused["stale_token"], 250);
@@ -322,14 +372,50 @@ mod tests {
         assert_eq!(report.recent[0].epoch, Some(150), "the oldest were dropped");
         // Put back while newer refusals came: the counts add up, the newest are kept.
         for epoch in 250..260 {
-            tally.record(ResourceKind::Sqlite, "orders", &stale(epoch));
+            tally.record(ResourceKind::Sqlite, "orders", Err(&stale(epoch)));
         }
-        tally.record(ResourceKind::Sqlite, "orders", &Ok::<(), AdmitError>(()));
+        tally.record(ResourceKind::Sqlite, "orders", Ok(100));
         tally.put_back(report);
         let merged = tally.take().pop().unwrap();
         assert_eq!(merged.refused["stale_token"], 260);
         assert_eq!(merged.admitted, 1);
         let epochs: Vec<u64> = merged.recent.iter().filter_map(|r| r.epoch).collect();
         assert_eq!(epochs, (160..260).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn marks_keep_the_highest_per_lock_for_the_locks_seen_last() {
+        let tally = GateTally::new();
+        let kind = ResourceKind::Postgres;
+        tally.record(kind, "orders", Ok(8));
+        tally.record(
+            kind,
+            "orders",
+            Err(&AdmitError::Stale {
+                high_water: 5,
+                epoch: 4,
+            }),
+        );
+        for i in 0..MAX_REPORTED_MARKS {
+            tally.record(kind, &format!("other.{i}"), Ok(1));
+            if i == 0 {
+                tally.record(kind, "orders", Ok(8));
+            }
+        }
+        let report = tally.take().pop().unwrap();
+        assert_eq!(report.marks.len(), MAX_REPORTED_MARKS);
+        let orders = report.marks.iter().find(|m| m.lock == "orders");
+        assert_eq!(orders.map(|m| m.high_water), Some(8), "the highest, kept");
+        assert!(
+            report.marks.iter().all(|m| m.lock != "other.0"),
+            "the lock seen longest ago went"
+        );
+        // Put back under newer marks: the newer ones win the room.
+        tally.record(kind, "orders", Ok(9));
+        tally.put_back(report);
+        let merged = tally.take().pop().unwrap();
+        assert_eq!(merged.marks.len(), MAX_REPORTED_MARKS);
+        let orders = merged.marks.iter().find(|m| m.lock == "orders");
+        assert_eq!(orders.map(|m| m.high_water), Some(9));
     }
 }

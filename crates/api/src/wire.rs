@@ -505,7 +505,7 @@ impl EventBody {
 /// The kind of resource a gate guards: the label of the gate counters in `/metrics` and a
 /// field of `gate_refused` events. A fixed set, so that the metrics' series stay bounded
 /// whatever gates report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ResourceKind {
     Postgres,
@@ -542,6 +542,9 @@ impl ResourceKind {
 /// Most refusals one gate report may carry in `recent`.
 pub const MAX_REPORTED_REFUSALS: usize = 100;
 
+/// Most marks one gate report may carry in `marks`.
+pub const MAX_REPORTED_MARKS: usize = 100;
+
 /// `POST /v1/gates/report`: what a gate admitted and refused since its last report. The
 /// counts go to `/metrics` (by resource kind and code, never by lock), each of `recent`
 /// to the events stream as a `gate_refused` event.
@@ -558,6 +561,19 @@ pub struct GateReport {
     /// The newest refusals, oldest first, at most [`MAX_REPORTED_REFUSALS`].
     #[serde(default)]
     pub recent: Vec<GateRefusal>,
+    /// The resource's marks the gate saw since its last report (admitted or refusing), one
+    /// per lock, at most [`MAX_REPORTED_MARKS`]: what `GET /v1/gates/marks` shows.
+    #[serde(default)]
+    pub marks: Vec<GateMark>,
+}
+
+/// One lock's mark in a resource, as a gate saw it: the epoch of the newest writer the
+/// resource admitted for the lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateMark {
+    pub lock: String,
+    pub high_water: u64,
 }
 
 /// One refusal of a [`GateReport`].
@@ -572,6 +588,34 @@ pub struct GateRefusal {
     /// The resource's mark that refused it, for `stale_token` and `stale_sequence`.
     #[serde(default)]
     pub high_water: Option<u64>,
+}
+
+/// `GET /v1/gates/marks`: each lock's mark in every resource whose gate reported one,
+/// beside the built-in store's, a page of locks at a time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockMarksList {
+    pub locks: Vec<LockMarks>,
+    /// Pass as `after` for the next page; `null` on the last page.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// One lock's marks: the built-in store's (`null` when no write to it was admitted) and
+/// the highest each kind of resource reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockMarks {
+    pub lock: String,
+    pub store: Option<u64>,
+    pub resources: Vec<ResourceMark>,
+}
+
+/// The highest mark gates of one kind of resource reported for a lock, and when the
+/// server last heard of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceMark {
+    pub resource: ResourceKind,
+    pub high_water: u64,
+    pub reported_at_ms: u64,
 }
 
 /// The answer to a [`GateReport`]: how many of `recent` went to the events stream, and how

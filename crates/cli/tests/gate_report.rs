@@ -15,6 +15,7 @@ use common::{sqlite_gate, Http, Server};
 use palisade_adapters::report::Reporter;
 use palisade_adapters::{AdmitError, GateTally, Trust};
 use palisade_client::{Client, IssuerKeys};
+use serde_json::Value;
 
 const ADMITS: &str = "palisade_gate_admits_total{resource=\"sqlite\"}";
 const STALE: &str = "palisade_gate_refusals_total{code=\"stale_token\",resource=\"sqlite\"}";
@@ -97,4 +98,16 @@ async fn a_gates_refusal_reaches_metrics_and_events_and_waits_out_the_server_bei
     assert_eq!(now.get(STALE), Some(&2.0), "{now:?}");
     assert_eq!(reporter.refused_reports(), 0);
     assert!(tally.take().is_empty(), "everything was sent");
+    // The database's mark for L, beside the store's (nothing written there): a restarted
+    // server knows it again from the report that waited.
+    let (status, marks) = Http::new(&server.url).get("/v1/gates/marks").await;
+    assert_eq!(status, 200, "{marks}");
+    let (lock, sqlite) = (&marks["locks"][0], &marks["locks"][0]["resources"][0]);
+    assert_eq!(marks["locks"].as_array().map(Vec::len), Some(1), "{marks}");
+    assert_eq!((&lock["lock"], &lock["store"]), (&"L".into(), &Value::Null));
+    assert_eq!(
+        (&sqlite["resource"], &sqlite["high_water"]),
+        (&"sqlite".into(), &2.into())
+    );
+    assert!(sqlite["reported_at_ms"].as_u64() > Some(0), "{marks}");
 }

@@ -603,9 +603,10 @@ async fn a_stream_opened_with_a_backlog_starts_with_the_newest_events() {
 }
 
 /// `POST /v1/gates/report`: a gate's counts go to `/metrics` by resource kind and code, its
-/// refusals to the events stream as `gate_refused`; a bad report (unknown code, resource
-/// or field, a bad lock name, too many refusals) is a 400 and changes nothing; with
-/// authentication on, reporting needs `write` on every lock a report names.
+/// refusals to the events stream as `gate_refused`, its marks to `GET /v1/gates/marks`
+/// (beside the store's, only the locks the caller may read); a bad report (unknown code,
+/// resource or field, a bad lock name, too many refusals or marks) is a 400 and changes
+/// nothing; with authentication on, reporting needs `write` on every lock a report names.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -615,11 +616,12 @@ async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothin
             ("gate", &grant("orders*", &["write", "read"])),
             ("reader", &grant("*", &["read"])),
             ("prom", &grant("x", &["metrics"])),
+            ("payer", &grant("pay*", &["write", "read"])),
         ],
     );
     let server = Server::start(&["--auth-file", file.to_str().unwrap()]);
     let api = Api::new(&server);
-    let (gate, reader, prom) = (&who[0].key, &who[1].key, &who[2].key);
+    let (gate, reader, prom, payer) = (&who[0].key, &who[1].key, &who[2].key, &who[3].key);
     let report = |key: &str, body: Value| {
         api.req(Some(key), reqwest::Method::POST, "/v1/gates/report")
             .json(&body)
@@ -653,6 +655,7 @@ async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothin
             {"lock": "orders", "code": "stale_token", "epoch": 7, "high_water": 8},
             {"lock": "orders", "code": "stale_token", "epoch": 6, "high_water": 8},
         ],
+        "marks": [{"lock": "orders", "high_water": 8}, {"lock": "orders.eu", "high_water": 3}],
     });
     let (status, body, _) = api.send(report(gate, good.clone())).await;
     assert_eq!(status, 200, "{body}");
@@ -665,8 +668,51 @@ async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothin
         );
     }
 
+    // The marks, beside the store's: the store has none for these locks.
+    let marks = |key: &str| {
+        let (api, req) = (
+            &api,
+            api.req(Some(key), reqwest::Method::GET, "/v1/gates/marks"),
+        );
+        async move {
+            let (status, body, _) = api.send(req).await;
+            assert_eq!(status, 200, "{body}");
+            body["locks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| {
+                    let resources = l["resources"].as_array().unwrap();
+                    let marks: Vec<String> = resources
+                        .iter()
+                        .map(|r| format!("{}={}", r["resource"], r["high_water"]))
+                        .collect();
+                    format!("{} store={} {}", l["lock"], l["store"], marks.join(","))
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let seen = [
+        r#""orders" store=null "postgres"=8"#,
+        r#""orders.eu" store=null "postgres"=3"#,
+    ];
+    assert_eq!(marks(reader).await, seen);
+    let payments = serde_json::json!({"resource": "redis",
+        "marks": [{"lock": "payments", "high_water": 5}]});
+    let (status, body, _) = api.send(report(payer, payments)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        marks(gate).await,
+        seen,
+        "only the locks the caller may read"
+    );
+    assert_eq!(marks(reader).await.len(), 3);
+
     let too_many: Vec<Value> = (0..101)
         .map(|_| serde_json::json!({"lock": "orders", "code": "stale_token"}))
+        .collect();
+    let too_many_marks: Vec<Value> = (0..101)
+        .map(|i| serde_json::json!({"lock": format!("orders.{i}"), "high_water": 1}))
         .collect();
     for bad in [
         serde_json::json!({"resource": "postgres", "refused": {"stale_tokn": 1}}),
@@ -676,6 +722,9 @@ async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothin
         serde_json::json!({"resource": "postgres", "recent": [{"lock": "bad name", "code": "stale_token"}]}),
         serde_json::json!({"resource": "postgres", "admitted": 1, "recent": [{"lock": "orders", "code": "nope"}]}),
         serde_json::json!({"resource": "postgres", "admitted": 1, "recent": too_many}),
+        serde_json::json!({"resource": "postgres", "admitted": 1, "marks": too_many_marks}),
+        serde_json::json!({"resource": "postgres", "marks": [{"lock": "orders.x", "high_water": -1}]}),
+        serde_json::json!({"resource": "postgres", "admitted": 1, "marks": [{"lock": "bad name", "high_water": 1}]}),
     ] {
         let (status, body, _) = api.send(report(gate, bad.clone())).await;
         assert_eq!((status, code(&body)), (400, "bad_request"), "{bad}");
@@ -685,6 +734,10 @@ async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothin
         "recent": [{"lock": "payments", "code": "stale_token"}]});
     let (status, body, _) = api.send(report(gate, elsewhere)).await;
     assert_eq!((status, code(&body)), (403, "permission_denied"));
+    let elsewhere = serde_json::json!({"resource": "postgres", "admitted": 5,
+        "marks": [{"lock": "orders.x", "high_water": 1}, {"lock": "payments", "high_water": 9}]});
+    let (status, body, _) = api.send(report(gate, elsewhere)).await;
+    assert_eq!((status, code(&body)), (403, "permission_denied"));
     let (status, body, _) = api.send(report(reader, good)).await;
     assert_eq!((status, code(&body)), (403, "permission_denied"));
     assert_eq!(
@@ -692,6 +745,8 @@ async fn a_gates_report_shows_in_metrics_and_events_and_a_bad_one_changes_nothin
         (40.0, 2.0),
         "a refused report changes nothing"
     );
+    assert_eq!(marks(gate).await, seen, "nor any mark");
+    assert_eq!(marks(reader).await.len(), 3);
     let now = scrape_as_prom().await;
     assert_eq!(
         now.get("palisade_gate_admits_total{resource=\"redis\"}"),

@@ -78,7 +78,8 @@ pub async fn fencing_scenario<G: GateUnderTest>(gate: &G, issuer: &Issuer) {
 }
 
 /// Every admit made through the gate is counted in its tally, by the gate's kind of
-/// resource: the admitted ones, the refusals by code, the stale one with both epochs.
+/// resource: the admitted ones, the refusals by code, the stale one with both epochs, and
+/// the resource's mark for the lock.
 pub async fn the_tally_counts_what_the_gate_decided<G: GateUnderTest>(gate: &G, issuer: &Issuer) {
     let key = "tallied";
     let (old, new) = (issuer.token(LOCK, 1), issuer.token(LOCK, 2));
@@ -106,6 +107,12 @@ pub async fn the_tally_counts_what_the_gate_decided<G: GateUnderTest>(gate: &G, 
         ),
         (LOCK, "stale_token", Some(1), Some(2))
     );
+    let marks: Vec<(&str, u64)> = report
+        .marks
+        .iter()
+        .map(|m| (m.lock.as_str(), m.high_water))
+        .collect();
+    assert_eq!(marks, [(LOCK, 2)]);
 }
 
 /// Malformed, forged, foreign and other-lock tokens change nothing.

@@ -163,6 +163,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/fences", get(namespaces::list))
         .route("/v1/gates/report", post(gates::report))
+        .route("/v1/gates/marks", get(gates::marks))
         .route("/v1/fences/{lock}", get(kv::high_water).post(kv::fence))
         .route("/v1/openapi.json", get(crate::openapi::document))
         .route("/v1/admin/keys", get(admin::list_keys))

@@ -124,7 +124,7 @@ pub fn reset_json(id: u64, reason: ResetReason) -> String {
         .unwrap_or_default()
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -12,13 +12,15 @@
 //!   and only happens for lease changes, refusals and marks that advanced, not for every
 //!   write.
 //! - Memory is bounded: the ring and the live channel have fixed sizes, subscribers are
-//!   capped, metric labels come from fixed sets.
+//!   capped, metric labels come from fixed sets, the gates' reported marks are capped
+//!   ([`marks::MAX_GATE_MARKS`]).
 //!
 //! ## What it does not do
 //! - It does not see what other nodes did, except what a backend forwards (the etcd
 //!   backend forwards lease changes from etcd's watch; see docs/operations.md).
 
 pub mod events;
+pub mod marks;
 pub mod metrics;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,6 +33,7 @@ use palisade_issuer::{LeaseChange, LeaseEvent, LeaseObserver};
 use palisade_storage::Applied;
 
 pub use events::{Body, EventBus, DEFAULT_EVENTS_BUFFER, DEFAULT_MAX_SUBSCRIBERS};
+pub use marks::GateMarks;
 pub use metrics::Metrics;
 
 /// Stale-token log lines allowed per second; the rest are counted and summed up in the
@@ -44,6 +47,8 @@ pub struct Observe {
     stale_log: RateLimit,
     /// Gate refusals published as events, at most [`GATE_EVENTS_PER_SECOND`].
     gate_events: RateLimit,
+    /// The marks gates reported, for `GET /v1/gates/marks`.
+    pub gate_marks: GateMarks,
 }
 
 /// Most `gate_refused` events published per second, from every gate's reports together:
@@ -59,6 +64,7 @@ impl Observe {
             events: EventBus::new(events_buffer, max_subscribers),
             stale_log: RateLimit::new(STALE_LINES_PER_SECOND),
             gate_events: RateLimit::new(GATE_EVENTS_PER_SECOND),
+            gate_marks: GateMarks::default(),
         })
     }
 

@@ -1,11 +1,13 @@
 // Palisade's dashboard: reads the v1 API with the bearer key kept in this tab's
-// sessionStorage (never in localStorage or a cookie), a page of locks and of namespaces at
-// a time, the events stream read with fetch() (EventSource cannot send Authorization),
-// and /metrics for the per-second chart. Everything is written with textContent.
+// sessionStorage (never in localStorage or a cookie), a page of locks, of namespaces and
+// of the marks gates reported at a time, the events stream read with fetch()
+// (EventSource cannot send Authorization), and /metrics for the per-second chart.
+// Everything is written with textContent.
 "use strict";
 
 const KEY = "palisade.key";
 const PAGE = 50; // rows per page: one page is all the page ever holds
+const MARKS_PAGE = 20; // rows per page of the marks by resource
 const FEED_MAX = 200; // feed entries kept
 const FEED_BACKLOG = 50; // events shown at once when the page opens
 const POINTS = 60; // chart points kept
@@ -52,7 +54,7 @@ function left(ms) {
 function pager(o) {
   const p = { cursors: [null], next: null };
   p.load = async () => {
-    const q = new URLSearchParams({ limit: String(PAGE) });
+    const q = new URLSearchParams({ limit: String(o.limit || PAGE) });
     const prefix = $(o.prefix).value.trim();
     if (prefix) q.set("prefix", prefix);
     const after = p.cursors[p.cursors.length - 1];
@@ -108,8 +110,34 @@ const namespaces = pager({
   },
 });
 
+// Each lock's mark in every resource whose gate reported one, beside the store's; a mark
+// below the row's highest is a resource that has not seen the newest writer yet.
+const marks = pager({
+  path: "/v1/gates/marks", field: "locks", table: "marks", prefix: "marks-prefix",
+  label: "marks-page", nextButton: "marks-next", prevButton: "marks-prev", limit: MARKS_PAGE,
+  row: (l) => {
+    const tr = document.createElement("tr");
+    tr.dataset.lock = l.lock;
+    cell(tr, l.lock, "lock");
+    cell(tr, l.store, "store num");
+    const top = Math.max(l.store ?? 0, ...l.resources.map((r) => r.high_water));
+    const td = document.createElement("td");
+    td.className = "resources";
+    for (const r of l.resources) {
+      const span = document.createElement("span");
+      span.dataset.resource = r.resource;
+      span.textContent = r.resource + " " + r.high_water;
+      span.title = "reported " + new Date(r.reported_at_ms).toLocaleTimeString();
+      if (r.high_water < top) span.className = "behind";
+      td.append(span, " ");
+    }
+    tr.appendChild(td);
+    return tr;
+  },
+});
+
 async function refresh() {
-  const results = await Promise.allSettled([locks.load(), namespaces.load()]);
+  const results = await Promise.allSettled([locks.load(), namespaces.load(), marks.load()]);
   const failed = results.find((r) => r.status === "rejected");
   if (failed) {
     const code = failed.reason.message;

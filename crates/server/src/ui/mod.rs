@@ -10,8 +10,8 @@
 //! The routes sit outside the API's middleware (authentication, request timing): a
 //! request to the API pays nothing for them, and nobody having the page open costs the
 //! server nothing at all. What an open page costs is its own API calls: a page of 50
-//! locks and one of 50 namespaces every 2 seconds, a scrape of `/metrics` as often, and
-//! one events stream.
+//! locks, one of 50 namespaces and one of 20 locks' marks by resource every 2 seconds, a
+//! scrape of `/metrics` as often, and one events stream.
 //!
 //! What it does not do: it keeps no history (the chart holds the last 60 samples, the
 //! feed the last 200 events, both gone on reload), and it never lists everything at once.

@@ -260,5 +260,5 @@ def admit_steps(
     to_sql_int(high_water.seq, "sequence number")
     yield store_mark(high_water)
     if ask.tally is not None:
-        ask.tally.admitted(ask.resource)
+        ask.tally.admitted(ask.resource, ask.lock, high_water.epoch)
     return Admitted(claims, current, high_water)

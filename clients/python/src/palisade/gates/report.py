@@ -4,10 +4,12 @@ shows where operators look: the server's ``/metrics`` and events stream, through
 
 Give a :class:`GateTally` to the gates (``admit(..., tally=tally)``): each admit counts as
 admitted, or as refused by its error code, by the kind of database that decided
-(``postgres``, ``sqlite``). Counting takes a short lock and sends nothing on the write's
-path. The tally holds counters and the newest :data:`MAX_REPORTED_REFUSALS` refusals of
-each kind, so it stays bounded however long the server is away. A :class:`Reporter`
-sends it from a thread of its own.
+(``postgres``, ``mysql``, ``sqlite``), and the database's mark for the lock, as the admit
+saw it, is kept for the server's view of each resource's marks (``GET /v1/gates/marks``).
+Counting takes a short lock and sends nothing on the write's path. The tally holds
+counters, the newest :data:`MAX_REPORTED_REFUSALS` refusals and at most
+:data:`MAX_REPORTED_MARKS` marks of each kind, so it stays bounded however long the
+server is away. A :class:`Reporter` sends it from a thread of its own.
 
 What is counted:
 
@@ -18,6 +20,9 @@ What is counted:
   database's mark.
 - Not counted: lost races (``write_conflict``, which the caller retries) and database
   failures (``storage_failed``): neither is a decision about the writer.
+- **marks**: for each lock, the highest mark an admit stored with its write or a stale
+  refusal read. A transaction the caller rolled back after its admit leaves the
+  database's mark lower than the one reported.
 """
 
 from __future__ import annotations
@@ -41,10 +46,13 @@ from .._errors import (
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from .._sync import Client
 
-__all__ = ["GateTally", "Reporter", "MAX_REPORTED_REFUSALS", "RESOURCE_KINDS"]
+__all__ = ["GateTally", "Reporter", "MAX_REPORTED_REFUSALS", "MAX_REPORTED_MARKS", "RESOURCE_KINDS"]
 
 #: Most refusals one report carries (the server refuses more).
 MAX_REPORTED_REFUSALS = 100
+
+#: Most marks one report carries (the server refuses more).
+MAX_REPORTED_MARKS = 100
 
 #: The kinds of resource a report may name.
 RESOURCE_KINDS = ("postgres", "mysql", "redis", "sqlite", "object_store", "other")
@@ -58,6 +66,16 @@ class _Counts:
         self.admitted = 0
         self.refused: Dict[str, int] = {}
         self.recent: Deque[Dict[str, Any]] = deque(maxlen=MAX_REPORTED_REFUSALS)
+        # Each lock's highest mark since the last take, in the order last seen (a dict
+        # keeps insertion order: a lock seen again moves to the end), so the one seen
+        # longest ago goes first past MAX_REPORTED_MARKS.
+        self.marks: Dict[str, int] = {}
+
+    def see_mark(self, lock: str, mark: int) -> None:
+        high = max(mark, self.marks.pop(lock, mark))
+        if len(self.marks) >= MAX_REPORTED_MARKS:
+            del self.marks[next(iter(self.marks))]
+        self.marks[lock] = high
 
 
 class GateTally:
@@ -73,10 +91,13 @@ class GateTally:
             raise ValueError(f"unknown resource kind {resource!r}")
         return self._kinds.setdefault(resource, _Counts())
 
-    def admitted(self, resource: str) -> None:
-        """Counts one admit that passed in a ``resource``."""
+    def admitted(self, resource: str, lock: str, mark: int) -> None:
+        """Counts one admit of ``lock``'s data that passed in a ``resource``, its mark
+        now at epoch ``mark``."""
         with self._lock:
-            self._counts(resource).admitted += 1
+            counts = self._counts(resource)
+            counts.admitted += 1
+            counts.see_mark(lock, mark)
 
     def refused(self, resource: str, lock: str, error: BaseException) -> None:
         """Counts ``error`` raised by an admit of ``lock``'s data, if it is a refusal of
@@ -91,6 +112,8 @@ class GateTally:
         with self._lock:
             counts = self._counts(resource)
             counts.refused[code] = counts.refused.get(code, 0) + 1
+            if high_water is not None:
+                counts.see_mark(lock, high_water)
             counts.recent.append({"lock": lock, "code": code, "epoch": epoch, "high_water": high_water})
 
     def take(self) -> List[Dict[str, Any]]:
@@ -99,14 +122,21 @@ class GateTally:
         with self._lock:
             kinds, self._kinds = self._kinds, {}
         return [
-            {"resource": kind, "admitted": c.admitted, "refused": dict(c.refused), "recent": list(c.recent)}
+            {
+                "resource": kind,
+                "admitted": c.admitted,
+                "refused": dict(c.refused),
+                "recent": list(c.recent),
+                "marks": [{"lock": lock, "high_water": mark} for lock, mark in sorted(c.marks.items())],
+            }
             for kind, c in sorted(kinds.items())
         ]
 
     def put_back(self, report: Dict[str, Any]) -> None:
         """Puts back a report that could not be sent: its counts are added to what was
         counted since, its refusals kept before the newer ones (the newest
-        :data:`MAX_REPORTED_REFUSALS` in all)."""
+        :data:`MAX_REPORTED_REFUSALS` in all), its marks as if seen before the newer
+        ones."""
         with self._lock:
             counts = self._counts(report["resource"])
             counts.admitted += int(report.get("admitted", 0))
@@ -115,6 +145,11 @@ class GateTally:
             newer = list(counts.recent)
             counts.recent.clear()
             counts.recent.extend(list(report.get("recent", [])) + newer)
+            newer_marks, counts.marks = counts.marks, {}
+            for m in report.get("marks", []):
+                counts.see_mark(m["lock"], int(m["high_water"]))
+            for lock, mark in newer_marks.items():
+                counts.see_mark(lock, mark)
 
 
 def _server_away(error: PalisadeError) -> bool:
