@@ -102,6 +102,7 @@ mod reads;
 mod resident;
 mod schema;
 mod seat;
+mod spare;
 mod state;
 mod sync;
 mod tx;

@@ -39,6 +39,7 @@ use super::overlay::{self, encode, Key, Rows, Val};
 use super::resident::RowCache;
 use super::schema::{Fault, META_CHECKPOINT_SEQ};
 use super::seat::Desk;
+use super::spare::Spare;
 use super::state::State;
 use super::sync::sync_loop;
 use super::tx::Tx;
@@ -150,8 +151,8 @@ pub(super) struct Engine {
     pub config: WriterConfig,
     /// Log segments in order: (base sequence number, file name).
     pub segments: Mutex<Vec<(u64, String)>>,
-    /// A prepared zero-filled segment, if any.
-    pub spare: Mutex<Option<Arc<dyn LogFile>>>,
+    /// A prepared zero-filled segment, if any (`spare.rs`).
+    pub spare: Spare,
     /// Whether a checkpoint runs; the syncer waits on it when rows pile up.
     pub checkpointing: (Mutex<bool>, Condvar),
 }
@@ -474,27 +475,21 @@ fn start_segment(engine: &Engine, base: u64, need: u64) -> Result<Segment, Fault
     } else {
         (HEADER_BYTES + need).next_multiple_of(1 << 20)
     };
-    let stem = engine.log.stem().to_owned();
-    let spare = engine
-        .spare
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take()
-        .filter(|_| size == engine.config.segment_bytes);
-    let name = wal::segment_name(&stem, base);
+    let name = wal::segment_name(engine.log.stem(), base);
     // The header says which records the file holds; recovery reads it, not the name, so
     // the rename needs no fsync of its own before the first record is acknowledged.
     let header = wal::encode_header(engine.store_id, base);
+    let spare = if size == engine.config.segment_bytes {
+        engine
+            .spare
+            .take_as(engine.log.as_ref(), &name, &header)
+            .map_err(io)?
+    } else {
+        None
+    };
     let file = match spare {
-        Some(file) => {
-            file.write_at(0, &header).map_err(io)?;
-            engine
-                .log
-                .rename(&wal::spare_name(&stem), &name)
-                .map_err(io)?;
-            file
-        }
-        // Made under its own name: the checkpointer may be preparing the spare meanwhile.
+        Some(file) => file,
+        // Made under its own name, not the spare's.
         None => {
             let file = engine.log.create_zeroed(&name, size).map_err(io)?;
             file.write_at(0, &header).map_err(io)?;
@@ -517,20 +512,10 @@ fn start_segment(engine: &Engine, base: u64, need: u64) -> Result<Segment, Fault
 /// has the configured size; otherwise prepares one, so that the first write does not
 /// wait for a segment to be zero-filled.
 pub(super) fn adopt_spare(engine: &Engine) -> Result<(), Fault> {
-    let name = wal::spare_name(engine.log.stem());
-    let listed = engine
-        .log
-        .list()
-        .map_err(|e| Fault(format!("cannot list the log: {e}")))?;
-    if listed.contains(&name) {
-        if let Ok(file) = engine.log.open(&name) {
-            let unused = matches!(wal::read_header(file.as_ref()), Ok(None));
-            if unused && file.len().ok() == Some(engine.config.segment_bytes) {
-                *engine.spare.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
-            }
-        }
-    }
-    prepare_spare(engine)
+    engine
+        .spare
+        .adopt(engine.log.as_ref(), engine.config.segment_bytes)
+        .map_err(|e| Fault(format!("cannot prepare the spare log segment: {e}")))
 }
 
 pub(super) fn maybe_checkpoint(engine: &Engine, chores: &Sender<Chore>, last: &mut Instant) {
@@ -686,24 +671,14 @@ pub(super) fn write_checkpoint(db: &Database, seq: u64, rows: &Rows) -> Result<(
 }
 
 fn prepare_spare(engine: &Engine) -> Result<(), Fault> {
-    if engine
-        .spare
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .is_some()
-    {
-        return Ok(());
-    }
     let name = wal::spare_name(engine.log.stem());
-    let file = engine
-        .log
-        .create_zeroed(&name, engine.config.segment_bytes)
+    engine
+        .spare
+        .prepare(engine.log.as_ref(), engine.config.segment_bytes)
         .map_err(|e| {
             Fault(format!(
                 "cannot prepare {}: {e}",
                 engine.log.describe(&name)
             ))
-        })?;
-    *engine.spare.lock().unwrap_or_else(PoisonError::into_inner) = Some(file);
-    Ok(())
+        })
 }

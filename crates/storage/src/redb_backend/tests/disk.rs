@@ -64,10 +64,15 @@ struct Machine {
     names: BTreeMap<String, u64>,
     next_id: u64,
     syncs: u64,
+    /// The file id of every sync, in order (the last one the cut, if it came).
+    synced: Vec<u64>,
     cut_at: Option<u64>,
     dead: bool,
     /// Every write and sync fails while set (and the disk is otherwise fine).
     broken: bool,
+    /// How long a rename takes, and how many began.
+    rename_delay: Option<std::time::Duration>,
+    renames_begun: u64,
 }
 
 /// The disk. Cheap to clone; all clones are the same disk.
@@ -116,6 +121,23 @@ impl Disk {
 
     pub(crate) fn set_broken(&self, broken: bool) {
         self.machine().broken = broken;
+    }
+
+    /// Makes every rename take `delay` (before it happens), so that a test can act while
+    /// one is under way.
+    pub(crate) fn delay_renames(&self, delay: std::time::Duration) {
+        self.machine().rename_delay = Some(delay);
+    }
+
+    pub(crate) fn renames_begun(&self) -> u64 {
+        self.machine().renames_begun
+    }
+
+    /// What a failed check prints: the files synced since the disk was made, in order (id
+    /// 0 is the database file), and the log directory's names with their file ids.
+    pub(crate) fn trace(&self) -> String {
+        let m = self.machine();
+        format!("syncs by file id {:?}, names {:?}", m.synced, m.names)
     }
 
     /// Names in the log directory.
@@ -183,6 +205,7 @@ impl Disk {
         let mut m = self.machine();
         refused(&m)?;
         m.syncs += 1;
+        m.synced.push(id);
         if m.cut_at == Some(m.syncs) {
             m.dead = true;
             return Err(io::Error::other("injected power loss: the disk is gone"));
@@ -270,6 +293,14 @@ impl LogDir for DiskDir {
     }
 
     fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let delay = {
+            let mut m = self.0.machine();
+            m.renames_begun += 1;
+            m.rename_delay
+        };
+        if let Some(delay) = delay {
+            std::thread::sleep(delay);
+        }
         let mut m = self.0.machine();
         refused(&m)?;
         let id = m

@@ -14,6 +14,7 @@ mod model;
 mod power_loss;
 mod resident;
 mod rollback;
+mod spare;
 
 use std::collections::BTreeMap;
 use std::path::Path;

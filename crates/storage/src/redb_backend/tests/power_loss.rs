@@ -107,7 +107,12 @@ async fn cut_and_check(cut: u64, seed: u64) -> (bool, bool) {
     let was_cut = disk.dead();
     drop(store);
 
-    let context = format!("cut={cut} seed={seed}");
+    // Everything a failure needs to be understood, since the syncs' order depends on the
+    // threads' timing: the run's syncs by file, and the names at the cut.
+    let context = format!(
+        "cut={cut} seed={seed} ({grants} grants, {puts} writes acked; {})",
+        disk.trace()
+    );
     let after = disk.after_cut(seed);
     let store =
         start_on(&after, options()).unwrap_or_else(|e| panic!("{context}: reopen failed: {e}"));
