@@ -219,7 +219,7 @@ AdmitSteps = Generator[Step, Optional[Sequence[Any]], Admitted]
 class Ask:
     """One admit as a gate carries it out: the token, the lock it must be for, the policy
     with its sequence number, and the tally that counts the outcome (if any) under the
-    gate's kind of ``resource`` (``postgres``, ``sqlite``)."""
+    gate's kind of ``resource`` (``postgres``, ``mysql``, ``sqlite``)."""
 
     verifier: Verifier
     token: Any
@@ -262,3 +262,17 @@ def admit_steps(
     if ask.tally is not None:
         ask.tally.admitted(ask.resource, ask.lock, high_water.epoch)
     return Admitted(claims, current, high_water)
+
+
+def row_locked_steps(ask: Ask, lock_mark: str, create_mark: str, store_mark: str) -> AdmitSteps:
+    """:func:`admit_steps` for a fence table of one row per lock that is read under its row
+    lock and created first when missing (the PostgreSQL and MySQL gates): ``lock_mark``
+    and ``create_mark`` take the lock's name, ``store_mark`` the new epoch, sequence
+    number and the lock's name."""
+    lock = ask.lock
+    return admit_steps(
+        ask,
+        read_mark=Step(lock_mark, (lock,), fetch=True),
+        create_mark=Step(create_mark, (lock,), fetch=False),
+        store_mark=lambda hw: Step(store_mark, (hw.epoch, hw.seq, lock), fetch=False),
+    )

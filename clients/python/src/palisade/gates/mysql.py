@@ -39,7 +39,7 @@ import pymysql
 from .._errors import ConflictError, PalisadeError, StorageFailedError
 from .._stepper import Stepper
 from ..tokens import Verifier
-from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, committing, from_sql_mark, mapped, migration
+from . import Admitted, AdmitSteps, Ask, HighWater, Policy, committing, from_sql_mark, mapped, migration, row_locked_steps
 from .preflight import MYSQL_SETTINGS, check_mysql
 from .report import GateTally
 
@@ -138,13 +138,7 @@ def high_water(conn: "pymysql.connections.Connection[Any]", lock: str) -> HighWa
 
 
 def _steps(ask: Ask) -> AdmitSteps:
-    lock = ask.lock
-    return admit_steps(
-        ask,
-        read_mark=Step(LOCK_MARK, (lock,), fetch=True),
-        create_mark=Step(CREATE_MARK, (lock,), fetch=False),
-        store_mark=lambda hw: Step(STORE_MARK, (hw.epoch, hw.seq, lock), fetch=False),
-    )
+    return row_locked_steps(ask, LOCK_MARK, CREATE_MARK, STORE_MARK)
 
 
 def _run(conn: "pymysql.connections.Connection[Any]", steps: AdmitSteps) -> Admitted:

@@ -51,7 +51,7 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 from .._errors import ConflictError, PalisadeError, StorageFailedError
 from .._stepper import Stepper
 from ..tokens import Verifier
-from . import Admitted, AdmitSteps, Ask, HighWater, Policy, Step, admit_steps, from_sql_mark, mapped, migration
+from . import Admitted, AdmitSteps, Ask, HighWater, Policy, from_sql_mark, mapped, migration, row_locked_steps
 from .preflight import POSTGRES_SETTINGS, UnsafeDatabaseError, check_postgres
 from .report import GateTally
 
@@ -93,13 +93,7 @@ def _db_error(e: psycopg.Error) -> PalisadeError:
 
 
 def _steps(ask: Ask) -> AdmitSteps:
-    lock = ask.lock
-    return admit_steps(
-        ask,
-        read_mark=Step(LOCK_MARK, (lock,), fetch=True),
-        create_mark=Step(CREATE_MARK, (lock,), fetch=False),
-        store_mark=lambda hw: Step(STORE_MARK, (hw.epoch, hw.seq, lock), fetch=False),
-    )
+    return row_locked_steps(ask, LOCK_MARK, CREATE_MARK, STORE_MARK)
 
 
 def _require_transaction(conn: Any) -> None:
