@@ -25,7 +25,7 @@ from palisade import (
     UnknownKeyError,
     WrongLockError,
 )
-from palisade.gates import HighWater, mysql, postgres, sqlite
+from palisade.gates import HighWater, migration, mysql, postgres, sqlite
 
 from conftest import LOCK, OTHER_LOCK, Issuer
 from gates_support import PG_UPSERT, Gate, MySqlGate, PgGate, Rollback, SqliteGate, write, write_retrying
@@ -460,3 +460,12 @@ def test_the_issuers_test_tokens_are_what_the_verifier_expects(issuer: Issuer) -
     """Sanity of the fixture: its independent encoding signs with its own key."""
     claims = issuer.verifier.verify(issuer.token(LOCK, 7, "h\u00e9"))
     assert (claims.lock, claims.epoch, claims.holder, claims.key_id) == (LOCK, 7, "h\u00e9", issuer.key_id)
+
+
+def test_the_packaged_migrations_are_the_rust_gates_own() -> None:
+    """The package ships copies of ``crates/adapters/migrations`` (a wheel cannot reach
+    outside its tree); a copy that drifted would give the two languages different tables."""
+    rust = Path(__file__).resolve().parents[3] / "crates" / "adapters" / "migrations"
+    for name in ("postgres", "sqlite", "mysql"):
+        assert migration(name) == (rust / f"{name}.sql").read_text(encoding="utf-8"), name
+
