@@ -1,6 +1,6 @@
 //! The one error type every adapter returns, with the server's stable codes.
 
-pub use palisade_api::ErrorCode;
+pub use palisade_api::{ErrorCode, ErrorDetail};
 use palisade_token::{Epoch, TokenError};
 
 /// A backend failure, boxed so the error type does not depend on which adapters are built.
@@ -86,6 +86,38 @@ impl AdmitError {
     }
 
     /// True for the refusals that mean "you are fenced": a newer holder has written here.
+    /// The error as the server would answer it (code and fields), for a service that puts
+    /// a gate behind its own HTTP API and answers its callers in Palisade's error shape.
+    pub fn detail(&self) -> ErrorDetail {
+        match self {
+            AdmitError::MissingToken => ErrorDetail::MissingToken,
+            AdmitError::InvalidToken(_) => ErrorDetail::InvalidToken,
+            AdmitError::WrongLock { token_lock, .. } => ErrorDetail::WrongLock {
+                token_lock: token_lock.clone(),
+            },
+            AdmitError::NotHolder { principal, .. } => ErrorDetail::PermissionDenied {
+                principal: Some(principal.clone()),
+            },
+            AdmitError::Stale { high_water, epoch } => ErrorDetail::StaleToken {
+                high_water: *high_water,
+                epoch: *epoch,
+            },
+            AdmitError::StaleSequence {
+                high_water,
+                high_water_seq,
+                epoch,
+                seq,
+            } => ErrorDetail::StaleSequence {
+                high_water: *high_water,
+                high_water_seq: *high_water_seq,
+                epoch: *epoch,
+                seq: *seq,
+            },
+            AdmitError::Conflict => ErrorDetail::WriteConflict,
+            AdmitError::Backend(_) | AdmitError::UnsafeDatabase(_) => ErrorDetail::StorageFailed,
+        }
+    }
+
     pub fn is_fenced(&self) -> bool {
         matches!(
             self,
@@ -138,6 +170,12 @@ mod tests {
         ];
         for (error, code) in cases {
             assert_eq!(error.code(), code, "{error}");
+            assert_eq!(error.detail().code(), code, "{error}");
         }
+        let stale = AdmitError::Stale {
+            high_water: 7,
+            epoch: 5,
+        };
+        assert_eq!(stale.detail().fenced_epochs(), Some((5, 7)));
     }
 }

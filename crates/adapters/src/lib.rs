@@ -76,6 +76,6 @@ pub mod redis;
 pub mod sqlite;
 
 pub use admission::{Admitted, Trust};
-pub use error::{AdmitError, BoxError, CorruptFence, ErrorCode};
+pub use error::{AdmitError, BoxError, CorruptFence, ErrorCode, ErrorDetail};
 pub use preflight::{UnsafeDatabase, UnsafeSetting};
 pub use report::GateTally;

@@ -75,6 +75,10 @@ pub enum Target {
     /// Control (etcd3): the same etcd lock, with the lock key's revision carried as the
     /// fencing epoch and checked by the gate rule at the store. Must come out clean.
     EtcdLockFenced,
+    /// The PostgreSQL gate: locks from a Palisade server, the data in a PostgreSQL the
+    /// harness starts, written through `palisade_adapters::postgres` (admit and write in
+    /// one transaction); faults on the database too (`db-kill`, `db-pause`).
+    PostgresGate,
 }
 
 impl Target {
@@ -84,13 +88,14 @@ impl Target {
             Target::UnfencedControl => "unfenced-control",
             Target::EtcdLock => "etcd-lock",
             Target::EtcdLockFenced => "etcd-lock-fenced",
+            Target::PostgresGate => "postgres-gate",
         }
     }
 
     /// The topology a target runs on when `--topology` is not given.
     pub fn default_topology(self) -> Topology {
         match self {
-            Target::Palisade | Target::UnfencedControl => Topology::Embedded,
+            Target::Palisade | Target::UnfencedControl | Target::PostgresGate => Topology::Embedded,
             Target::EtcdLock | Target::EtcdLockFenced => Topology::Etcd3,
         }
     }
@@ -98,6 +103,11 @@ impl Target {
     /// The etcd-lock controls take their locks from etcd, not from Palisade.
     pub fn uses_etcd_lock(self) -> bool {
         matches!(self, Target::EtcdLock | Target::EtcdLockFenced)
+    }
+
+    /// The targets whose store is a user's database behind a gate.
+    pub fn is_gate(self) -> bool {
+        matches!(self, Target::PostgresGate)
     }
 }
 
@@ -136,11 +146,16 @@ pub enum FaultKind {
     /// SIGKILL the embedded server, damage the newest commit of its store, restart it.
     /// Never part of `all`: name it.
     Disk,
+    /// SIGKILL the gate's database (PostgreSQL's postmaster and every backend) and restart
+    /// it on its data directory.
+    DbKill,
+    /// SIGSTOP every process of the gate's database, then SIGCONT.
+    DbPause,
 }
 
 impl FaultKind {
     /// Every kind, in the order `--faults` lists them.
-    pub const EVERY: [FaultKind; 9] = [
+    pub const EVERY: [FaultKind; 11] = [
         FaultKind::Pause,
         FaultKind::Kill,
         FaultKind::Delay,
@@ -150,6 +165,8 @@ impl FaultKind {
         FaultKind::EtcdPause,
         FaultKind::NodePartition,
         FaultKind::Disk,
+        FaultKind::DbKill,
+        FaultKind::DbPause,
     ];
 
     /// Faults aimed at one worker (its process or its proxy link); every deployment has
@@ -172,6 +189,8 @@ impl FaultKind {
             FaultKind::EtcdPause => "etcd-pause",
             FaultKind::NodePartition => "node-partition",
             FaultKind::Disk => "disk",
+            FaultKind::DbKill => "db-kill",
+            FaultKind::DbPause => "db-pause",
         }
     }
 
@@ -244,18 +263,20 @@ pub struct VerifyArgs {
     #[arg(long, value_enum, default_value_t = Workload::LockSet)]
     pub workload: Workload,
     /// Faults to inject: a comma-separated list of pause, kill, delay, drop, partition,
-    /// etcd-kill, etcd-pause, node-partition (etcd3) and disk (embedded); or `all` (every
-    /// fault the topology has, except disk), or `none`.
+    /// etcd-kill, etcd-pause, node-partition (etcd3), disk (embedded), db-kill and db-pause
+    /// (the gate targets); or `all` (every fault the target has, except disk), or `none`.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Servers under test: `embedded` (one node) or `etcd3` (three etcd members, three
     /// Palisade nodes). Default: embedded, or etcd3 for the etcd-lock targets.
     #[arg(long, value_enum)]
     pub topology: Option<Topology>,
-    /// What the workers use: Palisade, or a control: `unfenced-control` (embedded; a toy
-    /// store that ignores tokens), `etcd-lock` (etcd's own lock, unchecked store) or
-    /// `etcd-lock-fenced` (etcd's lock, its revision checked at the store). The controls
-    /// run the lock-set workload only; the unfenced ones must show violations.
+    /// What the workers use: Palisade; a database behind a Palisade gate
+    /// (`postgres-gate`: lock-set and register workloads); or a control:
+    /// `unfenced-control` (embedded; a toy store that ignores tokens), `etcd-lock` (etcd's
+    /// own lock, unchecked store) or `etcd-lock-fenced` (etcd's lock, its revision checked
+    /// at the store). The controls run the lock-set workload only; the unfenced ones must
+    /// show violations.
     #[arg(long, value_enum, default_value_t = Target::Palisade)]
     pub target: Target,
     /// Directory for the history, final state, summary, server log and HTML report
@@ -275,6 +296,11 @@ pub struct VerifyArgs {
     /// under test (Palisade targets only).
     #[arg(long)]
     pub auth: bool,
+    /// Gate targets: run the database with the setting the gate's preflight refuses
+    /// (PostgreSQL: `synchronous_commit=off`). A negative control: with `db-kill` among
+    /// the faults, violations are expected, and the report names the setting.
+    #[arg(long)]
+    pub unsafe_db: bool,
 }
 
 /// Flags of the hidden `palisade verify-worker` (started by `palisade verify`).

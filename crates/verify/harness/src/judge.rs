@@ -60,6 +60,9 @@ fn command(args: &VerifyArgs, plan: &Plan) -> String {
     if args.auth {
         cmd.push_str(" --auth");
     }
+    if args.unsafe_db {
+        cmd.push_str(" --unsafe-db");
+    }
     cmd
 }
 

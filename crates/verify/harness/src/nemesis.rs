@@ -153,7 +153,7 @@ impl Nemesis<'_> {
             _ if !kind.is_worker_fault() => {
                 let (lo, hi) = match kind {
                     FaultKind::Kill | FaultKind::Disk => (0.2, 1.0),
-                    FaultKind::EtcdKill => (0.5, 1.5),
+                    FaultKind::EtcdKill | FaultKind::DbKill => (0.5, 1.5),
                     _ => (1.5, 3.0),
                 };
                 let hit = Hit {

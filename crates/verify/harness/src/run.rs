@@ -16,7 +16,9 @@ use crate::args::{FaultKind, LockProtocol, Target, Topology, VerifyArgs, Workloa
 use crate::auth::AuthSetup;
 use crate::clock::RunClock;
 use crate::deploy::toy::Check;
-use crate::deploy::{Deployment, EmbeddedServer, Etcd3, EtcdLockControl, UnfencedControl};
+use crate::deploy::{
+    Deployment, Durability, EmbeddedServer, Etcd3, EtcdLockControl, PostgresGate, UnfencedControl,
+};
 use crate::judge::{judge, Collected};
 use crate::nemesis::{Nemesis, Probe};
 use crate::procs::{reap, WorkerProc, WorkerSpec};
@@ -43,6 +45,7 @@ fn supported_faults(topology: Topology, target: Target) -> &'static [FaultKind] 
     use FaultKind::*;
     match (topology, target) {
         (Topology::Embedded, Target::Palisade) => &[Kill, Disk],
+        (Topology::Embedded, Target::PostgresGate) => &[Kill, DbKill, DbPause],
         (Topology::Embedded, _) => &[Kill],
         (Topology::Etcd3, Target::Palisade) => &[Kill, EtcdKill, EtcdPause, NodePartition],
         (Topology::Etcd3, _) => &[EtcdKill, EtcdPause],
@@ -60,11 +63,24 @@ pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
     if args.time == 0 {
         return Err(VerifyError::Config("--time must be at least 1".into()));
     }
-    if args.target != Target::Palisade && args.workload != Workload::LockSet {
+    if args.target.is_gate() {
+        if !matches!(args.workload, Workload::LockSet | Workload::Register) {
+            return Err(VerifyError::Config(format!(
+                "--target {} runs the lock-set and register workloads (tokens are \
+                 Palisade's own: run it with --target palisade)",
+                args.target.as_str()
+            )));
+        }
+    } else if args.target != Target::Palisade && args.workload != Workload::LockSet {
         return Err(VerifyError::Config(format!(
             "the {} control runs the lock-set workload only",
             args.target.as_str()
         )));
+    }
+    if args.unsafe_db && !args.target.is_gate() {
+        return Err(VerifyError::Config(
+            "--unsafe-db applies to the gate targets only (--target postgres-gate)".into(),
+        ));
     }
     let topology = args.topology.unwrap_or(args.target.default_topology());
     if topology != args.target.default_topology() && args.target != Target::Palisade {
@@ -133,6 +149,14 @@ async fn start(
         (Topology::Embedded, Target::Palisade) => {
             Box::new(EmbeddedServer::start_with(exe, data, &log, serve_flags).await?)
         }
+        (Topology::Embedded, Target::PostgresGate) => {
+            let durability = if args.unsafe_db {
+                Durability::AsyncCommit
+            } else {
+                Durability::Safe
+            };
+            Box::new(PostgresGate::start(exe, data, out, durability).await?)
+        }
         (Topology::Embedded, _) => Box::new(UnfencedControl::start(exe, data, &log).await?),
         (Topology::Etcd3, Target::Palisade) => {
             Box::new(Etcd3::start_with(exe, data, out, serve_flags).await?)
@@ -162,6 +186,7 @@ async fn run_seeded(args: &VerifyArgs, plan: Plan) -> Result<Outcome, VerifyErro
         .map_err(|e| VerifyError::io(format!("cannot create {}", history_dir.display()), e))?;
     for old in [
         "server.log",
+        "postgres.log",
         "etcd.log",
         "node0.log",
         "node1.log",
@@ -184,7 +209,7 @@ async fn run_seeded(args: &VerifyArgs, plan: Plan) -> Result<Outcome, VerifyErro
     let auth = if args.auth {
         if args.target != Target::Palisade {
             return Err(VerifyError::Config(
-                "--auth applies to the Palisade targets only, not to the controls".into(),
+                "--auth applies to --target palisade only".into(),
             ));
         }
         Some(AuthSetup::write(auth_dir.path(), args.workers)?)

@@ -15,12 +15,19 @@
 //!   `node-partition`).
 //! - [`EtcdLockControl`]: the same etcd cluster, etcd's own lock, and the toy store
 //!   either unchecked or checking the lock's revision (`etcd-kill`, `etcd-pause`).
+//! - [`PostgresGate`]: locks from an embedded server, data in a PostgreSQL the harness
+//!   starts ([`postgres`]), written through the Rust gate by a small application
+//!   ([`gate_store`], [`pg_store`]) (`kill`, `db-kill`, `db-pause`).
 
 mod control;
 mod embedded;
 pub mod etcd;
 mod etcd3;
 mod etcd_lock;
+mod gate;
+pub mod gate_store;
+pub mod pg_store;
+pub mod postgres;
 pub mod toy;
 
 use std::net::SocketAddr;
@@ -33,6 +40,8 @@ pub use embedded::EmbeddedServer;
 pub use etcd::EtcdCluster;
 pub use etcd3::Etcd3;
 pub use etcd_lock::EtcdLockControl;
+pub use gate::PostgresGate;
+pub use postgres::{Durability, PgCluster};
 
 use crate::args::{FaultKind, LockProtocol};
 use crate::VerifyError;

@@ -57,6 +57,8 @@ pub(crate) fn fault_colour(kind: FaultKind) -> &'static str {
         FaultKind::EtcdPause => "#66c",
         FaultKind::NodePartition => "#2aa",
         FaultKind::Disk => "#850",
+        FaultKind::DbKill => "#a0f",
+        FaultKind::DbPause => "#48f",
     }
 }
 

@@ -1,0 +1,98 @@
+//! `palisade verify --target postgres-gate`: the PostgreSQL gate under its database's own
+//! faults (S16), beside the worker and lock-server faults.
+//!
+//! - With PostgreSQL's durability settings, a lock-set run under every fault (`db-kill`
+//!   and `db-pause` among them) must come out clean, with late writes refused as stale by
+//!   the gate; so must a register run.
+//! - With `synchronous_commit=off` (`--unsafe-db`, which the gate's preflight refuses),
+//!   the same kind of run must lose acknowledged writes: a crash of the database takes
+//!   the last commits with it, marks included. The report names the setting.
+//!
+//! One test runs all three in turn, so two PostgreSQL clusters never compete for the
+//! machine. Needs PostgreSQL's server binaries (scripts/adapter-services installs them).
+
+mod common;
+
+use common::verify::VerifyRun;
+
+fn gate_run(workload: &str, extra: &[&str]) -> VerifyRun {
+    let mut args = vec![
+        "--target",
+        "postgres-gate",
+        "--workload",
+        workload,
+        "--time",
+        "20",
+        "--seed",
+        "7",
+    ];
+    args.extend_from_slice(extra);
+    VerifyRun::start(&args)
+}
+
+#[test]
+fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_async() {
+    let clean = gate_run("lock-set", &["--faults", "all"]);
+    clean.assert_clean_lock_set(&["pause", "kill", "db-kill", "db-pause"]);
+    let (summary, stdout) = (&clean.summary, &clean.stdout);
+    assert!(
+        summary["fail_codes"]["stale_token"].as_u64().unwrap_or(0) >= 1,
+        "no late write was refused by the gate, so the clean run proves little: {stdout}"
+    );
+    let report = clean.report();
+    assert!(report.contains("through the Rust gate"), "{report}");
+    assert!(
+        report.contains("db-kill"),
+        "the timeline shows no database fault"
+    );
+    assert!(!report.contains("UNSAFE"));
+
+    let register = gate_run("register", &["--faults", "db-kill,db-pause,pause"]);
+    let (summary, stdout) = (&register.summary, &register.stdout);
+    assert!(register.status.success(), "register run failed: {stdout}");
+    assert_eq!(summary["violations"], 0, "{stdout}");
+    assert!(
+        summary["ops_by_kind"]["write"]["ok"].as_u64().unwrap_or(0) >= 5,
+        "too few acknowledged writes to mean anything: {stdout}"
+    );
+
+    let unsafe_db = gate_run("lock-set", &["--faults", "db-kill,pause", "--unsafe-db"]);
+    let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);
+    // Exit code 1 means "violations found"; 2 would mean the run itself failed.
+    assert_eq!(unsafe_db.status.code(), Some(1), "{stdout}");
+    assert!(
+        summary["violations"].as_u64().unwrap_or(0) > 0,
+        "asynchronous commits lost nothing: {stdout}"
+    );
+    assert!(unsafe_db.faults("db-kill") >= 1, "{stdout}");
+    assert!(
+        stdout.contains("--unsafe-db`"),
+        "the rerun command drops the setting: {stdout}"
+    );
+    let report = unsafe_db.report();
+    assert!(
+        report.contains("UNSAFE") && report.contains("synchronous_commit"),
+        "the report does not say what made the database unsafe"
+    );
+}
+
+#[test]
+fn gate_flags_are_checked_before_anything_starts() {
+    let tokens = VerifyRun::attempt(&["--target", "postgres-gate", "--workload", "tokens"]);
+    assert_eq!(tokens.status.code(), Some(2), "{}", tokens.stdout);
+    assert!(
+        tokens.stderr.contains("lock-set and register"),
+        "{}",
+        tokens.stderr
+    );
+    let unsafe_palisade = VerifyRun::attempt(&["--unsafe-db"]);
+    assert_eq!(unsafe_palisade.status.code(), Some(2));
+    assert!(
+        unsafe_palisade.stderr.contains("gate targets only"),
+        "{}",
+        unsafe_palisade.stderr
+    );
+    let disk = VerifyRun::attempt(&["--target", "postgres-gate", "--faults", "disk"]);
+    assert_eq!(disk.status.code(), Some(2));
+    assert!(disk.stderr.contains("does not apply"), "{}", disk.stderr);
+}

@@ -1,0 +1,243 @@
+//! [`GateStore`]: the store routes the workers speak, served by an application that writes
+//! to a user's database through a Palisade gate.
+//!
+//! The gate targets put the workers in front of what a user builds: a service that takes
+//! a fencing token with each request and writes to its own database through
+//! `palisade-adapters`, the admit and the write in one transaction. This module is that
+//! service's HTTP side: the same routes and answers as Palisade's fenced store
+//! (`/v1/kv/{lock}/{*key}` get, put and delete, `/v1/kv/{lock}` list, `/v1/fences/{lock}`
+//! get and post, `/healthz`), so the workers, the final read and the checkers are the
+//! ones every other target uses. What happens behind a route is a [`GatedDb`]'s (one per
+//! kind of database: [`super::pg_store`]).
+//!
+//! Answers follow the server's: a refused admit is the error the server would send for
+//! it ([`palisade_adapters::AdmitError::detail`]), so a stale writer gets `409
+//! stale_token` with both epochs; a database that cannot be reached, or does not answer
+//! within [`DEADLINE`], is `503 storage_failed`, which the workers record as "may have
+//! happened" (the transaction's commit may have reached the database before it went
+//! away). Nothing here decides anything about fencing: that is the gate's.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use bytes::Bytes;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+use palisade_adapters::{AdmitError, ErrorDetail};
+use palisade_api::headers;
+use palisade_api::wire::{FenceAnswer, FenceStatus, Health, KeyList, WriteAnswer};
+
+use crate::VerifyError;
+
+/// The longest a request may wait on the database (a frozen database holds it that long).
+pub const DEADLINE: Duration = Duration::from_secs(5);
+
+/// One stored value.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub value: Bytes,
+    pub revision: u64,
+    /// The epoch of the holder that wrote it.
+    pub epoch: u64,
+}
+
+/// Why a store operation did not happen (or may not have).
+#[derive(Debug)]
+pub enum StoreError {
+    /// The gate refused the token; nothing was written.
+    Refused(AdmitError),
+    /// No such key (a delete); nothing was written.
+    NotFound,
+    /// The database failed or went away: the operation may or may not have happened.
+    Failed(String),
+}
+
+impl StoreError {
+    fn into_response(self) -> Response {
+        let (detail, message) = match self {
+            StoreError::Refused(e) => (e.detail(), e.to_string()),
+            StoreError::NotFound => (
+                ErrorDetail::NotFound { key_id: None },
+                "no such key".to_owned(),
+            ),
+            StoreError::Failed(why) => (ErrorDetail::StorageFailed, why),
+        };
+        let status = StatusCode::from_u16(detail.code().status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (status, Json(detail.answer(&message))).into_response()
+    }
+}
+
+/// A database written through a gate: what each store route does there.
+#[async_trait]
+pub trait GatedDb: Send + Sync + 'static {
+    /// Admits `token` for `lock` and, in the same transaction, writes `key` (`Some`) or
+    /// deletes it (`None`).
+    async fn mutate(
+        &self,
+        lock: &str,
+        key: &str,
+        value: Option<Bytes>,
+        token: &str,
+    ) -> Result<WriteAnswer, StoreError>;
+
+    /// Admits `token` for `lock` with no write: the barrier (raises the mark).
+    async fn fence(&self, lock: &str, token: &str) -> Result<FenceAnswer, StoreError>;
+
+    async fn read(&self, lock: &str, key: &str) -> Result<Option<Entry>, StoreError>;
+
+    async fn list(&self, lock: &str, prefix: &str) -> Result<Vec<String>, StoreError>;
+
+    /// The lock's committed mark (0 if the database never admitted it).
+    async fn high_water(&self, lock: &str) -> Result<u64, StoreError>;
+}
+
+type Shared = Arc<dyn GatedDb>;
+
+/// The service on a loopback port.
+pub struct GateStore {
+    addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl GateStore {
+    pub async fn start(db: Shared) -> Result<GateStore, VerifyError> {
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|e| VerifyError::io("cannot bind the gate's store", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| VerifyError::io("cannot read the gate's store port", e))?;
+        let app = Router::new()
+            .route(
+                "/healthz",
+                get(|| async {
+                    Json(Health {
+                        status: "ok".into(),
+                    })
+                }),
+            )
+            .route("/v1/kv/{lock}", get(list))
+            .route("/v1/kv/{lock}/{*key}", get(read).put(write).delete(delete))
+            .route("/v1/fences/{lock}", get(high_water).post(fence))
+            .with_state(db);
+        let task = tokio::spawn(async move {
+            // Ends only when aborted.
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(GateStore { addr, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for GateStore {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Runs `op` within [`DEADLINE`], answering `ok` with its value.
+async fn answer<T>(
+    op: impl std::future::Future<Output = Result<T, StoreError>>,
+    ok: impl FnOnce(T) -> Response,
+) -> Response {
+    match tokio::time::timeout(DEADLINE, op).await {
+        Ok(Ok(value)) => ok(value),
+        Ok(Err(e)) => e.into_response(),
+        Err(_) => StoreError::Failed(format!("the database did not answer within {DEADLINE:?}"))
+            .into_response(),
+    }
+}
+
+fn token(headers: &HeaderMap) -> &str {
+    headers
+        .get(headers::FENCING_TOKEN)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+}
+
+async fn read(State(db): State<Shared>, Path((lock, key)): Path<(String, String)>) -> Response {
+    answer(db.read(&lock, &key), |found| match found {
+        Some(entry) => (
+            [
+                ("etag", format!("\"{}\"", entry.revision)),
+                (headers::FENCING_EPOCH, entry.epoch.to_string()),
+            ],
+            entry.value,
+        )
+            .into_response(),
+        None => StoreError::NotFound.into_response(),
+    })
+    .await
+}
+
+async fn write(
+    State(db): State<Shared>,
+    Path((lock, key)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    answer(db.mutate(&lock, &key, Some(body), token(&headers)), |a| {
+        Json(a).into_response()
+    })
+    .await
+}
+
+async fn delete(
+    State(db): State<Shared>,
+    Path((lock, key)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Response {
+    answer(db.mutate(&lock, &key, None, token(&headers)), |a| {
+        Json(a).into_response()
+    })
+    .await
+}
+
+async fn list(
+    State(db): State<Shared>,
+    Path(lock): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+) -> Response {
+    let prefix = query.get("prefix").cloned().unwrap_or_default();
+    answer(db.list(&lock, &prefix), |keys| {
+        Json(KeyList {
+            lock: lock.clone(),
+            keys,
+        })
+        .into_response()
+    })
+    .await
+}
+
+async fn fence(State(db): State<Shared>, Path(lock): Path<String>, headers: HeaderMap) -> Response {
+    answer(db.fence(&lock, token(&headers)), |a| {
+        Json(a).into_response()
+    })
+    .await
+}
+
+async fn high_water(State(db): State<Shared>, Path(lock): Path<String>) -> Response {
+    answer(db.high_water(&lock), |mark| {
+        Json(FenceStatus {
+            lock: lock.clone(),
+            high_water: mark,
+            seq: Some(0),
+            policy: "epoch".into(),
+        })
+        .into_response()
+    })
+    .await
+}
