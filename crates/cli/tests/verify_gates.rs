@@ -1,24 +1,32 @@
-//! `palisade verify --target postgres-gate`: the PostgreSQL gate under its database's own
-//! faults (S16), beside the worker and lock-server faults.
+//! `palisade verify --target postgres-gate | redis-gate`: the gates under their
+//! database's own faults (S16), beside the worker and lock-server faults.
 //!
-//! - With PostgreSQL's durability settings, a lock-set run under every fault (`db-kill`
-//!   and `db-pause` among them) must come out clean, with late writes refused as stale by
-//!   the gate; so must a register run.
-//! - With `synchronous_commit=off` (`--unsafe-db`, which the gate's preflight refuses),
-//!   the same kind of run must lose acknowledged writes: a crash of the database takes
-//!   the last commits with it, marks included. The report names the setting.
+//! - With the durability settings the gate's preflight insists on, a lock-set run under
+//!   every fault (`db-kill` and `db-pause` among them) must come out clean, with late
+//!   writes refused as stale by the gate; so must a register run (PostgreSQL).
+//! - With a setting the preflight refuses (`--unsafe-db`: PostgreSQL
+//!   `synchronous_commit=off`, Redis `appendonly no`), the same kind of run must lose
+//!   acknowledged writes: a crash of the database takes the last commits with it, marks
+//!   included. The report names the setting.
 //!
-//! One test runs all three in turn, so two PostgreSQL clusters never compete for the
-//! machine. Needs PostgreSQL's server binaries (scripts/adapter-services installs them).
+//! The runs go one at a time (a lock shared by the tests), so two databases never compete
+//! for the machine. Needs PostgreSQL's server binaries and redis-server
+//! (scripts/adapter-services installs them).
 
 mod common;
 
+use std::sync::Mutex;
+
 use common::verify::VerifyRun;
 
-fn gate_run(workload: &str, extra: &[&str]) -> VerifyRun {
+/// One verify run at a time.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn gate_run(target: &str, workload: &str, extra: &[&str]) -> VerifyRun {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut args = vec![
         "--target",
-        "postgres-gate",
+        target,
         "--workload",
         workload,
         "--time",
@@ -32,7 +40,7 @@ fn gate_run(workload: &str, extra: &[&str]) -> VerifyRun {
 
 #[test]
 fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_async() {
-    let clean = gate_run("lock-set", &["--faults", "all"]);
+    let clean = gate_run("postgres-gate", "lock-set", &["--faults", "all"]);
     clean.assert_clean_lock_set(&["pause", "kill", "db-kill", "db-pause"]);
     let (summary, stdout) = (&clean.summary, &clean.stdout);
     assert!(
@@ -47,7 +55,11 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
     );
     assert!(!report.contains("UNSAFE"));
 
-    let register = gate_run("register", &["--faults", "db-kill,db-pause,pause"]);
+    let register = gate_run(
+        "postgres-gate",
+        "register",
+        &["--faults", "db-kill,db-pause,pause"],
+    );
     let (summary, stdout) = (&register.summary, &register.stdout);
     assert!(register.status.success(), "register run failed: {stdout}");
     assert_eq!(summary["violations"], 0, "{stdout}");
@@ -56,7 +68,11 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
         "too few acknowledged writes to mean anything: {stdout}"
     );
 
-    let unsafe_db = gate_run("lock-set", &["--faults", "db-kill,pause", "--unsafe-db"]);
+    let unsafe_db = gate_run(
+        "postgres-gate",
+        "lock-set",
+        &["--faults", "db-kill,pause", "--unsafe-db"],
+    );
     let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);
     // Exit code 1 means "violations found"; 2 would mean the run itself failed.
     assert_eq!(unsafe_db.status.code(), Some(1), "{stdout}");
@@ -73,6 +89,35 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
     assert!(
         report.contains("UNSAFE") && report.contains("synchronous_commit"),
         "the report does not say what made the database unsafe"
+    );
+}
+
+#[test]
+fn the_redis_gate_holds_under_database_crashes_and_pauses_unless_nothing_is_persisted() {
+    let clean = gate_run("redis-gate", "lock-set", &["--faults", "all"]);
+    clean.assert_clean_lock_set(&["pause", "kill", "db-kill", "db-pause"]);
+    let (summary, stdout) = (&clean.summary, &clean.stdout);
+    assert!(
+        summary["fail_codes"]["stale_token"].as_u64().unwrap_or(0) >= 1,
+        "no late write was refused by the gate, so the clean run proves little: {stdout}"
+    );
+    assert!(clean.report().contains("appendfsync always"));
+
+    let unsafe_db = gate_run(
+        "redis-gate",
+        "lock-set",
+        &["--faults", "db-kill,pause", "--unsafe-db"],
+    );
+    let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);
+    assert_eq!(unsafe_db.status.code(), Some(1), "{stdout}");
+    assert!(
+        summary["lost_updates"].as_u64().unwrap_or(0) > 0,
+        "a Redis that persists nothing lost no update across its crashes: {stdout}"
+    );
+    let report = unsafe_db.report();
+    assert!(
+        report.contains("UNSAFE") && report.contains("appendonly"),
+        "the report does not say what made Redis unsafe"
     );
 }
 

@@ -79,6 +79,10 @@ pub enum Target {
     /// harness starts, written through `palisade_adapters::postgres` (admit and write in
     /// one transaction); faults on the database too (`db-kill`, `db-pause`).
     PostgresGate,
+    /// The Redis gate: the same, with the data in a Redis the harness starts, written
+    /// through `palisade_adapters::redis::RedisFence` (the admit and the write in one
+    /// script).
+    RedisGate,
 }
 
 impl Target {
@@ -89,13 +93,17 @@ impl Target {
             Target::EtcdLock => "etcd-lock",
             Target::EtcdLockFenced => "etcd-lock-fenced",
             Target::PostgresGate => "postgres-gate",
+            Target::RedisGate => "redis-gate",
         }
     }
 
     /// The topology a target runs on when `--topology` is not given.
     pub fn default_topology(self) -> Topology {
         match self {
-            Target::Palisade | Target::UnfencedControl | Target::PostgresGate => Topology::Embedded,
+            Target::Palisade
+            | Target::UnfencedControl
+            | Target::PostgresGate
+            | Target::RedisGate => Topology::Embedded,
             Target::EtcdLock | Target::EtcdLockFenced => Topology::Etcd3,
         }
     }
@@ -107,7 +115,7 @@ impl Target {
 
     /// The targets whose store is a user's database behind a gate.
     pub fn is_gate(self) -> bool {
-        matches!(self, Target::PostgresGate)
+        matches!(self, Target::PostgresGate | Target::RedisGate)
     }
 }
 
@@ -146,8 +154,8 @@ pub enum FaultKind {
     /// SIGKILL the embedded server, damage the newest commit of its store, restart it.
     /// Never part of `all`: name it.
     Disk,
-    /// SIGKILL the gate's database (PostgreSQL's postmaster and every backend) and restart
-    /// it on its data directory.
+    /// SIGKILL the gate's database (every process of it: PostgreSQL's postmaster and
+    /// backends, redis-server) and restart it on its files.
     DbKill,
     /// SIGSTOP every process of the gate's database, then SIGCONT.
     DbPause,
@@ -272,7 +280,7 @@ pub struct VerifyArgs {
     #[arg(long, value_enum)]
     pub topology: Option<Topology>,
     /// What the workers use: Palisade; a database behind a Palisade gate
-    /// (`postgres-gate`: lock-set and register workloads); or a control:
+    /// (`postgres-gate`, `redis-gate`: lock-set and register workloads); or a control:
     /// `unfenced-control` (embedded; a toy store that ignores tokens), `etcd-lock` (etcd's
     /// own lock, unchecked store) or `etcd-lock-fenced` (etcd's lock, its revision checked
     /// at the store). The controls run the lock-set workload only; the unfenced ones must
@@ -296,9 +304,10 @@ pub struct VerifyArgs {
     /// under test (Palisade targets only).
     #[arg(long)]
     pub auth: bool,
-    /// Gate targets: run the database with the setting the gate's preflight refuses
-    /// (PostgreSQL: `synchronous_commit=off`). A negative control: with `db-kill` among
-    /// the faults, violations are expected, and the report names the setting.
+    /// Gate targets: run the database with a setting the gate's preflight refuses
+    /// (PostgreSQL: `synchronous_commit=off`; Redis: `appendonly no`). A negative control:
+    /// with `db-kill` among the faults, violations are expected, and the report names the
+    /// setting.
     #[arg(long)]
     pub unsafe_db: bool,
 }

@@ -17,7 +17,7 @@ use crate::auth::AuthSetup;
 use crate::clock::RunClock;
 use crate::deploy::toy::Check;
 use crate::deploy::{
-    Deployment, Durability, EmbeddedServer, Etcd3, EtcdLockControl, PostgresGate, UnfencedControl,
+    Deployment, Durability, EmbeddedServer, Etcd3, EtcdLockControl, GateDeployment, UnfencedControl,
 };
 use crate::judge::{judge, Collected};
 use crate::nemesis::{Nemesis, Probe};
@@ -45,7 +45,7 @@ fn supported_faults(topology: Topology, target: Target) -> &'static [FaultKind] 
     use FaultKind::*;
     match (topology, target) {
         (Topology::Embedded, Target::Palisade) => &[Kill, Disk],
-        (Topology::Embedded, Target::PostgresGate) => &[Kill, DbKill, DbPause],
+        (Topology::Embedded, Target::PostgresGate | Target::RedisGate) => &[Kill, DbKill, DbPause],
         (Topology::Embedded, _) => &[Kill],
         (Topology::Etcd3, Target::Palisade) => &[Kill, EtcdKill, EtcdPause, NodePartition],
         (Topology::Etcd3, _) => &[EtcdKill, EtcdPause],
@@ -79,7 +79,7 @@ pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
     }
     if args.unsafe_db && !args.target.is_gate() {
         return Err(VerifyError::Config(
-            "--unsafe-db applies to the gate targets only (--target postgres-gate)".into(),
+            "--unsafe-db applies to the gate targets only (postgres-gate, redis-gate)".into(),
         ));
     }
     let topology = args.topology.unwrap_or(args.target.default_topology());
@@ -149,13 +149,13 @@ async fn start(
         (Topology::Embedded, Target::Palisade) => {
             Box::new(EmbeddedServer::start_with(exe, data, &log, serve_flags).await?)
         }
-        (Topology::Embedded, Target::PostgresGate) => {
+        (Topology::Embedded, target) if target.is_gate() => {
             let durability = if args.unsafe_db {
-                Durability::AsyncCommit
+                Durability::Unsafe
             } else {
                 Durability::Safe
             };
-            Box::new(PostgresGate::start(exe, data, out, durability).await?)
+            Box::new(GateDeployment::start(target, exe, data, out, durability).await?)
         }
         (Topology::Embedded, _) => Box::new(UnfencedControl::start(exe, data, &log).await?),
         (Topology::Etcd3, Target::Palisade) => {
@@ -187,6 +187,7 @@ async fn run_seeded(args: &VerifyArgs, plan: Plan) -> Result<Outcome, VerifyErro
     for old in [
         "server.log",
         "postgres.log",
+        "redis.log",
         "etcd.log",
         "node0.log",
         "node1.log",

@@ -1,17 +1,18 @@
-//! [`PostgresGate`]: the `postgres-gate` target. Locks from a real Palisade server, data in
-//! a real PostgreSQL written through the Rust gate, and faults on the database itself.
+//! [`GateDeployment`]: the gate targets. Locks from a real Palisade server, the data in a
+//! real database written through a Rust gate, and faults on the database itself.
 //!
 //! - locks: an [`EmbeddedServer`] (`kill` crashes and restarts it, as for Palisade);
-//! - the database: a [`PgCluster`] started by the harness (`db-kill`: SIGKILL to the
-//!   postmaster and every backend, then a restart through crash recovery; `db-pause`:
-//!   SIGSTOP to all of them, then SIGCONT);
-//! - the application between them: a [`GateStore`] over a [`PgStore`], verifying tokens
-//!   with the keys the lock server lists (`GET /v1/keys`, [`palisade_client::IssuerKeys`]).
+//! - the database, started by the harness in a [`DbProcess`]: PostgreSQL
+//!   ([`pg_server`]) or Redis ([`redis_server`]); `db-kill` SIGKILLs every process of it
+//!   and restarts it on its files, `db-pause` SIGSTOPs them, then SIGCONT;
+//! - the application between them: a [`GateStore`] over the database's [`GatedDb`]
+//!   ([`PgStore`], [`RedisStore`]), verifying tokens with the keys the lock server lists
+//!   (`GET /v1/keys`, [`palisade_client::IssuerKeys`]).
 //!
-//! With PostgreSQL's durability settings the run must come out clean. With
-//! `--unsafe-db` the database runs with `synchronous_commit=off`, which the gate's
-//! preflight refuses (its words go in the report): a `db-kill` then loses acknowledged
-//! commits, marks included, and the checkers must find it (a negative control).
+//! With the settings the gate's preflight insists on, a run must come out clean. With
+//! `--unsafe-db` the database runs with one setting the preflight refuses (its words go
+//! in the report): a `db-kill` then loses acknowledged writes, marks included, and the
+//! checkers must find it (a negative control).
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -20,49 +21,71 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use palisade_client::{Client, IssuerKeys};
 
-use super::gate_store::GateStore;
+use super::db_process::{Database, DbProcess, Durability};
+use super::gate_store::{GateStore, GatedDb};
 use super::pg_store::PgStore;
-use super::postgres::{Durability, PgCluster};
+use super::redis_store::RedisStore;
+use super::{pg_server, redis_server};
 use super::{Deployment, EmbeddedServer, FaultDone, Hit};
-use crate::args::FaultKind;
+use crate::args::{FaultKind, Target};
 use crate::VerifyError;
 
 /// Tokens whose verification the gate's verifier caches.
 const VERIFIER_CACHE: usize = 1024;
 
-/// A Palisade lock server, PostgreSQL, and the gated application between them.
-pub struct PostgresGate {
+/// A Palisade lock server, a database, and the gated application between them.
+pub struct GateDeployment {
+    target: Target,
     locks: EmbeddedServer,
-    db: PgCluster,
+    db: DbProcess,
+    db_description: String,
     store: GateStore,
     preflight_refusal: Option<String>,
 }
 
-impl PostgresGate {
+impl GateDeployment {
     pub async fn start(
+        target: Target,
         exe: &Path,
         data_dir: &Path,
         out: &Path,
         durability: Durability,
     ) -> Result<Self, VerifyError> {
         let locks = EmbeddedServer::start(exe, data_dir, &out.join("server.log")).await?;
-        let db = PgCluster::start(&out.join("postgres.log"), durability).await?;
         let client = Client::new(&format!("http://{}", locks.addr()))
             .map_err(|e| VerifyError::Deploy(format!("cannot make a client: {e}")))?;
         let keys = IssuerKeys::fetch(client, VERIFIER_CACHE)
             .await
             .map_err(|e| VerifyError::Deploy(format!("cannot fetch the issuer's keys: {e}")))?;
-        let pg = PgStore::install(
-            db.config(),
-            keys.verifier(),
-            durability.unsafe_setting().is_some(),
-        )
-        .await?;
-        let preflight_refusal = pg.preflight_refusal().map(str::to_owned);
-        let store = GateStore::start(Arc::new(pg)).await?;
-        Ok(PostgresGate {
+        let expect_unsafe = durability == Durability::Unsafe;
+        let (database, gated, preflight_refusal): (Database, Arc<dyn GatedDb>, _) = match target {
+            Target::PostgresGate => {
+                let database = pg_server::start(&out.join("postgres.log"), durability).await?;
+                let store =
+                    PgStore::install(database.url.clone(), keys.verifier(), expect_unsafe).await?;
+                let refusal = store.preflight_refusal().map(str::to_owned);
+                (database, Arc::new(store), refusal)
+            }
+            Target::RedisGate => {
+                let database = redis_server::start(&out.join("redis.log"), durability).await?;
+                let store =
+                    RedisStore::install(&database.url, keys.verifier(), expect_unsafe).await?;
+                let refusal = store.preflight_refusal().map(str::to_owned);
+                (database, Arc::new(store), refusal)
+            }
+            other => {
+                return Err(VerifyError::Internal(format!(
+                    "{} is not a gate target",
+                    other.as_str()
+                )))
+            }
+        };
+        let store = GateStore::start(gated).await?;
+        Ok(GateDeployment {
+            target,
             locks,
-            db,
+            db: database.process,
+            db_description: database.description,
             store,
             preflight_refusal,
         })
@@ -70,18 +93,18 @@ impl PostgresGate {
 }
 
 #[async_trait]
-impl Deployment for PostgresGate {
+impl Deployment for GateDeployment {
     fn name(&self) -> &'static str {
-        "postgres-gate"
+        self.target.as_str()
     }
 
     fn describe(&self) -> Vec<String> {
         let mut lines = vec![
             format!("locks: one palisade serve process at {}", self.locks.addr()),
-            format!("database: {}", self.db.describe()),
+            format!("database: {}", self.db_description),
             format!(
-                "store: an application at {} writing to PostgreSQL through the Rust gate \
-                 (palisade_adapters::postgres::admit and the write in one transaction)",
+                "store: an application at {} writing to the database through the Rust gate \
+                 (the admit and the write in one transaction or script)",
                 self.store.addr()
             ),
         ];
@@ -114,7 +137,7 @@ impl Deployment for PostgresGate {
                 self.db.restart().await?;
                 Ok(FaultDone {
                     detail: format!(
-                        "PostgreSQL SIGKILL (postmaster and backends), restarted after {} ms",
+                        "database SIGKILL (every process), restarted after {} ms",
                         hit.span.as_millis()
                     ),
                     crashed: false,
@@ -125,12 +148,12 @@ impl Deployment for PostgresGate {
                 tokio::time::sleep(hit.span).await;
                 self.db.thaw()?;
                 Ok(FaultDone {
-                    detail: format!("PostgreSQL SIGSTOP for {} ms", hit.span.as_millis()),
+                    detail: format!("database SIGSTOP for {} ms", hit.span.as_millis()),
                     crashed: false,
                 })
             }
             other => Err(VerifyError::Internal(format!(
-                "{other} is not a fault of the postgres-gate target"
+                "{other} is not a fault of the gate targets"
             ))),
         }
     }

@@ -61,6 +61,16 @@ pub enum StoreError {
     Failed(String),
 }
 
+impl From<AdmitError> for StoreError {
+    /// A gate's refusal, or (for a backend error) a database that failed.
+    fn from(e: AdmitError) -> StoreError {
+        match e {
+            AdmitError::Backend(e) => StoreError::Failed(e.to_string()),
+            refused => StoreError::Refused(refused),
+        }
+    }
+}
+
 impl StoreError {
     fn into_response(self) -> Response {
         let (detail, message) = match self {
@@ -75,6 +85,12 @@ impl StoreError {
             .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (status, Json(detail.answer(&message))).into_response()
     }
+}
+
+/// A read of the gate's own table that failed: whatever the gate says, nothing was
+/// refused, so it is the database's failure.
+pub fn failed_read(e: AdmitError) -> StoreError {
+    StoreError::Failed(e.to_string())
 }
 
 /// A database written through a gate: what each store route does there.

@@ -15,19 +15,23 @@
 //!   `node-partition`).
 //! - [`EtcdLockControl`]: the same etcd cluster, etcd's own lock, and the toy store
 //!   either unchecked or checking the lock's revision (`etcd-kill`, `etcd-pause`).
-//! - [`PostgresGate`]: locks from an embedded server, data in a PostgreSQL the harness
-//!   starts ([`postgres`]), written through the Rust gate by a small application
-//!   ([`gate_store`], [`pg_store`]) (`kill`, `db-kill`, `db-pause`).
+//! - [`GateDeployment`]: locks from an embedded server, data in a PostgreSQL or a Redis
+//!   the harness starts ([`db_process`], [`pg_server`], [`redis_server`]), written
+//!   through the Rust gate by a small application ([`gate_store`], [`pg_store`],
+//!   [`redis_store`]) (`kill`, `db-kill`, `db-pause`).
 
 mod control;
+pub mod db_process;
 mod embedded;
 pub mod etcd;
 mod etcd3;
 mod etcd_lock;
 mod gate;
 pub mod gate_store;
+pub mod pg_server;
 pub mod pg_store;
-pub mod postgres;
+pub mod redis_server;
+pub mod redis_store;
 pub mod toy;
 
 use std::net::SocketAddr;
@@ -36,12 +40,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 pub use control::UnfencedControl;
+pub use db_process::Durability;
 pub use embedded::EmbeddedServer;
 pub use etcd::EtcdCluster;
 pub use etcd3::Etcd3;
 pub use etcd_lock::EtcdLockControl;
-pub use gate::PostgresGate;
-pub use postgres::{Durability, PgCluster};
+pub use gate::GateDeployment;
 
 use crate::args::{FaultKind, LockProtocol};
 use crate::VerifyError;

@@ -28,7 +28,7 @@ use palisade_api::wire::{FenceAnswer, WriteAnswer};
 use palisade_token::Verifier;
 use tokio_postgres::{Client, NoTls};
 
-use super::gate_store::{Entry, GatedDb, StoreError};
+use super::gate_store::{failed_read, Entry, GatedDb, StoreError};
 use crate::VerifyError;
 
 const SCHEMA: &str = "
@@ -122,8 +122,7 @@ fn admitted(
     match result {
         Ok(admitted) => Ok(Some(admitted.epoch())),
         Err(AdmitError::Conflict) => Ok(None),
-        Err(AdmitError::Backend(e)) => Err(StoreError::Failed(e.to_string())),
-        Err(e) => Err(StoreError::Refused(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -219,10 +218,10 @@ impl GatedDb for PgStore {
 
     async fn high_water(&self, lock: &str) -> Result<u64, StoreError> {
         let client = self.connect().await?;
-        match postgres::high_water(&client, lock).await {
-            Ok(mark) => Ok(mark.epoch),
-            Err(e) => Err(StoreError::Failed(e.to_string())),
-        }
+        let mark = postgres::high_water(&client, lock)
+            .await
+            .map_err(failed_read)?;
+        Ok(mark.epoch)
     }
 }
 

@@ -87,7 +87,7 @@ pub async fn lock_set(w: &mut Worker) -> Result<(), VerifyError> {
         .await;
     match put {
         Ok(written) => {
-            flight.op.revision = Some(written.revision);
+            flight.op.revision = store_revision(written.revision);
             flight.op.returned_epoch = Some(written.epoch);
             w.rec.ok(flight)?;
         }
@@ -204,7 +204,7 @@ async fn mutate(w: &mut Worker, guard: &Held, key: &str, put: bool) -> Result<bo
     };
     match result {
         Ok(written) => {
-            flight.op.revision = Some(written.revision);
+            flight.op.revision = store_revision(written.revision);
             flight.op.returned_epoch = Some(written.epoch);
             w.rec.ok(flight)?;
             Ok(false)
@@ -226,4 +226,12 @@ impl Worker {
             ..WriteOptions::default()
         }
     }
+}
+
+/// The store revision an accepted mutation returned, if the store keeps one: a gate's
+/// store that has no revision to hand out in the same atomic step as the write (Redis)
+/// answers 0, and the op is recorded without one (the fencing checker then leaves it out
+/// of its revision-order check). Palisade's store numbers its revisions from 1.
+fn store_revision(revision: u64) -> Option<u64> {
+    (revision > 0).then_some(revision)
 }

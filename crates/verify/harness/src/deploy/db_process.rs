@@ -1,0 +1,218 @@
+//! [`DbProcess`]: a database server the harness runs for a gate target, and the faults it
+//! injects into it.
+//!
+//! The server is started in a process group of its own, so that a fault reaches every
+//! process of it at once (PostgreSQL's postmaster and backends, a forked Redis child), as
+//! a machine losing power or a stopped VM would:
+//! - [`DbProcess::crash`]: SIGKILL to the group; nothing is flushed, and the next start
+//!   recovers from whatever the database had made durable;
+//! - [`DbProcess::freeze`] / [`DbProcess::thaw`]: SIGSTOP / SIGCONT to the group.
+//!
+//! Each kind of database (`postgres`, `redis`) says how to start its server (the command,
+//! rebuilt for every start) and how to tell it takes requests (the probe); this type does
+//! the rest, the same way for all of them. Its output is appended to a log in the run's
+//! folder; its files live in a temp directory removed with it.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::{Child, Command};
+use tokio::time::{timeout, Instant};
+
+use crate::VerifyError;
+
+/// How long a start (crash recovery included) may take.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a clean stop may take before SIGKILL.
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Builds the command that starts the server (called for every start).
+pub type Launch = Box<dyn Fn() -> Command + Send + Sync>;
+/// True once the server answers requests.
+pub type Probe = Box<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
+/// One database server process, its folder and its log.
+pub struct DbProcess {
+    name: &'static str,
+    /// The database's files; removed when the process is dropped.
+    _dir: tempfile::TempDir,
+    log: PathBuf,
+    launch: Launch,
+    ready: Probe,
+    /// The signal of a clean, fast shutdown.
+    stop_signal: libc::c_int,
+    child: Option<Child>,
+}
+
+impl DbProcess {
+    /// Starts the server and waits until it answers.
+    pub async fn start(
+        name: &'static str,
+        dir: tempfile::TempDir,
+        log: &Path,
+        stop_signal: libc::c_int,
+        launch: Launch,
+        ready: Probe,
+    ) -> Result<DbProcess, VerifyError> {
+        let mut db = DbProcess {
+            name,
+            _dir: dir,
+            log: log.to_owned(),
+            launch,
+            ready,
+            stop_signal,
+            child: None,
+        };
+        db.restart().await?;
+        Ok(db)
+    }
+
+    /// Starts the server (if it is down) and waits until it answers. A start that exits
+    /// at once is tried again until [`STARTUP_TIMEOUT`]: after a SIGKILL, the old processes
+    /// may not all have exited yet (PostgreSQL refuses to start beside their shared
+    /// memory; a port may still be bound).
+    pub async fn restart(&mut self) -> Result<(), VerifyError> {
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        loop {
+            match self.start_once(deadline).await {
+                Err(_) if self.child.is_none() && Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
+    async fn start_once(&mut self, deadline: Instant) -> Result<(), VerifyError> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let open = |what| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log)
+                .map_err(|e| {
+                    VerifyError::io(format!("cannot open {} for {what}", self.log.display()), e)
+                })
+        };
+        let child = (self.launch)()
+            .stdin(Stdio::null())
+            .stdout(open("stdout")?)
+            .stderr(open("stderr")?)
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| VerifyError::io(format!("cannot start {}", self.name), e))?;
+        self.child = Some(child);
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(VerifyError::Deploy(format!(
+                        "{} exited with {status} at start (see {}):\n{}",
+                        self.name,
+                        self.log.display(),
+                        super::log_tail(&self.log)
+                    )));
+                }
+            }
+            if (self.ready)().await {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(VerifyError::Deploy(format!(
+                    "{} did not answer within {STARTUP_TIMEOUT:?} (see {})",
+                    self.name,
+                    self.log.display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// SIGKILL to every process of the server: nothing is flushed.
+    pub async fn crash(&mut self) -> Result<(), VerifyError> {
+        if let Some(mut child) = self.child.take() {
+            signal_group(&child, libc::SIGKILL)?;
+            child
+                .wait()
+                .await
+                .map_err(|e| VerifyError::io(format!("cannot reap {}", self.name), e))?;
+        }
+        Ok(())
+    }
+
+    /// SIGSTOP to every process of the server.
+    pub fn freeze(&self) -> Result<(), VerifyError> {
+        self.child
+            .as_ref()
+            .map_or(Ok(()), |child| signal_group(child, libc::SIGSTOP))
+    }
+
+    /// SIGCONT to every process of the server.
+    pub fn thaw(&self) -> Result<(), VerifyError> {
+        self.child
+            .as_ref()
+            .map_or(Ok(()), |child| signal_group(child, libc::SIGCONT))
+    }
+
+    /// Whatever a fault left: running and answering.
+    pub async fn heal(&mut self) -> Result<(), VerifyError> {
+        self.thaw()?;
+        self.restart().await
+    }
+
+    /// The clean shutdown signal, then SIGKILL if it takes too long.
+    pub async fn stop(&mut self) {
+        let _ = self.thaw();
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if signal_group(&child, self.stop_signal).is_ok()
+            && timeout(STOP_TIMEOUT, child.wait()).await.is_ok()
+        {
+            return;
+        }
+        let _ = signal_group(&child, libc::SIGKILL);
+        let _ = child.wait().await;
+    }
+}
+
+fn signal_group(child: &Child, sig: libc::c_int) -> Result<(), VerifyError> {
+    let pid = child
+        .id()
+        .ok_or_else(|| VerifyError::Internal("the database process was already reaped".into()))?;
+    let pid = libc::pid_t::try_from(pid)
+        .map_err(|_| VerifyError::Internal(format!("pid {pid} out of range")))?;
+    // SAFETY: kill(2) has no memory-safety preconditions. The group is the one our
+    // unreaped child leads (process_group(0)), so its id cannot have been reused.
+    if unsafe { libc::kill(-pid, sig) } != 0 {
+        return Err(VerifyError::io(
+            format!("kill(-{pid}, {sig}) failed"),
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(())
+}
+
+/// How a gate's database is configured: as the gate's preflight insists, or with the one
+/// setting it refuses that a crash of the database process can show (the negative
+/// control; each database module says which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    Safe,
+    Unsafe,
+}
+
+/// A started database: its process, where clients connect, and how to describe it.
+pub struct Database {
+    pub process: DbProcess,
+    /// The client's connection string (a tokio-postgres config, a Redis URL).
+    pub url: String,
+    /// One line for the summary and the report: the server, its address, its settings.
+    pub description: String,
+}
