@@ -2,8 +2,9 @@
 //! database's own faults (S16), beside the worker and lock-server faults.
 //!
 //! - With the durability settings the gate's preflight insists on, a lock-set run under
-//!   every fault (`db-kill` and `db-pause` among them) must come out clean, with late
-//!   writes refused as stale by the gate; so must a register run (PostgreSQL).
+//!   every fault (`db-kill`, `db-pause`, `db-drop` and `db-delay` among them) must come out
+//!   clean, with late writes refused as stale by the gate; so must a register run
+//!   (PostgreSQL).
 //! - With a setting the preflight refuses (`--unsafe-db`: PostgreSQL
 //!   `synchronous_commit=off`, Redis `appendonly no`), the same kind of run must lose
 //!   acknowledged writes: a crash of the database takes the last commits with it, marks
@@ -19,10 +20,23 @@ use std::sync::Mutex;
 
 use common::verify::VerifyRun;
 
+/// Every fault of the gate targets (30 s runs see each).
+const ALL_FAULTS: [&str; 9] = [
+    "pause",
+    "kill",
+    "delay",
+    "drop",
+    "partition",
+    "db-kill",
+    "db-pause",
+    "db-drop",
+    "db-delay",
+];
+
 /// One verify run at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-fn gate_run(target: &str, workload: &str, extra: &[&str]) -> VerifyRun {
+fn gate_run(target: &str, workload: &str, time: &str, extra: &[&str]) -> VerifyRun {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let mut args = vec![
         "--target",
@@ -30,7 +44,7 @@ fn gate_run(target: &str, workload: &str, extra: &[&str]) -> VerifyRun {
         "--workload",
         workload,
         "--time",
-        "20",
+        time,
         "--seed",
         "7",
     ];
@@ -40,8 +54,8 @@ fn gate_run(target: &str, workload: &str, extra: &[&str]) -> VerifyRun {
 
 #[test]
 fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_async() {
-    let clean = gate_run("postgres-gate", "lock-set", &["--faults", "all"]);
-    clean.assert_clean_lock_set(&["pause", "kill", "db-kill", "db-pause"]);
+    let clean = gate_run("postgres-gate", "lock-set", "30", &["--faults", "all"]);
+    clean.assert_clean_lock_set(&ALL_FAULTS);
     let (summary, stdout) = (&clean.summary, &clean.stdout);
     assert!(
         summary["fail_codes"]["stale_token"].as_u64().unwrap_or(0) >= 1,
@@ -58,7 +72,8 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
     let register = gate_run(
         "postgres-gate",
         "register",
-        &["--faults", "db-kill,db-pause,pause"],
+        "20",
+        &["--faults", "db-kill,db-drop,db-delay,pause"],
     );
     let (summary, stdout) = (&register.summary, &register.stdout);
     assert!(register.status.success(), "register run failed: {stdout}");
@@ -71,6 +86,7 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
     let unsafe_db = gate_run(
         "postgres-gate",
         "lock-set",
+        "20",
         &["--faults", "db-kill,pause", "--unsafe-db"],
     );
     let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);
@@ -94,8 +110,8 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
 
 #[test]
 fn the_redis_gate_holds_under_database_crashes_and_pauses_unless_nothing_is_persisted() {
-    let clean = gate_run("redis-gate", "lock-set", &["--faults", "all"]);
-    clean.assert_clean_lock_set(&["pause", "kill", "db-kill", "db-pause"]);
+    let clean = gate_run("redis-gate", "lock-set", "30", &["--faults", "all"]);
+    clean.assert_clean_lock_set(&ALL_FAULTS);
     let (summary, stdout) = (&clean.summary, &clean.stdout);
     assert!(
         summary["fail_codes"]["stale_token"].as_u64().unwrap_or(0) >= 1,
@@ -106,6 +122,7 @@ fn the_redis_gate_holds_under_database_crashes_and_pauses_unless_nothing_is_pers
     let unsafe_db = gate_run(
         "redis-gate",
         "lock-set",
+        "20",
         &["--faults", "db-kill,pause", "--unsafe-db"],
     );
     let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);

@@ -159,11 +159,15 @@ pub enum FaultKind {
     DbKill,
     /// SIGSTOP every process of the gate's database, then SIGCONT.
     DbPause,
+    /// Cut every open connection between the gate's application and its database.
+    DbDrop,
+    /// Hold the bytes the gate's application sends its database for a while.
+    DbDelay,
 }
 
 impl FaultKind {
     /// Every kind, in the order `--faults` lists them.
-    pub const EVERY: [FaultKind; 11] = [
+    pub const EVERY: [FaultKind; 13] = [
         FaultKind::Pause,
         FaultKind::Kill,
         FaultKind::Delay,
@@ -175,6 +179,8 @@ impl FaultKind {
         FaultKind::Disk,
         FaultKind::DbKill,
         FaultKind::DbPause,
+        FaultKind::DbDrop,
+        FaultKind::DbDelay,
     ];
 
     /// Faults aimed at one worker (its process or its proxy link); every deployment has
@@ -199,6 +205,8 @@ impl FaultKind {
             FaultKind::Disk => "disk",
             FaultKind::DbKill => "db-kill",
             FaultKind::DbPause => "db-pause",
+            FaultKind::DbDrop => "db-drop",
+            FaultKind::DbDelay => "db-delay",
         }
     }
 
@@ -271,8 +279,9 @@ pub struct VerifyArgs {
     #[arg(long, value_enum, default_value_t = Workload::LockSet)]
     pub workload: Workload,
     /// Faults to inject: a comma-separated list of pause, kill, delay, drop, partition,
-    /// etcd-kill, etcd-pause, node-partition (etcd3), disk (embedded), db-kill and db-pause
-    /// (the gate targets); or `all` (every fault the target has, except disk), or `none`.
+    /// etcd-kill, etcd-pause, node-partition (etcd3), disk (embedded), db-kill, db-pause,
+    /// db-drop and db-delay (the gate targets); or `all` (every fault the target has, except
+    /// disk), or `none`.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Servers under test: `embedded` (one node) or `etcd3` (three etcd members, three

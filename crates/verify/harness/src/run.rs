@@ -45,7 +45,9 @@ fn supported_faults(topology: Topology, target: Target) -> &'static [FaultKind] 
     use FaultKind::*;
     match (topology, target) {
         (Topology::Embedded, Target::Palisade) => &[Kill, Disk],
-        (Topology::Embedded, Target::PostgresGate | Target::RedisGate) => &[Kill, DbKill, DbPause],
+        (Topology::Embedded, Target::PostgresGate | Target::RedisGate) => {
+            &[Kill, DbKill, DbPause, DbDrop, DbDelay]
+        }
         (Topology::Embedded, _) => &[Kill],
         (Topology::Etcd3, Target::Palisade) => &[Kill, EtcdKill, EtcdPause, NodePartition],
         (Topology::Etcd3, _) => &[EtcdKill, EtcdPause],

@@ -208,11 +208,10 @@ pub enum Durability {
     Unsafe,
 }
 
-/// A started database: its process, where clients connect, and how to describe it.
+/// A started database: its process, where it listens, and how to describe it.
 pub struct Database {
     pub process: DbProcess,
-    /// The client's connection string (a tokio-postgres config, a Redis URL).
-    pub url: String,
+    pub addr: std::net::SocketAddr,
     /// One line for the summary and the report: the server, its address, its settings.
     pub description: String,
 }

@@ -5,6 +5,8 @@
 //! - the database, started by the harness in a [`DbProcess`]: PostgreSQL
 //!   ([`pg_server`]) or Redis ([`redis_server`]); `db-kill` SIGKILLs every process of it
 //!   and restarts it on its files, `db-pause` SIGSTOPs them, then SIGCONT;
+//! - a [`Proxy`] between the application and the database: `db-drop` cuts every open
+//!   connection, `db-delay` holds what the application sends for a while;
 //! - the application between them: a [`GateStore`] over the database's [`GatedDb`]
 //!   ([`PgStore`], [`RedisStore`]), verifying tokens with the keys the lock server lists
 //!   (`GET /v1/keys`, [`palisade_client::IssuerKeys`]).
@@ -28,6 +30,7 @@ use super::redis_store::RedisStore;
 use super::{pg_server, redis_server};
 use super::{Deployment, EmbeddedServer, FaultDone, Hit};
 use crate::args::{FaultKind, Target};
+use crate::proxy::Proxy;
 use crate::VerifyError;
 
 /// Tokens whose verification the gate's verifier caches.
@@ -39,6 +42,8 @@ pub struct GateDeployment {
     locks: EmbeddedServer,
     db: DbProcess,
     db_description: String,
+    /// Between the application and the database (db-drop, db-delay).
+    db_proxy: Proxy,
     store: GateStore,
     preflight_refusal: Option<String>,
 }
@@ -58,34 +63,41 @@ impl GateDeployment {
             .await
             .map_err(|e| VerifyError::Deploy(format!("cannot fetch the issuer's keys: {e}")))?;
         let expect_unsafe = durability == Durability::Unsafe;
-        let (database, gated, preflight_refusal): (Database, Arc<dyn GatedDb>, _) = match target {
-            Target::PostgresGate => {
-                let database = pg_server::start(&out.join("postgres.log"), durability).await?;
-                let store =
-                    PgStore::install(database.url.clone(), keys.verifier(), expect_unsafe).await?;
-                let refusal = store.preflight_refusal().map(str::to_owned);
-                (database, Arc::new(store), refusal)
-            }
-            Target::RedisGate => {
-                let database = redis_server::start(&out.join("redis.log"), durability).await?;
-                let store =
-                    RedisStore::install(&database.url, keys.verifier(), expect_unsafe).await?;
-                let refusal = store.preflight_refusal().map(str::to_owned);
-                (database, Arc::new(store), refusal)
-            }
-            other => {
-                return Err(VerifyError::Internal(format!(
-                    "{} is not a gate target",
-                    other.as_str()
-                )))
-            }
-        };
+        // The application reaches its database through a proxy of its own (db-drop,
+        // db-delay); the database's own probes go around it.
+        let link = Proxy::new_link();
+        let (database, db_proxy, gated, preflight_refusal): (Database, Proxy, Arc<dyn GatedDb>, _) =
+            match target {
+                Target::PostgresGate => {
+                    let database = pg_server::start(&out.join("postgres.log"), durability).await?;
+                    let proxy = Proxy::start(database.addr, link.clone()).await?;
+                    let config = pg_server::client_config(proxy.addr());
+                    let store = PgStore::install(config, keys.verifier(), expect_unsafe).await?;
+                    let refusal = store.preflight_refusal().map(str::to_owned);
+                    (database, proxy, Arc::new(store), refusal)
+                }
+                Target::RedisGate => {
+                    let database = redis_server::start(&out.join("redis.log"), durability).await?;
+                    let proxy = Proxy::start(database.addr, link.clone()).await?;
+                    let url = redis_server::client_url(proxy.addr());
+                    let store = RedisStore::install(&url, keys.verifier(), expect_unsafe).await?;
+                    let refusal = store.preflight_refusal().map(str::to_owned);
+                    (database, proxy, Arc::new(store), refusal)
+                }
+                other => {
+                    return Err(VerifyError::Internal(format!(
+                        "{} is not a gate target",
+                        other.as_str()
+                    )))
+                }
+            };
         let store = GateStore::start(gated).await?;
         Ok(GateDeployment {
             target,
             locks,
             db: database.process,
             db_description: database.description,
+            db_proxy,
             store,
             preflight_refusal,
         })
@@ -125,7 +137,13 @@ impl Deployment for GateDeployment {
     }
 
     fn faults(&self) -> &'static [FaultKind] {
-        &[FaultKind::Kill, FaultKind::DbKill, FaultKind::DbPause]
+        &[
+            FaultKind::Kill,
+            FaultKind::DbKill,
+            FaultKind::DbPause,
+            FaultKind::DbDrop,
+            FaultKind::DbDelay,
+        ]
     }
 
     async fn fault(&mut self, kind: FaultKind, hit: Hit) -> Result<FaultDone, VerifyError> {
@@ -138,6 +156,26 @@ impl Deployment for GateDeployment {
                 Ok(FaultDone {
                     detail: format!(
                         "database SIGKILL (every process), restarted after {} ms",
+                        hit.span.as_millis()
+                    ),
+                    crashed: false,
+                })
+            }
+            FaultKind::DbDrop => {
+                self.db_proxy.link().drop_connections();
+                Ok(FaultDone {
+                    detail: "connections between the application and the database cut".into(),
+                    crashed: false,
+                })
+            }
+            FaultKind::DbDelay => {
+                let link = self.db_proxy.link();
+                link.set_delay(hit.span);
+                tokio::time::sleep(hit.span).await;
+                link.set_delay(std::time::Duration::ZERO);
+                Ok(FaultDone {
+                    detail: format!(
+                        "what the application sent the database during {0} ms held {0} ms",
                         hit.span.as_millis()
                     ),
                     crashed: false,
@@ -159,12 +197,14 @@ impl Deployment for GateDeployment {
     }
 
     async fn heal(&mut self) -> Result<(), VerifyError> {
+        self.db_proxy.link().heal();
         self.db.heal().await?;
         self.locks.restart().await
     }
 
     async fn stop(&mut self) {
         self.locks.shut_down().await;
+        self.db_proxy.shutdown();
         self.db.stop().await;
     }
 }

@@ -13,6 +13,7 @@
 //! Where the binaries are: `PALISADE_PG_BIN`, else the newest
 //! `/usr/lib/postgresql/<version>/bin` (Debian's layout), else `PATH`.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ pub async fn start(log: &Path, durability: Durability) -> Result<Database, Verif
         Durability::Safe => &[],
         Durability::Unsafe => &[UNSAFE_SETTING, "wal_writer_delay=10s"],
     };
-    let url = format!("host=127.0.0.1 port={port} user=postgres dbname=postgres connect_timeout=2");
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let description = format!(
         "PostgreSQL at 127.0.0.1:{port}, {}",
         if settings.is_empty() {
@@ -86,9 +87,8 @@ pub async fn start(log: &Path, durability: Durability) -> Result<Database, Verif
         }
         postgres
     });
-    let probe_url = url.clone();
     let ready: Probe = Box::new(move || {
-        let url = probe_url.clone();
+        let url = client_config(addr);
         Box::pin(async move {
             let connect = tokio_postgres::connect(&url, tokio_postgres::NoTls);
             match tokio::time::timeout(Duration::from_secs(2), connect).await {
@@ -105,9 +105,18 @@ pub async fn start(log: &Path, durability: Durability) -> Result<Database, Verif
     let process = DbProcess::start("postgres", dir, log, libc::SIGINT, launch, ready).await?;
     Ok(Database {
         process,
-        url,
+        addr,
         description,
     })
+}
+
+/// The tokio-postgres configuration of a client of the cluster reached at `addr`.
+pub fn client_config(addr: SocketAddr) -> String {
+    format!(
+        "host={} port={} user=postgres dbname=postgres connect_timeout=2",
+        addr.ip(),
+        addr.port()
+    )
 }
 
 /// Where `initdb` and `postgres` are.

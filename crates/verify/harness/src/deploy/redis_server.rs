@@ -13,6 +13,7 @@
 //!
 //! The binary is `redis-server` on `PATH` (Debian: redis-server).
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -47,10 +48,9 @@ pub async fn start(log: &Path, durability: Durability) -> Result<Database, Verif
             .args(settings);
         redis
     });
-    let url = format!("redis://127.0.0.1:{port}/");
-    let probe_url = url.clone();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let ready: Probe = Box::new(move || {
-        let url = probe_url.clone();
+        let url = client_url(addr);
         Box::pin(async move {
             let ping = async {
                 let client = redis::Client::open(url.as_str()).ok()?;
@@ -89,7 +89,12 @@ pub async fn start(log: &Path, durability: Durability) -> Result<Database, Verif
         })?;
     Ok(Database {
         process,
-        url,
+        addr,
         description,
     })
+}
+
+/// The URL of a client of the server reached at `addr`.
+pub fn client_url(addr: SocketAddr) -> String {
+    format!("redis://{addr}/")
 }

@@ -59,6 +59,8 @@ pub(crate) fn fault_colour(kind: FaultKind) -> &'static str {
         FaultKind::Disk => "#850",
         FaultKind::DbKill => "#a0f",
         FaultKind::DbPause => "#48f",
+        FaultKind::DbDrop => "#c6c",
+        FaultKind::DbDelay => "#cb3",
     }
 }
 
