@@ -52,22 +52,57 @@ fn gate_run(target: &str, workload: &str, time: &str, extra: &[&str]) -> VerifyR
     VerifyRun::start(&args)
 }
 
-#[test]
-fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_async() {
-    let clean = gate_run("postgres-gate", "lock-set", "30", &["--faults", "all"]);
+/// A 30 s lock-set run on `target` under every fault: clean, each fault injected, at
+/// least one late write refused by the gate.
+fn clean_lock_set(target: &str) -> VerifyRun {
+    let clean = gate_run(target, "lock-set", "30", &["--faults", "all"]);
     clean.assert_clean_lock_set(&ALL_FAULTS);
     let (summary, stdout) = (&clean.summary, &clean.stdout);
     assert!(
         summary["fail_codes"]["stale_token"].as_u64().unwrap_or(0) >= 1,
         "no late write was refused by the gate, so the clean run proves little: {stdout}"
     );
-    let report = clean.report();
+    assert!(!clean.report().contains("UNSAFE"));
+    clean
+}
+
+/// A 20 s lock-set run on `target` with `--unsafe-db`: violations found after database
+/// crashes, the rerun command keeping the flag, the report naming `setting`.
+fn unsafe_lock_set(target: &str, setting: &str) -> VerifyRun {
+    let unsafe_db = gate_run(
+        target,
+        "lock-set",
+        "20",
+        &["--faults", "db-kill,pause", "--unsafe-db"],
+    );
+    let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);
+    // Exit code 1 means "violations found"; 2 would mean the run itself failed.
+    assert_eq!(unsafe_db.status.code(), Some(1), "{stdout}");
+    assert!(
+        summary["violations"].as_u64().unwrap_or(0) > 0,
+        "{setting} lost nothing: {stdout}"
+    );
+    assert!(unsafe_db.faults("db-kill") >= 1, "{stdout}");
+    assert!(
+        stdout.contains("--unsafe-db`"),
+        "the rerun command drops the setting: {stdout}"
+    );
+    let report = unsafe_db.report();
+    assert!(
+        report.contains("UNSAFE") && report.contains(setting),
+        "the report does not say what made the database unsafe"
+    );
+    unsafe_db
+}
+
+#[test]
+fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_async() {
+    let report = clean_lock_set("postgres-gate").report();
     assert!(report.contains("through the Rust gate"), "{report}");
     assert!(
         report.contains("db-kill"),
         "the timeline shows no database fault"
     );
-    assert!(!report.contains("UNSAFE"));
 
     let register = gate_run(
         "postgres-gate",
@@ -83,58 +118,20 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
         "too few acknowledged writes to mean anything: {stdout}"
     );
 
-    let unsafe_db = gate_run(
-        "postgres-gate",
-        "lock-set",
-        "20",
-        &["--faults", "db-kill,pause", "--unsafe-db"],
-    );
-    let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);
-    // Exit code 1 means "violations found"; 2 would mean the run itself failed.
-    assert_eq!(unsafe_db.status.code(), Some(1), "{stdout}");
-    assert!(
-        summary["violations"].as_u64().unwrap_or(0) > 0,
-        "asynchronous commits lost nothing: {stdout}"
-    );
-    assert!(unsafe_db.faults("db-kill") >= 1, "{stdout}");
-    assert!(
-        stdout.contains("--unsafe-db`"),
-        "the rerun command drops the setting: {stdout}"
-    );
-    let report = unsafe_db.report();
-    assert!(
-        report.contains("UNSAFE") && report.contains("synchronous_commit"),
-        "the report does not say what made the database unsafe"
-    );
+    unsafe_lock_set("postgres-gate", "synchronous_commit");
 }
 
 #[test]
 fn the_redis_gate_holds_under_database_crashes_and_pauses_unless_nothing_is_persisted() {
-    let clean = gate_run("redis-gate", "lock-set", "30", &["--faults", "all"]);
-    clean.assert_clean_lock_set(&ALL_FAULTS);
-    let (summary, stdout) = (&clean.summary, &clean.stdout);
-    assert!(
-        summary["fail_codes"]["stale_token"].as_u64().unwrap_or(0) >= 1,
-        "no late write was refused by the gate, so the clean run proves little: {stdout}"
-    );
-    assert!(clean.report().contains("appendfsync always"));
+    assert!(clean_lock_set("redis-gate")
+        .report()
+        .contains("appendfsync always"));
 
-    let unsafe_db = gate_run(
-        "redis-gate",
-        "lock-set",
-        "20",
-        &["--faults", "db-kill,pause", "--unsafe-db"],
-    );
-    let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);
-    assert_eq!(unsafe_db.status.code(), Some(1), "{stdout}");
+    let unsafe_db = unsafe_lock_set("redis-gate", "appendonly");
     assert!(
-        summary["lost_updates"].as_u64().unwrap_or(0) > 0,
-        "a Redis that persists nothing lost no update across its crashes: {stdout}"
-    );
-    let report = unsafe_db.report();
-    assert!(
-        report.contains("UNSAFE") && report.contains("appendonly"),
-        "the report does not say what made Redis unsafe"
+        unsafe_db.summary["lost_updates"].as_u64().unwrap_or(0) > 0,
+        "a Redis that persists nothing lost no update across its crashes: {}",
+        unsafe_db.stdout
     );
 }
 

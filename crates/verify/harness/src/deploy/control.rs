@@ -1,8 +1,8 @@
 //! [`UnfencedControl`]: the negative control deployment of the embedded topology.
 //!
 //! Leases and epochs come from a real Palisade server, so the workers behave exactly as
-//! they do against Palisade; only the store differs: the [`ToyStore`] serves the same
-//! routes and answers like the fenced store, but never compares a token with anything.
+//! they do against Palisade; only the store differs: the toy store ([`toy`]) serves the
+//! same routes and answers like the fenced store, but never compares a token with anything.
 //! The same workload and faults must then produce lost updates. If they do not, the
 //! faults are too weak to show anything, and a clean Palisade run would mean nothing.
 //!
@@ -15,7 +15,8 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use super::toy::{Check, ToyStore};
+use super::gate_store::GateStore;
+use super::toy::{self, Check};
 use super::{Deployment, EmbeddedServer, FaultDone, Hit};
 use crate::args::FaultKind;
 use crate::VerifyError;
@@ -23,13 +24,13 @@ use crate::VerifyError;
 /// A real lock service in front of a store that ignores tokens.
 pub struct UnfencedControl {
     locks: EmbeddedServer,
-    store: ToyStore,
+    store: GateStore,
 }
 
 impl UnfencedControl {
     pub async fn start(exe: &Path, data_dir: &Path, log: &Path) -> Result<Self, VerifyError> {
         let locks = EmbeddedServer::start(exe, data_dir, log).await?;
-        let store = ToyStore::start(Check::Nothing).await?;
+        let store = toy::start(Check::Nothing).await?;
         Ok(UnfencedControl { locks, store })
     }
 }

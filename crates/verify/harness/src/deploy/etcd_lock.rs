@@ -3,7 +3,7 @@
 //! The workers take locks straight from the three-member etcd cluster with etcd's lock
 //! recipe (`worker::etcd_lock`: a lease, a lock key attached to it, the owner being the
 //! key with the smallest create revision, as etcd's `concurrency.Mutex` does), and write
-//! to the [`ToyStore`]:
+//! to the toy store ([`toy`]):
 //!
 //! - `etcd-lock` ([`Check::Nothing`]): the store checks nothing. This is the setting in
 //!   which Jepsen found etcd 3.4.3's locks unsafe: a holder paused past its lease keeps
@@ -20,7 +20,8 @@ use std::path::Path;
 
 use async_trait::async_trait;
 
-use super::toy::{Check, ToyStore};
+use super::gate_store::GateStore;
+use super::toy::{self, Check};
 use super::{Deployment, EtcdCluster, FaultDone, Hit};
 use crate::args::{FaultKind, LockProtocol};
 use crate::VerifyError;
@@ -28,14 +29,14 @@ use crate::VerifyError;
 /// etcd's lock in front of the toy store.
 pub struct EtcdLockControl {
     etcd: EtcdCluster,
-    store: ToyStore,
+    store: GateStore,
     check: Check,
 }
 
 impl EtcdLockControl {
     pub async fn start(dir: &Path, log_dir: &Path, check: Check) -> Result<Self, VerifyError> {
         let etcd = EtcdCluster::start(3, &dir.join("etcd"), &log_dir.join("etcd.log")).await?;
-        let store = ToyStore::start(check).await?;
+        let store = toy::start(check).await?;
         Ok(EtcdLockControl { etcd, store, check })
     }
 }

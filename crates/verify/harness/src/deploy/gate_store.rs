@@ -1,5 +1,5 @@
 //! [`GateStore`]: the store routes the workers speak, served by an application that writes
-//! to a user's database through a Palisade gate.
+//! to a user's database through a Palisade gate (or, for the controls, by the toy store).
 //!
 //! The gate targets put the workers in front of what a user builds: a service that takes
 //! a fencing token with each request and writes to its own database through
@@ -93,7 +93,8 @@ pub fn failed_read(e: AdmitError) -> StoreError {
     StoreError::Failed(e.to_string())
 }
 
-/// A database written through a gate: what each store route does there.
+/// A database written through a gate (or the controls' toy store): what each store
+/// route does there.
 #[async_trait]
 pub trait GatedDb: Send + Sync + 'static {
     /// Admits `token` for `lock` and, in the same transaction, writes `key` (`Some`) or
@@ -115,6 +116,11 @@ pub trait GatedDb: Send + Sync + 'static {
 
     /// The lock's committed mark (0 if the database never admitted it).
     async fn high_water(&self, lock: &str) -> Result<u64, StoreError>;
+
+    /// The policy `GET /v1/fences/{lock}` reports.
+    fn policy(&self) -> &'static str {
+        "epoch"
+    }
 }
 
 type Shared = Arc<dyn GatedDb>;
@@ -155,6 +161,10 @@ impl GateStore {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    pub fn stop(&self) {
+        self.task.abort();
     }
 }
 
@@ -251,7 +261,7 @@ async fn high_water(State(db): State<Shared>, Path(lock): Path<String>) -> Respo
             lock: lock.clone(),
             high_water: mark,
             seq: Some(0),
-            policy: "epoch".into(),
+            policy: db.policy().into(),
         })
         .into_response()
     })

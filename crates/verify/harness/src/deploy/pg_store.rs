@@ -26,7 +26,8 @@ use bytes::Bytes;
 use palisade_adapters::{postgres, AdmitError};
 use palisade_api::wire::{FenceAnswer, WriteAnswer};
 use palisade_token::Verifier;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Transaction};
 
 use super::gate_store::{failed_read, Entry, GatedDb, StoreError};
 use crate::VerifyError;
@@ -113,17 +114,63 @@ impl PgStore {
     }
 }
 
-/// What an admit means for the request: the admitted epoch, a retry (`None`: the lock's
-/// first admit lost a race, the transaction is to be dropped and begun again), or the
-/// answer to send.
-fn admitted(
-    result: Result<palisade_adapters::Admitted, AdmitError>,
-) -> Result<Option<u64>, StoreError> {
-    match result {
-        Ok(admitted) => Ok(Some(admitted.epoch())),
-        Err(AdmitError::Conflict) => Ok(None),
-        Err(e) => Err(e.into()),
+/// What a request writes after its admit.
+enum Write<'a> {
+    Put(&'a str, &'a [u8]),
+    Delete(&'a str),
+    /// Nothing: the barrier, which only raises the mark.
+    Barrier,
+}
+
+impl PgStore {
+    /// One transaction: `admit`, then `write`, then `COMMIT`, begun again when the lock's
+    /// first admit lost a race (`Conflict`). The admitted epoch, and the revision of the
+    /// write (none for the barrier).
+    async fn transact(
+        &self,
+        lock: &str,
+        token: &str,
+        write: Write<'_>,
+    ) -> Result<(u64, Option<u64>), StoreError> {
+        let mut client = self.connect().await?;
+        for _ in 0..CONFLICT_RETRIES {
+            // Dropping the transaction without a commit rolls it back.
+            let tx = client.transaction().await.map_err(failed)?;
+            let epoch = match postgres::admit(&tx, &self.verifier, token, lock).await {
+                Ok(admitted) => admitted.epoch(),
+                Err(AdmitError::Conflict) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let revision = match write {
+                Write::Barrier => None,
+                Write::Put(key, value) => {
+                    let revision = next_revision(&tx).await?;
+                    let row: [&(dyn ToSql + Sync); 5] =
+                        [&lock, &key, &value, &revision, &signed(epoch)?];
+                    tx.execute(UPSERT, &row).await.map_err(failed)?;
+                    Some(revision)
+                }
+                Write::Delete(key) => {
+                    let revision = next_revision(&tx).await?;
+                    if tx.execute(DELETE, &[&lock, &key]).await.map_err(failed)? == 0 {
+                        // A missing key: nothing is committed, the mark included.
+                        return Err(StoreError::NotFound);
+                    }
+                    Some(revision)
+                }
+            };
+            tx.commit().await.map_err(failed)?;
+            return Ok((epoch, revision.map(unsigned).transpose()?));
+        }
+        Err(StoreError::Refused(AdmitError::Conflict))
     }
+}
+
+/// The next store revision, taken after the admit: the admit holds the lock's fence row
+/// until the commit, so a lock's mutations are numbered in the order they commit.
+async fn next_revision(tx: &Transaction<'_>) -> Result<i64, StoreError> {
+    let row = tx.query_one(NEXT_REVISION, &[]).await.map_err(failed)?;
+    Ok(row.get(0))
 }
 
 #[async_trait]
@@ -135,59 +182,25 @@ impl GatedDb for PgStore {
         value: Option<Bytes>,
         token: &str,
     ) -> Result<WriteAnswer, StoreError> {
-        let mut client = self.connect().await?;
-        for _ in 0..CONFLICT_RETRIES {
-            // Dropping the transaction without a commit rolls it back.
-            let tx = client.transaction().await.map_err(failed)?;
-            let Some(epoch) = admitted(postgres::admit(&tx, &self.verifier, token, lock).await)?
-            else {
-                continue;
-            };
-            let revision: i64 = tx
-                .query_one(NEXT_REVISION, &[])
-                .await
-                .map_err(failed)?
-                .get(0);
-            let changed = match &value {
-                Some(value) => tx
-                    .execute(
-                        UPSERT,
-                        &[&lock, &key, &&value[..], &revision, &signed(epoch)?],
-                    )
-                    .await
-                    .map_err(failed)?,
-                None => tx.execute(DELETE, &[&lock, &key]).await.map_err(failed)?,
-            };
-            if changed == 0 {
-                // A delete of a missing key: nothing is committed, the mark included.
-                return Err(StoreError::NotFound);
-            }
-            tx.commit().await.map_err(failed)?;
-            return Ok(WriteAnswer {
-                revision: unsigned(revision)?,
-                epoch,
-            });
-        }
-        Err(StoreError::Refused(AdmitError::Conflict))
+        let write = match &value {
+            Some(value) => Write::Put(key, value),
+            None => Write::Delete(key),
+        };
+        let (epoch, revision) = self.transact(lock, token, write).await?;
+        Ok(WriteAnswer {
+            revision: revision.unwrap_or_default(),
+            epoch,
+        })
     }
 
     async fn fence(&self, lock: &str, token: &str) -> Result<FenceAnswer, StoreError> {
-        let mut client = self.connect().await?;
-        for _ in 0..CONFLICT_RETRIES {
-            let tx = client.transaction().await.map_err(failed)?;
-            let Some(epoch) = admitted(postgres::admit(&tx, &self.verifier, token, lock).await)?
-            else {
-                continue;
-            };
-            tx.commit().await.map_err(failed)?;
-            // Admitted: the mark is now this epoch.
-            return Ok(FenceAnswer {
-                lock: lock.to_owned(),
-                high_water: epoch,
-                epoch,
-            });
-        }
-        Err(StoreError::Refused(AdmitError::Conflict))
+        let (epoch, _) = self.transact(lock, token, Write::Barrier).await?;
+        // Admitted: the mark is now this epoch.
+        Ok(FenceAnswer {
+            lock: lock.to_owned(),
+            high_water: epoch,
+            epoch,
+        })
     }
 
     async fn read(&self, lock: &str, key: &str) -> Result<Option<Entry>, StoreError> {

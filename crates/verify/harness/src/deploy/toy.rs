@@ -1,4 +1,4 @@
-//! The toy store of the controls: Palisade's store routes, in memory, in two modes.
+//! The toy store of the controls: Palisade's store, in memory, in two modes.
 //!
 //! - [`Check::Nothing`]: **deliberately unsafe; never use it for anything but a negative
 //!   control.** It answers `PUT`, `DELETE` and `POST /v1/fences/{lock}` with 200 whatever
@@ -13,26 +13,22 @@
 //!   resource buys, not what signed tokens buy (S14).
 //!
 //! State lives in memory, behind one mutex that is never held across an `.await`; it has
-//! nothing durable, so the controls never kill it.
+//! nothing durable, so the controls never kill it. Its routes are the [`GateStore`]'s,
+//! the HTTP side the gate targets' applications use too: only what happens behind them
+//! differs.
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
-use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 
-use palisade_api::wire::{ErrorEnvelope, FenceAnswer, FenceStatus, Health, KeyList, WriteAnswer};
-use palisade_api::{headers, ErrorCode};
+use palisade_adapters::AdmitError;
+use palisade_api::wire::{FenceAnswer, WriteAnswer};
 use palisade_core::gate::{self, HighWater, Policy};
 
+use super::gate_store::{Entry, GateStore, GatedDb, StoreError};
 use crate::VerifyError;
 
 /// What the toy store checks before a mutation.
@@ -44,8 +40,22 @@ pub enum Check {
     Epoch,
 }
 
+/// Starts the toy store on a loopback port.
+pub async fn start(check: Check) -> Result<GateStore, VerifyError> {
+    let toy = Toy {
+        check,
+        state: Mutex::new(State::default()),
+    };
+    GateStore::start(Arc::new(toy)).await
+}
+
 struct Toy {
     check: Check,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
     revision: u64,
     /// (namespace, key) -> (value, revision, epoch that wrote it)
     values: BTreeMap<(String, String), (Bytes, u64, u64)>,
@@ -54,9 +64,16 @@ struct Toy {
 }
 
 impl Toy {
-    /// Runs the gate for a mutation of `ns` with `epoch`; on refusal, the answer to send.
-    fn gate(&mut self, ns: &str, epoch: u64) -> Result<(), Box<Response>> {
-        if self.check == Check::Nothing {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic elsewhere cannot leave the map half-updated (every update is one insert).
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// Runs the gate for a mutation of `ns` with `epoch`.
+    fn gate(&mut self, check: Check, ns: &str, epoch: u64) -> Result<(), StoreError> {
+        if check == Check::Nothing {
             return Ok(());
         }
         let mark = self.marks.get(ns).copied().unwrap_or_default();
@@ -65,17 +82,10 @@ impl Toy {
                 self.marks.insert(ns.to_owned(), next);
                 Ok(())
             }
-            Err(_) => {
-                let mut body = ErrorEnvelope::new(
-                    ErrorCode::StaleToken,
-                    "epoch below the namespace's high-water mark",
-                );
-                body.error
-                    .extra
-                    .insert("high_water".into(), mark.epoch.into());
-                body.error.extra.insert("epoch".into(), epoch.into());
-                Err(Box::new((StatusCode::CONFLICT, Json(body)).into_response()))
-            }
+            Err(_) => Err(StoreError::Refused(AdmitError::Stale {
+                high_water: mark.epoch,
+                epoch,
+            })),
         }
     }
 
@@ -84,75 +94,8 @@ impl Toy {
     }
 }
 
-type Shared = Arc<Mutex<Toy>>;
-
-/// A running toy store on a loopback port.
-pub struct ToyStore {
-    addr: SocketAddr,
-    task: JoinHandle<()>,
-}
-
-impl ToyStore {
-    pub async fn start(check: Check) -> Result<ToyStore, VerifyError> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| VerifyError::io("cannot bind the toy store", e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| VerifyError::io("cannot read the toy store's port", e))?;
-        let state: Shared = Arc::new(Mutex::new(Toy {
-            check,
-            revision: 0,
-            values: BTreeMap::new(),
-            marks: HashMap::new(),
-        }));
-        let app = Router::new()
-            .route(
-                "/healthz",
-                get(|| async {
-                    Json(Health {
-                        status: "ok".into(),
-                    })
-                }),
-            )
-            .route("/v1/kv/{lock}", get(list))
-            .route("/v1/kv/{lock}/{*key}", get(read).put(write).delete(delete))
-            .route("/v1/fences/{lock}", get(high_water).post(fence))
-            .with_state(state);
-        let task = tokio::spawn(async move {
-            // Ends only when aborted; a failing accept loop ends the control run, which
-            // then reports its workers' transport errors.
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(ToyStore { addr, task })
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    pub fn stop(&self) {
-        self.task.abort();
-    }
-}
-
-impl Drop for ToyStore {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-fn lock(state: &Shared) -> std::sync::MutexGuard<'_, Toy> {
-    // A panic elsewhere cannot leave the map half-updated (every update is one insert).
-    state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// The epoch written in a token's payload, unverified; 0 if there is none.
-fn claimed_epoch(headers: &HeaderMap) -> u64 {
-    let token = headers
-        .get(headers::FENCING_TOKEN)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+fn claimed_epoch(token: &str) -> u64 {
     let payload = token.split('.').nth(1).unwrap_or("");
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload)
@@ -162,118 +105,78 @@ fn claimed_epoch(headers: &HeaderMap) -> u64 {
         .unwrap_or(0)
 }
 
-fn not_found() -> Response {
-    let body = ErrorEnvelope::new(ErrorCode::NotFound, "no such key");
-    (StatusCode::NOT_FOUND, Json(body)).into_response()
-}
-
-async fn read(State(state): State<Shared>, Path((ns, key)): Path<(String, String)>) -> Response {
-    let found = lock(&state).values.get(&(ns, key)).cloned();
-    match found {
-        Some((value, revision, epoch)) => (
-            [
-                ("etag", format!("\"{revision}\"")),
-                (headers::FENCING_EPOCH, epoch.to_string()),
-            ],
-            value,
-        )
-            .into_response(),
-        None => not_found(),
+#[async_trait]
+impl GatedDb for Toy {
+    async fn mutate(
+        &self,
+        ns: &str,
+        key: &str,
+        value: Option<Bytes>,
+        token: &str,
+    ) -> Result<WriteAnswer, StoreError> {
+        let epoch = claimed_epoch(token);
+        let mut state = self.state();
+        let entry = (ns.to_owned(), key.to_owned());
+        if value.is_none() && !state.values.contains_key(&entry) {
+            return Err(StoreError::NotFound);
+        }
+        state.gate(self.check, ns, epoch)?;
+        state.revision += 1;
+        let revision = state.revision;
+        match value {
+            Some(value) => state.values.insert(entry, (value, revision, epoch)),
+            None => state.values.remove(&entry),
+        };
+        Ok(WriteAnswer { revision, epoch })
     }
-}
 
-async fn write(
-    State(state): State<Shared>,
-    Path((ns, key)): Path<(String, String)>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let epoch = claimed_epoch(&headers);
-    let mut toy = lock(&state);
-    if let Err(refused) = toy.gate(&ns, epoch) {
-        return *refused;
+    /// The barrier: with [`Check::Nothing`] a no-op that "succeeds" and establishes
+    /// nothing; with [`Check::Epoch`] it raises the mark like a write.
+    async fn fence(&self, ns: &str, token: &str) -> Result<FenceAnswer, StoreError> {
+        let epoch = claimed_epoch(token);
+        let mut state = self.state();
+        state.gate(self.check, ns, epoch)?;
+        let high_water = match self.check {
+            Check::Nothing => epoch,
+            Check::Epoch => state.mark(ns),
+        };
+        Ok(FenceAnswer {
+            lock: ns.to_owned(),
+            high_water,
+            epoch,
+        })
     }
-    toy.revision += 1;
-    let revision = toy.revision;
-    toy.values.insert((ns, key), (body, revision, epoch));
-    Json(WriteAnswer { revision, epoch }).into_response()
-}
 
-async fn delete(
-    State(state): State<Shared>,
-    Path((ns, key)): Path<(String, String)>,
-    headers: HeaderMap,
-) -> Response {
-    let epoch = claimed_epoch(&headers);
-    let mut toy = lock(&state);
-    if !toy.values.contains_key(&(ns.clone(), key.clone())) {
-        return not_found();
+    async fn read(&self, ns: &str, key: &str) -> Result<Option<Entry>, StoreError> {
+        let state = self.state();
+        let found = state.values.get(&(ns.to_owned(), key.to_owned()));
+        Ok(found.map(|(value, revision, epoch)| Entry {
+            value: value.clone(),
+            revision: *revision,
+            epoch: *epoch,
+        }))
     }
-    if let Err(refused) = toy.gate(&ns, epoch) {
-        return *refused;
+
+    async fn list(&self, ns: &str, prefix: &str) -> Result<Vec<String>, StoreError> {
+        Ok(self
+            .state()
+            .values
+            .keys()
+            .filter(|(n, k)| n == ns && k.starts_with(prefix))
+            .map(|(_, k)| k.clone())
+            .collect())
     }
-    toy.values.remove(&(ns, key));
-    toy.revision += 1;
-    Json(WriteAnswer {
-        revision: toy.revision,
-        epoch,
-    })
-    .into_response()
-}
 
-async fn list(
-    State(state): State<Shared>,
-    Path(ns): Path<String>,
-    Query(query): Query<HashMap<String, String>>,
-) -> Response {
-    let prefix = query.get("prefix").cloned().unwrap_or_default();
-    let keys: Vec<String> = lock(&state)
-        .values
-        .keys()
-        .filter(|(n, k)| *n == ns && k.starts_with(&prefix))
-        .map(|(_, k)| k.clone())
-        .collect();
-    Json(KeyList { lock: ns, keys }).into_response()
-}
-
-/// The barrier: with [`Check::Nothing`] a no-op that "succeeds" and establishes
-/// nothing; with [`Check::Epoch`] it raises the mark like a write.
-async fn fence(
-    State(state): State<Shared>,
-    Path(ns): Path<String>,
-    headers: HeaderMap,
-) -> Response {
-    let epoch = claimed_epoch(&headers);
-    let mut toy = lock(&state);
-    if let Err(refused) = toy.gate(&ns, epoch) {
-        return *refused;
+    async fn high_water(&self, ns: &str) -> Result<u64, StoreError> {
+        Ok(self.state().mark(ns))
     }
-    let high_water = match toy.check {
-        Check::Nothing => epoch,
-        Check::Epoch => toy.mark(&ns),
-    };
-    Json(FenceAnswer {
-        lock: ns,
-        high_water,
-        epoch,
-    })
-    .into_response()
-}
 
-async fn high_water(State(state): State<Shared>, Path(ns): Path<String>) -> Response {
-    let toy = lock(&state);
-    let policy = match toy.check {
-        Check::Nothing => "none",
-        Check::Epoch => "epoch",
-    };
-    let mark = toy.mark(&ns);
-    Json(FenceStatus {
-        lock: ns,
-        high_water: mark,
-        seq: Some(0),
-        policy: policy.into(),
-    })
-    .into_response()
+    fn policy(&self) -> &'static str {
+        match self.check {
+            Check::Nothing => "none",
+            Check::Epoch => "epoch",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -289,7 +192,7 @@ mod tests {
 
     #[tokio::test]
     async fn accepts_any_token_and_echoes_its_epoch() {
-        let store = ToyStore::start(Check::Nothing).await.unwrap();
+        let store = start(Check::Nothing).await.unwrap();
         let client = Client::new(&format!("http://{}", store.addr())).unwrap();
         let newer = client.fenced_kv("set", &token(7));
         let older = client.fenced_kv("set", "not-a-token");
@@ -305,7 +208,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_epoch_check_refuses_older_epochs() {
-        let store = ToyStore::start(Check::Epoch).await.unwrap();
+        let store = start(Check::Epoch).await.unwrap();
         let client = Client::new(&format!("http://{}", store.addr())).unwrap();
         let (old, new) = (
             client.fenced_kv("set", &token(3)),
