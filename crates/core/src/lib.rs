@@ -26,6 +26,7 @@
 
 pub mod gate;
 pub mod lock_table;
+pub mod page;
 
 /// Milliseconds on a monotonic clock chosen by the caller.
 pub type Millis = u64;

@@ -30,7 +30,7 @@ use palisade_issuer::{
     Acquire, AcquireError, Granted, Lease, LeaseError, LockService, MayAct, SessionError,
     SessionRequest,
 };
-use palisade_storage::StorageError;
+use palisade_storage::{Page, StorageError};
 use palisade_token::{ActiveSigner, Epoch};
 
 use crate::error::is_lease_not_found;
@@ -409,17 +409,11 @@ impl EtcdIssuer {
 }
 
 impl EtcdIssuer {
-    /// Known locks (every lock that was ever granted an epoch) whose names start with
-    /// `prefix` and sort after `after`, in name order, at most `limit`: one page, read by
-    /// one range read of the epoch keys (etcd's ordered index), then one snapshot per lock
+    /// Known locks (every lock that was ever granted an epoch), one [`Page`] in name
+    /// order, read by one range read of the epoch keys (etcd's ordered index), then one snapshot per lock
     /// for its holder and line. Pass the last name of a page as `after` for the next.
-    pub async fn list_page(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<LockView>, StorageError> {
-        let names = self.lock_names(prefix, after, limit).await?;
+    pub async fn list_page(&self, page: Page) -> Result<Vec<LockView>, StorageError> {
+        let names = self.lock_names(page).await?;
         // One snapshot per lock keeps this simple; listing is for operators, not hot paths.
         let reads = names.iter().map(|(name, _)| async move {
             let snap = self.read_lock(name, None, None).await?;
@@ -430,37 +424,13 @@ impl EtcdIssuer {
 
     /// One page of known locks with their last epochs, from the epoch keys alone (see
     /// [`Self::list_page`]).
-    pub async fn lock_names(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, Epoch)>, StorageError> {
-        if limit == 0 {
+    pub async fn lock_names(&self, page: Page) -> Result<Vec<(String, Epoch)>, StorageError> {
+        if page.is_empty() {
             return Ok(Vec::new());
         }
-        let keys = &self.etcd.keys;
-        let base = keys.epoch_prefix();
-        let mut first = base.clone();
-        first.extend_from_slice(prefix.as_bytes());
-        let end = keys::prefix_end(&first);
-        let start = match after {
-            Some(after) if after.as_bytes() >= prefix.as_bytes() => {
-                // The smallest key above `after`: `after` followed by a zero byte.
-                let mut start = base.clone();
-                start.extend_from_slice(after.as_bytes());
-                start.push(0);
-                start
-            }
-            _ => first,
-        };
-        let options = GetOptions::new()
-            .with_range(end)
-            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
-        let snap = self
-            .etcd
-            .read("list locks", vec![TxnOp::get(start, Some(options))])
-            .await?;
+        let base = self.etcd.keys.epoch_prefix();
+        let get = keys::page_read(&base, &page, GetOptions::new());
+        let snap = self.etcd.read("list locks", vec![get]).await?;
         snap.all(0)
             .iter()
             .filter_map(|kv| {
@@ -561,13 +531,8 @@ impl LockService for EtcdIssuer {
         Ok(self.view(lock, snap).await)
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<LockView>, StorageError> {
-        self.list_page(prefix, after, limit).await
+    async fn list(&self, page: Page) -> Result<Vec<LockView>, StorageError> {
+        self.list_page(page).await
     }
 
     async fn proclaim(

@@ -23,7 +23,10 @@
 //! transaction wrote.
 
 use palisade_core::gate::HighWater;
-use palisade_storage::StorageError;
+use std::ops::Bound;
+
+use etcd_client::{GetOptions, TxnOp};
+use palisade_storage::{Page, StorageError};
 use palisade_token::Epoch;
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +125,26 @@ impl Keys {
     pub(crate) fn key_set(&self) -> Vec<u8> {
         self.key(&["keys/set"])
     }
+}
+
+/// The range read of one [`Page`] of the names stored under `base` (as `base` + name):
+/// from [`Page::start`] (the smallest key above `after`: `after` followed by a zero byte)
+/// to the end of the prefix's range, at most `limit` keys, with `options` besides.
+pub(crate) fn page_read(base: &[u8], page: &Page, options: GetOptions) -> TxnOp {
+    let key = |name: &str| [base, name.as_bytes()].concat();
+    let start = match page.start() {
+        Bound::Excluded(after) => {
+            let mut start = key(after);
+            start.push(0);
+            start
+        }
+        Bound::Included(name) => key(name),
+        Bound::Unbounded => base.to_vec(),
+    };
+    let options = options
+        .with_range(prefix_end(&key(&page.prefix)))
+        .with_limit(i64::try_from(page.limit).unwrap_or(i64::MAX));
+    TxnOp::get(start, Some(options))
 }
 
 /// The first key after every key that starts with `prefix` (etcd's range end for a

@@ -26,7 +26,7 @@ use palisade_core::gate::HighWater;
 use palisade_storage::decide::Change;
 use palisade_storage::{
     decide, Action, Applied, ApplyError, Decision, Entry, FencedOp, FencedStore, KeyState,
-    NamespaceSummary, Seen, StorageError, StoreLimits, Usage, WallClock,
+    NamespaceSummary, Page, Seen, StorageError, StoreLimits, Usage, WallClock,
 };
 
 use crate::keys::{self, from_json, json, IdemRecord};
@@ -334,26 +334,13 @@ impl FencedStore for EtcdStore {
         }))
     }
 
-    async fn list(
-        &self,
-        namespace: &str,
-        prefix: &str,
-        limit: usize,
-    ) -> Result<Vec<String>, StorageError> {
-        if limit == 0 {
+    async fn list(&self, namespace: &str, page: Page) -> Result<Vec<String>, StorageError> {
+        if page.is_empty() {
             return Ok(Vec::new());
         }
         let base = self.etcd.keys.data_prefix(namespace);
-        let mut start = base.clone();
-        start.extend_from_slice(prefix.as_bytes());
-        let options = GetOptions::new()
-            .with_prefix()
-            .with_keys_only()
-            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
-        let snap = self
-            .etcd
-            .read("list", vec![TxnOp::get(start, Some(options))])
-            .await?;
+        let get = keys::page_read(&base, &page, GetOptions::new().with_keys_only());
+        let snap = self.etcd.read("list", vec![get]).await?;
         snap.all(0)
             .iter()
             .map(|kv| {
@@ -381,32 +368,16 @@ impl FencedStore for EtcdStore {
         }
     }
 
-    /// One range read of the marks from the first name after `after` (or `prefix`), then
-    /// one read of the page's usage counters. The two reads are not one snapshot: a
+    /// One range read of the page's marks ([`keys::page_read`]), then one read of the page's usage counters. The two reads are not one snapshot: a
     /// counter may be a write newer than its mark.
-    async fn namespaces(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<NamespaceSummary>, StorageError> {
-        if limit == 0 {
+    async fn namespaces(&self, page: Page) -> Result<Vec<NamespaceSummary>, StorageError> {
+        if page.is_empty() {
             return Ok(Vec::new());
         }
         let keys = &self.etcd.keys;
         let base = keys.fence("");
-        let mut start = keys.fence(prefix);
-        let end = keys::prefix_end(&start);
-        if let Some(after) = after.filter(|a| *a >= prefix) {
-            // The first key after `after`: `after` followed by a zero byte.
-            start = keys.fence(after);
-            start.push(0);
-        }
-        let options = GetOptions::new()
-            .with_range(end)
-            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
         let gets = vec![
-            TxnOp::get(start, Some(options)),
+            keys::page_read(&base, &page, GetOptions::new()),
             TxnOp::get(keys.epoch_floor(), None),
         ];
         let snap = self.etcd.read("list namespaces", gets).await?;

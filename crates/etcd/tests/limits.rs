@@ -11,7 +11,7 @@ use bytes::Bytes;
 use etcd_client::{Client, GetOptions};
 use palisade_etcd::{EtcdIssuer, EtcdStore};
 use palisade_issuer::LockService;
-use palisade_storage::{ApplyError, FencedStore, StoreLimits, WallClock};
+use palisade_storage::{ApplyError, FencedStore, Page, StoreLimits, WallClock};
 use palisade_test_support::fenced_store::{delete, keyed, op, put};
 use palisade_token::Signer;
 use support::EtcdMember;
@@ -177,28 +177,46 @@ async fn locks_are_listed_page_by_page_in_name_order() {
     }
     let names = |page: Vec<(String, u64)>| page.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
     assert_eq!(
-        names(issuer.lock_names("", None, 2).await.unwrap()),
+        names(issuer.lock_names(Page::first("", 2)).await.unwrap()),
         ["a.1", "a.10"]
     );
     assert_eq!(
-        names(issuer.lock_names("", Some("a.10"), 2).await.unwrap()),
+        names(
+            issuer
+                .lock_names(Page::new("", Some("a.10"), 2))
+                .await
+                .unwrap()
+        ),
         ["a.2", "b"]
     );
     assert_eq!(
-        names(issuer.lock_names("", Some("b"), 5).await.unwrap()),
+        names(
+            issuer
+                .lock_names(Page::new("", Some("b"), 5))
+                .await
+                .unwrap()
+        ),
         ["c"]
     );
     assert_eq!(
-        names(issuer.lock_names("a.", Some("a.1"), 5).await.unwrap()),
+        names(
+            issuer
+                .lock_names(Page::new("a.", Some("a.1"), 5))
+                .await
+                .unwrap()
+        ),
         ["a.10", "a.2"]
     );
     assert!(issuer
-        .lock_names("a.", Some("a.3"), 5)
+        .lock_names(Page::new("a.", Some("a.3"), 5))
         .await
         .unwrap()
         .is_empty());
-    let page = issuer.list_page("", Some("a.2"), 10).await.unwrap();
+    let page = issuer
+        .list_page(Page::new("", Some("a.2"), 10))
+        .await
+        .unwrap();
     let views: Vec<_> = page.iter().map(|v| (v.lock.as_str(), v.epoch)).collect();
     assert_eq!(views, [("b", 1), ("c", 1)]);
-    assert_eq!(issuer.list("a.", None, 10).await.unwrap().len(), 3);
+    assert_eq!(issuer.list(Page::first("a.", 10)).await.unwrap().len(), 3);
 }

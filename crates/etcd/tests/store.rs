@@ -6,7 +6,7 @@
 mod support;
 
 use palisade_etcd::EtcdStore;
-use palisade_storage::{Action, ApplyError, FencedStore};
+use palisade_storage::{Action, ApplyError, FencedStore, Page};
 use palisade_test_support::fenced_store::{op, put};
 use support::EtcdMember;
 
@@ -36,7 +36,7 @@ async fn the_namespace_listing_over_etcd() {
     let store = EtcdStore::new(client.clone());
     store.apply(op("ns-a", 1, put("k1", "one"))).await.unwrap();
     store.apply(op("ns-c", 2, Action::Fence)).await.unwrap();
-    let listed = store.namespaces("ns-", None, 10).await.unwrap();
+    let listed = store.namespaces(Page::first("ns-", 10)).await.unwrap();
     let usage: Vec<_> = listed
         .iter()
         .map(|n| (n.name.as_str(), n.usage.map(|u| (u.keys, u.bytes))))
@@ -48,13 +48,13 @@ async fn the_namespace_listing_over_etcd() {
             .await
             .unwrap();
     }
-    let many = store.namespaces("many-", None, 1000).await.unwrap();
+    let many = store.namespaces(Page::first("many-", 1000)).await.unwrap();
     assert_eq!(many.len(), 130);
     assert!(many.iter().all(|n| n.usage.map(|u| u.keys) == Some(1)));
     palisade_etcd::ledger::raise_floor(&client, 9)
         .await
         .unwrap();
-    let raised = store.namespaces("ns-", None, 10).await.unwrap();
+    let raised = store.namespaces(Page::first("ns-", 10)).await.unwrap();
     assert!(
         raised.iter().all(|n| n.high_water.epoch == 10),
         "{raised:?}"

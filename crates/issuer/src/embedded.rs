@@ -67,7 +67,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use palisade_core::lock_table::{Grant, LeaseView, LockView, SessionView, TableConfig};
 use palisade_core::Millis;
-use palisade_storage::{IssuerLog, Queued, StorageError};
+use palisade_storage::{IssuerLog, Page, Queued, StorageError};
 use palisade_token::{ActiveSigner, Epoch, KeyId};
 use tokio::sync::{oneshot, Notify};
 
@@ -532,15 +532,10 @@ impl Issuer {
     /// store's ordered index, read without the table's lock; each lock's live state is then
     /// looked up in the table, a few at a time, so that renewals and acquisitions never
     /// wait behind a listing for long.
-    pub async fn list(
-        self: &Arc<Self>,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<LockView>, StorageError> {
+    pub async fn list(self: &Arc<Self>, page: Page) -> Result<Vec<LockView>, StorageError> {
         /// Locks looked up per hold of the table's lock.
         const CHUNK: usize = 128;
-        let known = self.backend.list_locks(prefix, after, limit).await?;
+        let known = self.backend.list_locks(page).await?;
         let mut views = Vec::with_capacity(known.len());
         for chunk in known.chunks(CHUNK) {
             self.call(|core, now| {
@@ -727,13 +722,8 @@ impl LockService for Arc<Issuer> {
         Issuer::status(self, lock).await
     }
 
-    async fn list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<LockView>, StorageError> {
-        Issuer::list(self, prefix, after, limit).await
+    async fn list(&self, page: Page) -> Result<Vec<LockView>, StorageError> {
+        Issuer::list(self, page).await
     }
 
     async fn proclaim(
@@ -942,7 +932,7 @@ mod tests {
         let status = issuer.status("L").await.unwrap();
         // The last epoch granted (3; its reservation reaches 4), and the same epoch the
         // listing reads from disk.
-        let listed = issuer.list("L", None, 1).await.unwrap();
+        let listed = issuer.list(Page::first("L", 1)).await.unwrap();
         assert!(status.epoch == 3 && status.lease.is_none(), "{status:?}");
         assert_eq!(listed[0].epoch, 3);
         // And a lock never met is still at 0.

@@ -34,7 +34,7 @@ use palisade_api::QuotaResource;
 pub use palisade_core::lock_table::Owner;
 use palisade_core::lock_table::{LeaseId, LeaseView, LockView, SessionId, SessionView};
 use palisade_core::Millis;
-use palisade_storage::StorageError;
+use palisade_storage::{Page, StorageError};
 use palisade_token::Epoch;
 
 pub mod core;
@@ -180,15 +180,9 @@ pub trait LockService: Send + Sync + 'static {
     async fn release(&self, lease_id: &str, may: MayAct<'_>) -> Result<LeaseView, LeaseError>;
     /// A lock's state (epoch 0 and no lease if never acquired).
     async fn status(&self, lock: &str) -> Result<LockView, StorageError>;
-    /// Known locks whose names start with `prefix` and sort after `after`, in name order,
-    /// at most `limit`: one page. Read from an ordered index, not by sorting every lock,
-    /// and never holding up acquisitions and renewals while it reads.
-    async fn list(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<LockView>, StorageError>;
+    /// Known locks, one [`Page`] in name order. Read from an ordered index, not by sorting
+    /// every lock, and never holding up acquisitions and renewals while it reads.
+    async fn list(&self, page: Page) -> Result<Vec<LockView>, StorageError>;
     /// Replaces the value of a live lease (`None` clears it), if `may` lets the caller
     /// act on it. Answers once the new value is as durable as the lease itself (see each
     /// issuer).

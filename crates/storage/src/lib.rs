@@ -59,6 +59,7 @@ pub mod redb_backend;
 
 pub use decide::{decide, Decision, IdemRecord, KeyState, Seen, Usage};
 pub use fingerprint::fingerprint;
+pub use palisade_core::page::Page;
 
 /// A lease as the issuer records it, so it can be honoured after a restart.
 ///
@@ -407,17 +408,11 @@ pub trait IssuerLog: Send + Sync + 'static {
     fn remove_lease(&self, lease_id: &str) -> Queued;
 
     /// Known locks (every lock that ever had a durable epoch or reservation record), in
-    /// name order: names greater than `after` (if given) that start with `prefix`, at
-    /// most `limit`, each with the last epoch granted that a record reached the disk for
+    /// name order, one [`Page`], each with the last epoch granted that a record reached the disk for
     /// (0 if none; never a reservation's ceiling). Read from the ordered on-disk index in one read transaction: it sees
     /// committed state only and never holds up the writer, so listing a million locks
     /// page by page costs the issuer nothing.
-    async fn list_locks(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, Epoch)>, StorageError>;
+    async fn list_locks(&self, page: Page) -> Result<Vec<(String, Epoch)>, StorageError>;
 
     /// One lock's durable record: the last epoch granted that a record reached the disk
     /// for, and its reservation, whose ceiling bounds every epoch granted (`None`: no
@@ -441,28 +436,17 @@ pub trait FencedStore: Send + Sync + 'static {
     /// Reads one key.
     async fn get(&self, namespace: &str, key: &str) -> Result<Option<Entry>, StorageError>;
 
-    /// Lists keys of a namespace starting with `prefix`, in order, at most `limit`.
-    async fn list(
-        &self,
-        namespace: &str,
-        prefix: &str,
-        limit: usize,
-    ) -> Result<Vec<String>, StorageError>;
+    /// Lists one [`Page`] of a namespace's keys, in order.
+    async fn list(&self, namespace: &str, page: Page) -> Result<Vec<String>, StorageError>;
 
     /// The namespace's high-water mark (default if never written).
     async fn high_water(&self, namespace: &str) -> Result<HighWater, StorageError>;
 
     /// Namespaces with a high-water mark (every namespace a mutation was ever admitted
-    /// to), in name order: names greater than `after` (if given) that start with
-    /// `prefix`, at most `limit`, each with its mark and what it holds. One page of an
+    /// to), in name order, one [`Page`], each with its mark and what it holds. One page of an
     /// ordered index, read without holding up the writer: paging through a million
     /// namespaces costs each page only its own rows.
-    async fn namespaces(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<NamespaceSummary>, StorageError>;
+    async fn namespaces(&self, page: Page) -> Result<Vec<NamespaceSummary>, StorageError>;
 
     /// Whether the backend has latched a failure.
     fn is_failed(&self) -> bool;

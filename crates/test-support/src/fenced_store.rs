@@ -22,6 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use palisade_api::QuotaResource;
 use palisade_core::gate::{GateError, HighWater, Policy};
+use palisade_core::page::Page;
 use palisade_storage::{
     Action, ApplyError, FencedOp, FencedStore, Idempotency, NamespaceSummary, Precondition,
     StoreLimits, WallClock,
@@ -287,7 +288,7 @@ pub async fn a_fence_raises_the_mark_and_writes_nothing(open: impl Open) {
     let fenced = store.apply(op(ns, 5, Action::Fence)).await.unwrap();
     assert!(fenced.advanced && fenced.revision >= written.revision);
     assert_eq!(fenced.high_water, HighWater { epoch: 5, seq: 0 });
-    assert_eq!(store.list(ns, "", 10).await.unwrap(), ["k"]);
+    assert_eq!(store.list(ns, Page::first("", 10)).await.unwrap(), ["k"]);
     assert!(matches!(
         store.apply(op(ns, 4, put("late", "x"))).await,
         Err(ApplyError::Gate(GateError::Stale {
@@ -436,19 +437,53 @@ pub async fn a_listing_is_one_namespace_in_key_order(open: impl Open) {
         store.apply(op(ns, 1, put(key, "x"))).await.unwrap();
     }
     assert_eq!(
-        store.list("a", "user/", 10).await.unwrap(),
+        store.list("a", Page::first("user/", 10)).await.unwrap(),
         ["user/1", "user/2", "user/3"]
     );
     assert_eq!(
-        store.list("a", "user", 2).await.unwrap(),
+        store.list("a", Page::first("user", 2)).await.unwrap(),
         ["user/1", "user/2"]
     );
-    assert_eq!(store.list("a", "", 100).await.unwrap().len(), 6);
-    assert_eq!(store.list("b", "", 100).await.unwrap(), ["user/0"]);
-    assert!(store.list("a", "user/", 0).await.unwrap().is_empty());
-    assert!(store.list("c", "", 10).await.unwrap().is_empty());
+    assert_eq!(
+        store.list("a", Page::first("", 100)).await.unwrap().len(),
+        6
+    );
+    assert_eq!(
+        store.list("b", Page::first("", 100)).await.unwrap(),
+        ["user/0"]
+    );
+    assert!(store
+        .list("a", Page::first("user/", 0))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .list("c", Page::first("", 10))
+        .await
+        .unwrap()
+        .is_empty());
+    // The next page starts above the last key of the one before, and stays in the prefix.
+    assert_eq!(
+        store
+            .list("a", Page::new("user", Some("user/2"), 10))
+            .await
+            .unwrap(),
+        ["user/3", "users"]
+    );
+    assert_eq!(
+        store.list("a", Page::new("", Some("t"), 2)).await.unwrap(),
+        ["user/1", "user/2"]
+    );
+    assert!(store
+        .list("a", Page::new("user", Some("users"), 10))
+        .await
+        .unwrap()
+        .is_empty());
     store.apply(op("a", 1, delete("v"))).await.unwrap();
-    assert_eq!(store.list("a", "", 100).await.unwrap().len(), 5);
+    assert_eq!(
+        store.list("a", Page::first("", 100)).await.unwrap().len(),
+        5
+    );
 }
 
 /// Many writers with epoch 1 and epoch 2 at once, spread over the store's handles, to
@@ -577,7 +612,7 @@ pub async fn quotas_refuse_without_writing_and_count_exactly(open: impl Open) {
         Err(ApplyError::QuotaExceeded { .. })
     ));
     let counted: Vec<_> = store
-        .namespaces("", None, 10)
+        .namespaces(Page::first("", 10))
         .await
         .unwrap()
         .into_iter()
@@ -611,7 +646,14 @@ pub async fn quotas_refuse_without_writing_and_count_exactly(open: impl Open) {
         }
     }
     assert_eq!(landed, 3);
-    assert_eq!(store.list("race", "", 100).await.unwrap().len(), 3);
+    assert_eq!(
+        store
+            .list("race", Page::first("", 100))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
 }
 
 /// The namespaces listing: pages in name order after `after`, each with its mark and its
@@ -636,13 +678,16 @@ pub async fn namespaces_page_by_name_with_marks_and_usage(open: impl Open) {
             })
             .collect()
     };
-    let first = store.namespaces("ns-", None, 2).await.unwrap();
+    let first = store.namespaces(Page::first("ns-", 2)).await.unwrap();
     assert!(first.iter().all(|n| n.usage.is_some()), "{first:?}");
     assert_eq!(
         shown(first),
         [("ns-a".into(), 1, (1, 5)), ("ns-b".into(), 3, (2, 10))]
     );
-    let rest = store.namespaces("ns-", Some("ns-b"), 10).await.unwrap();
+    let rest = store
+        .namespaces(Page::new("ns-", Some("ns-b"), 10))
+        .await
+        .unwrap();
     assert!(rest[1].usage.is_some(), "a namespace written was counted");
     assert_eq!(
         shown(rest),
@@ -650,12 +695,27 @@ pub async fn namespaces_page_by_name_with_marks_and_usage(open: impl Open) {
     );
     // `after` before the prefix starts at the prefix; no namespace is not an error.
     assert_eq!(
-        store.namespaces("ns-", Some("a"), 10).await.unwrap().len(),
+        store
+            .namespaces(Page::new("ns-", Some("a"), 10))
+            .await
+            .unwrap()
+            .len(),
         4
     );
-    assert_eq!(store.namespaces("", None, 10).await.unwrap().len(), 5);
-    assert!(store.namespaces("zz", None, 10).await.unwrap().is_empty());
-    assert!(store.namespaces("", None, 0).await.unwrap().is_empty());
+    assert_eq!(
+        store.namespaces(Page::first("", 10)).await.unwrap().len(),
+        5
+    );
+    assert!(store
+        .namespaces(Page::first("zz", 10))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(store
+        .namespaces(Page::first("", 0))
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 /// Runs every case of the suite as a test of its own, each on a store opened by `$open`

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use palisade_issuer::{Acquire, AcquireError, Granted, LeaseError, LockService};
+use palisade_storage::Page;
 
 /// An issuer a case works on, with what keeps it alive.
 pub struct Started {
@@ -128,7 +129,7 @@ pub async fn grant_refuse_keepalive_release_and_expiry(start: impl Start) {
     );
     let c = issuer.acquire(request("l", "c", 5000, 0)).await.unwrap();
     assert_eq!(c.lease.epoch, 3);
-    let listed = issuer.list("", None, 10).await.unwrap();
+    let listed = issuer.list(Page::first("", 10)).await.unwrap();
     assert_eq!(listed.len(), 1);
     assert_eq!((listed[0].lock.as_str(), listed[0].epoch), ("l", 3));
     assert_eq!(issuer.status("never").await.unwrap().epoch, 0);

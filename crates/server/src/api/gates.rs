@@ -133,8 +133,8 @@ pub async fn marks(
         query.after.as_deref(),
         Some(limit),
         |(lock, _): &(String, _)| lock.as_str(),
-        |from: String, after: Option<String>, n| {
-            let found = state.observe.gate_marks.page(&from, after.as_deref(), n);
+        |page| {
+            let found = state.observe.gate_marks.page(&page);
             async move { Ok(found) }
         },
     )

@@ -16,7 +16,9 @@ use palisade_api::ErrorDetail;
 use bytes::Bytes;
 use palisade_api::headers as h;
 use palisade_api::wire::{FenceAnswer, FenceStatus, KeyList, WriteAnswer};
-use palisade_storage::{Action, Applied, ApplyError, Entry, FencedOp, Idempotency, Precondition};
+use palisade_storage::{
+    Action, Applied, ApplyError, Entry, FencedOp, Idempotency, Page, Precondition,
+};
 
 use super::{lock_name, path, query_of, read_body, ApiError, AppState, ListQuery};
 use crate::audit::AuditEvent;
@@ -438,6 +440,9 @@ pub async fn list(
     caller.require(Verb::Read, &lock)?;
     let query = query_of(query)?;
     let limit = query.limit();
-    let keys = state.backend.list(&lock, &query.prefix, limit).await?;
+    let keys = state
+        .backend
+        .list(&lock, Page::first(query.prefix, limit))
+        .await?;
     Ok(Json(KeyList { lock, keys }))
 }

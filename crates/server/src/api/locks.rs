@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use palisade_api::wire::{self, KeepaliveInfo, Lease, LockList, LockStatus, Released};
 use palisade_core::lock_table::LockView;
+use palisade_core::page::Page;
 use palisade_issuer::Acquire;
 use palisade_issuer::LeaseError;
 
@@ -299,9 +300,9 @@ pub(super) fn scans_for(caller: &Caller, prefix: &str, verbs: &[Verb]) -> Vec<Sc
     scans
 }
 
-/// One page of a listing over `scans` (see [`scans_for`]), in name order: `fetch(start,
-/// after, n)` reads up to `n` entries from the ordered index at `start` (a prefix, or an
-/// exact name). Returns at most `limit` entries (default 1,000, at most 10,000), without
+/// One page of a listing over `scans` (see [`scans_for`]), in name order: `fetch(page)`
+/// reads one [`Page`] from the ordered index (its prefix a scan's prefix, or an exact
+/// name). Returns at most `limit` entries (default 1,000, at most 10,000), without
 /// duplicates, and the `next` cursor when a scan may hold more.
 pub(super) async fn page<T, F, Fut>(
     scans: Vec<Scan>,
@@ -311,7 +312,7 @@ pub(super) async fn page<T, F, Fut>(
     mut fetch: F,
 ) -> Result<(Vec<T>, Option<String>), ApiError>
 where
-    F: FnMut(String, Option<String>, usize) -> Fut,
+    F: FnMut(Page) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<T>, ApiError>>,
 {
     let limit = limit.unwrap_or(1000).clamp(1, 10_000);
@@ -320,12 +321,12 @@ where
     for scan in scans {
         let page = match scan {
             Scan::Prefix(p) => {
-                let page = fetch(p, after.map(str::to_owned), limit).await?;
+                let page = fetch(Page::new(p, after, limit)).await?;
                 more |= page.len() == limit;
                 page
             }
             Scan::Exact(exact) => {
-                let mut one = fetch(exact.clone(), after.map(str::to_owned), 1).await?;
+                let mut one = fetch(Page::new(exact.as_str(), after, 1)).await?;
                 one.retain(|v| name(v) == exact);
                 one
             }
@@ -356,9 +357,9 @@ pub async fn list(
         query.after.as_deref(),
         query.limit,
         |v: &LockView| v.lock.as_str(),
-        |from: String, after: Option<String>, n| {
+        |page| {
             let issuer = state.issuer.clone();
-            async move { Ok(issuer.list(&from, after.as_deref(), n).await?) }
+            async move { Ok(issuer.list(page).await?) }
         },
     )
     .await?;

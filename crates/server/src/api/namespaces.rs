@@ -44,9 +44,9 @@ pub async fn list(
         query.after.as_deref(),
         query.limit,
         |n: &NamespaceSummary| n.name.as_str(),
-        |from: String, after: Option<String>, n| {
+        |page| {
             let backend = state.backend.clone();
-            async move { Ok(backend.namespaces(&from, after.as_deref(), n).await?) }
+            async move { Ok(backend.namespaces(page).await?) }
         },
     )
     .await?;

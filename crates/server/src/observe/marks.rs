@@ -22,6 +22,7 @@ use std::ops::Bound;
 use std::sync::{Mutex, PoisonError};
 
 use palisade_api::wire::{ResourceKind, ResourceMark};
+use palisade_core::page::Page;
 
 /// Most (lock, resource kind) entries kept.
 pub const MAX_GATE_MARKS: usize = 10_000;
@@ -79,24 +80,15 @@ impl GateMarks {
         inner.by_age.insert(tick, (lock.to_owned(), resource));
     }
 
-    /// Up to `n` locks whose names start with `prefix`, after `after` (exclusive), in name
-    /// order, each with its marks by kind of resource.
-    pub fn page(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        n: usize,
-    ) -> Vec<(String, Vec<ResourceMark>)> {
+    /// One [`Page`] of the locks with marks, in name order, each with its marks by kind
+    /// of resource.
+    pub fn page(&self, page: &Page) -> Vec<(String, Vec<ResourceMark>)> {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let start = match after {
-            Some(after) if after >= prefix => Bound::Excluded(after),
-            _ => Bound::Included(prefix),
-        };
         inner
             .by_lock
-            .range::<str, _>((start, Bound::Unbounded))
-            .take_while(|(lock, _)| lock.starts_with(prefix))
-            .take(n)
+            .range::<str, _>((page.start(), Bound::Unbounded))
+            .take_while(|(lock, _)| page.holds(lock))
+            .take(page.limit)
             .map(|(lock, kinds)| {
                 let marks = kinds
                     .iter()
@@ -139,7 +131,7 @@ mod tests {
 
     fn marks_of(marks: &GateMarks, lock: &str) -> Vec<(ResourceKind, u64, u64)> {
         marks
-            .page(lock, None, 1)
+            .page(&Page::first(lock, 1))
             .into_iter()
             .filter(|(l, _)| l == lock)
             .flat_map(|(_, m)| m)
@@ -172,10 +164,10 @@ mod tests {
         let names = |page: Vec<(String, Vec<ResourceMark>)>| {
             page.into_iter().map(|(l, _)| l).collect::<Vec<_>>()
         };
-        assert_eq!(names(marks.page("a/", None, 2)), ["a/1", "a/2"]);
-        assert_eq!(names(marks.page("a/", Some("a/2"), 2)), ["a/3"]);
-        assert_eq!(names(marks.page("", Some("a/3"), 10)), ["b/1"]);
-        assert!(marks.page("c", None, 10).is_empty());
+        assert_eq!(names(marks.page(&Page::first("a/", 2))), ["a/1", "a/2"]);
+        assert_eq!(names(marks.page(&Page::new("a/", Some("a/2"), 2))), ["a/3"]);
+        assert_eq!(names(marks.page(&Page::new("", Some("a/3"), 10))), ["b/1"]);
+        assert!(marks.page(&Page::first("c", 10)).is_empty());
     }
 
     #[test]
@@ -192,6 +184,6 @@ mod tests {
         assert_eq!(marks.len(), MAX_GATE_MARKS);
         assert_eq!(marks_of(&marks, "kept"), [(ResourceKind::Postgres, 2, 3)]);
         assert!(marks_of(&marks, "junk/0").is_empty(), "the oldest went");
-        assert!(!marks.page("junk/11", None, 1).is_empty());
+        assert!(!marks.page(&Page::first("junk/11", 1)).is_empty());
     }
 }

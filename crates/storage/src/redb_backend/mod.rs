@@ -137,7 +137,7 @@ pub use self::state::CommitStats;
 pub use self::wal::newest_commit;
 use crate::{
     decide, Applied, ApplyError, Decision, Entry, FencedOp, FencedStore, IssuerLog, IssuerState,
-    LeaseRecord, NamespaceSummary, StorageError, StoreLimits, WallClock,
+    LeaseRecord, NamespaceSummary, Page, StorageError, StoreLimits, WallClock,
 };
 use palisade_core::lock_table::Reservation;
 use palisade_token::Epoch;
@@ -679,15 +679,8 @@ impl IssuerLog for RedbBackend {
         self.answer_later(queued, answer)
     }
 
-    async fn list_locks(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<(String, Epoch)>, StorageError> {
-        let (prefix, after) = (prefix.to_owned(), after.map(str::to_owned));
-        self.scan(move |txn| reads::list_locks(txn, &prefix, after.as_deref(), limit))
-            .await
+    async fn list_locks(&self, page: Page) -> Result<Vec<(String, Epoch)>, StorageError> {
+        self.scan(move |txn| reads::list_locks(txn, &page)).await
     }
 
     async fn lock_record(&self, lock: &str) -> Result<Option<(Epoch, Reservation)>, StorageError> {
@@ -719,14 +712,9 @@ impl FencedStore for RedbBackend {
             .await
     }
 
-    async fn list(
-        &self,
-        namespace: &str,
-        prefix: &str,
-        limit: usize,
-    ) -> Result<Vec<String>, StorageError> {
-        let (namespace, prefix) = (namespace.to_string(), prefix.to_string());
-        self.scan(move |txn| reads::list(txn, &namespace, &prefix, limit))
+    async fn list(&self, namespace: &str, page: Page) -> Result<Vec<String>, StorageError> {
+        let namespace = namespace.to_string();
+        self.scan(move |txn| reads::list(txn, &namespace, &page))
             .await
     }
 
@@ -736,15 +724,8 @@ impl FencedStore for RedbBackend {
             .await
     }
 
-    async fn namespaces(
-        &self,
-        prefix: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<NamespaceSummary>, StorageError> {
-        let (prefix, after) = (prefix.to_owned(), after.map(str::to_owned));
-        self.scan(move |txn| reads::namespaces(txn, &prefix, after.as_deref(), limit))
-            .await
+    async fn namespaces(&self, page: Page) -> Result<Vec<NamespaceSummary>, StorageError> {
+        self.scan(move |txn| reads::namespaces(txn, &page)).await
     }
 
     fn is_failed(&self) -> bool {

@@ -14,7 +14,7 @@ use palisade_core::lock_table::Reservation;
 use super::layers::View;
 use super::overlay::{Key, Val};
 use super::schema::{Fault, META_RESTORE_FLOOR};
-use crate::{Entry, IssuerState, LeaseRecord, NamespaceSummary, Usage};
+use crate::{Entry, IssuerState, LeaseRecord, NamespaceSummary, Page, Usage};
 
 /// Where a point read finds a key's durable row.
 pub(super) trait Point {
@@ -107,28 +107,14 @@ pub(super) fn load_issuer(view: &View<'_>) -> Result<IssuerState, Fault> {
 }
 
 /// Known locks in name order from the epoch table (every reservation also raises its
-/// lock's epoch there, so it names every lock with a record): names above `after` that
-/// start with `prefix`, at most `limit`.
-pub(super) fn list_locks(
-    view: &View<'_>,
-    prefix: &str,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<Vec<(String, u64)>, Fault> {
-    if limit == 0 {
+/// lock's epoch there, so it names every lock with a record): one [`Page`].
+pub(super) fn list_locks(view: &View<'_>, page: &Page) -> Result<Vec<(String, u64)>, Fault> {
+    if page.is_empty() {
         return Ok(Vec::new());
     }
-    let (start, bound) = match after {
-        Some(after) if after >= prefix => (Key::Epoch(after.to_owned()), true),
-        _ => (Key::Epoch(prefix.to_owned()), false),
-    };
-    let start = if bound {
-        Bound::Excluded(&start)
-    } else {
-        Bound::Included(&start)
-    };
-    let keep = |k: &Key| matches!(k, Key::Epoch(lock) if lock.starts_with(prefix));
-    let rows = view.range(None, start, &keep, limit)?;
+    let start = page.start().map(|name| Key::Epoch(name.to_owned()));
+    let keep = |k: &Key| matches!(k, Key::Epoch(lock) if page.holds(lock));
+    let rows = view.range(None, start.as_ref(), &keep, page.limit)?;
     Ok(rows
         .into_iter()
         .filter_map(|(k, v)| match (k, v) {
@@ -191,20 +177,16 @@ pub(super) fn get(
 }
 
 /// Keys of one namespace sort together (the key is the tuple (namespace, key)), and keys
-/// sharing a prefix sort together within it: one forward scan from (namespace, prefix).
-pub(super) fn list(
-    view: &View<'_>,
-    namespace: &str,
-    prefix: &str,
-    limit: usize,
-) -> Result<Vec<String>, Fault> {
-    if limit == 0 {
+/// sharing a prefix sort together within it: one forward scan from (namespace, page start).
+pub(super) fn list(view: &View<'_>, namespace: &str, page: &Page) -> Result<Vec<String>, Fault> {
+    if page.is_empty() {
         return Ok(Vec::new());
     }
-    let start = Key::Kv(namespace.to_owned(), prefix.to_owned());
-    let keep =
-        |k: &Key| matches!(k, Key::Kv(ns, key) if ns == namespace && key.starts_with(prefix));
-    let rows = view.range(None, Bound::Included(&start), &keep, limit)?;
+    let start = page
+        .start()
+        .map(|key| Key::Kv(namespace.to_owned(), key.to_owned()));
+    let keep = |k: &Key| matches!(k, Key::Kv(ns, key) if ns == namespace && page.holds(key));
+    let rows = view.range(None, start.as_ref(), &keep, page.limit)?;
     Ok(rows
         .into_iter()
         .filter_map(|(k, _)| match k {
@@ -226,29 +208,16 @@ pub(super) fn high_water(
     }
 }
 
-/// Namespaces with a mark, in name order from the fences table: names above `after`
-/// that start with `prefix`, at most `limit`, each with its usage counter (no counter:
-/// the namespace holds nothing).
-pub(super) fn namespaces(
-    view: &View<'_>,
-    prefix: &str,
-    after: Option<&str>,
-    limit: usize,
-) -> Result<Vec<NamespaceSummary>, Fault> {
-    if limit == 0 {
+/// Namespaces with a mark, in name order from the fences table: one [`Page`], each with
+/// its usage counter (no counter: the namespace holds nothing).
+pub(super) fn namespaces(view: &View<'_>, page: &Page) -> Result<Vec<NamespaceSummary>, Fault> {
+    if page.is_empty() {
         return Ok(Vec::new());
     }
-    let from = Key::Fence(match after {
-        Some(after) if after >= prefix => after.to_owned(),
-        _ => prefix.to_owned(),
-    });
-    let start = match after {
-        Some(after) if after >= prefix => Bound::Excluded(&from),
-        _ => Bound::Included(&from),
-    };
-    let keep = |k: &Key| matches!(k, Key::Fence(ns) if ns.starts_with(prefix));
+    let start = page.start().map(|name| Key::Fence(name.to_owned()));
+    let keep = |k: &Key| matches!(k, Key::Fence(ns) if page.holds(ns));
     let mut out = Vec::new();
-    for (key, val) in view.range(None, start, &keep, limit)? {
+    for (key, val) in view.range(None, start.as_ref(), &keep, page.limit)? {
         let (Key::Fence(name), Val::Pair(epoch, seq)) = (key, val) else {
             continue;
         };

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use palisade_core::gate::HighWater;
 use palisade_core::lock_table::Reservation;
+use palisade_core::page::Page;
 
 use super::{delete, op, put, value};
 use crate::redb_backend::schema::{IDEMPOTENCY, IDEM_EXPIRY, USAGE};
@@ -251,7 +252,7 @@ async fn the_lock_index_pages_by_name_and_reads_one_record() {
         .unwrap();
     let names = |page: Vec<(String, u64)>| page.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
     assert_eq!(
-        store.list_locks("", None, 10).await.unwrap(),
+        store.list_locks(Page::first("", 10)).await.unwrap(),
         [
             ("a/1".to_string(), 0),
             ("a/10".to_string(), 0),
@@ -263,37 +264,56 @@ async fn the_lock_index_pages_by_name_and_reads_one_record() {
     );
     // Pages of two by cursor.
     assert_eq!(
-        names(store.list_locks("", None, 2).await.unwrap()),
+        names(store.list_locks(Page::first("", 2)).await.unwrap()),
         ["a/1", "a/10"]
     );
     assert_eq!(
-        names(store.list_locks("", Some("a/10"), 2).await.unwrap()),
+        names(
+            store
+                .list_locks(Page::new("", Some("a/10"), 2))
+                .await
+                .unwrap()
+        ),
         ["a/2", "b"]
     );
     assert_eq!(
-        names(store.list_locks("", Some("b"), 2).await.unwrap()),
+        names(store.list_locks(Page::new("", Some("b"), 2)).await.unwrap()),
         ["c", "legacy"]
     );
     assert!(store
-        .list_locks("", Some("legacy"), 2)
+        .list_locks(Page::new("", Some("legacy"), 2))
         .await
         .unwrap()
         .is_empty());
     // With a prefix, a cursor before it, inside it, and past it.
     assert_eq!(
-        names(store.list_locks("a/", Some("0"), 10).await.unwrap()),
+        names(
+            store
+                .list_locks(Page::new("a/", Some("0"), 10))
+                .await
+                .unwrap()
+        ),
         ["a/1", "a/10", "a/2"]
     );
     assert_eq!(
-        names(store.list_locks("a/", Some("a/10"), 10).await.unwrap()),
+        names(
+            store
+                .list_locks(Page::new("a/", Some("a/10"), 10))
+                .await
+                .unwrap()
+        ),
         ["a/2"]
     );
     assert!(store
-        .list_locks("a/", Some("b"), 10)
+        .list_locks(Page::new("a/", Some("b"), 10))
         .await
         .unwrap()
         .is_empty());
-    assert!(store.list_locks("", None, 0).await.unwrap().is_empty());
+    assert!(store
+        .list_locks(Page::first("", 0))
+        .await
+        .unwrap()
+        .is_empty());
 
     // One lock's record; idle markers and lower ceilings merge as the writer keeps them.
     store.reserve("b", reserved(10, false), None).await.unwrap();

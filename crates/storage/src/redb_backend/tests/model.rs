@@ -21,6 +21,7 @@ use bytes::Bytes;
 use proptest::prelude::*;
 
 use palisade_core::gate::{admit, HighWater, Policy};
+use palisade_core::page::Page;
 
 use crate::redb_backend::{RedbBackend, RedbOptions};
 use crate::{
@@ -246,7 +247,7 @@ async fn assert_same_state(store: &RedbBackend, model: &Model) -> Result<(), Tes
             let expected = model.kv.get(&(ns.to_string(), key.to_string())).cloned();
             prop_assert_eq!(stored, expected, "{}/{}", ns, key);
         }
-        let listed = store.list(ns, "k", 10).await?;
+        let listed = store.list(ns, Page::first("k", 10)).await?;
         let expected: Vec<String> = model
             .kv
             .keys()

@@ -93,19 +93,22 @@ pub fn failed_read(e: AdmitError) -> StoreError {
     StoreError::Failed(e.to_string())
 }
 
+/// One write through a gate: `token` admitted for `lock`, then `key` set to `value`
+/// (`Some`) or deleted (`None`), in one transaction.
+pub struct Mutation<'a> {
+    pub lock: &'a str,
+    pub key: &'a str,
+    pub value: Option<Bytes>,
+    pub token: &'a str,
+}
+
 /// A database written through a gate (or the controls' toy store): what each store
 /// route does there.
 #[async_trait]
 pub trait GatedDb: Send + Sync + 'static {
-    /// Admits `token` for `lock` and, in the same transaction, writes `key` (`Some`) or
-    /// deletes it (`None`).
-    async fn mutate(
-        &self,
-        lock: &str,
-        key: &str,
-        value: Option<Bytes>,
-        token: &str,
-    ) -> Result<WriteAnswer, StoreError>;
+    /// Admits the mutation's token for its lock and, in the same transaction, writes its
+    /// key (`value: Some`) or deletes it (`None`).
+    async fn mutate(&self, m: Mutation<'_>) -> Result<WriteAnswer, StoreError>;
 
     /// Admits `token` for `lock` with no write: the barrier (raises the mark).
     async fn fence(&self, lock: &str, token: &str) -> Result<FenceAnswer, StoreError>;
@@ -215,9 +218,15 @@ async fn write(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    answer(db.mutate(&lock, &key, Some(body), token(&headers)), |a| {
-        Json(a).into_response()
-    })
+    answer(
+        db.mutate(Mutation {
+            lock: &lock,
+            key: &key,
+            value: Some(body),
+            token: token(&headers),
+        }),
+        |a| Json(a).into_response(),
+    )
     .await
 }
 
@@ -226,9 +235,15 @@ async fn delete(
     Path((lock, key)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    answer(db.mutate(&lock, &key, None, token(&headers)), |a| {
-        Json(a).into_response()
-    })
+    answer(
+        db.mutate(Mutation {
+            lock: &lock,
+            key: &key,
+            value: None,
+            token: token(&headers),
+        }),
+        |a| Json(a).into_response(),
+    )
     .await
 }
 

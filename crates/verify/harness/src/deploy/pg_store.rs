@@ -29,7 +29,7 @@ use palisade_token::Verifier;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Transaction};
 
-use super::gate_store::{failed_read, Entry, GatedDb, StoreError};
+use super::gate_store::{failed_read, Entry, GatedDb, Mutation, StoreError};
 use crate::VerifyError;
 
 const SCHEMA: &str = "
@@ -175,18 +175,12 @@ async fn next_revision(tx: &Transaction<'_>) -> Result<i64, StoreError> {
 
 #[async_trait]
 impl GatedDb for PgStore {
-    async fn mutate(
-        &self,
-        lock: &str,
-        key: &str,
-        value: Option<Bytes>,
-        token: &str,
-    ) -> Result<WriteAnswer, StoreError> {
-        let write = match &value {
-            Some(value) => Write::Put(key, value),
-            None => Write::Delete(key),
+    async fn mutate(&self, m: Mutation<'_>) -> Result<WriteAnswer, StoreError> {
+        let write = match &m.value {
+            Some(value) => Write::Put(m.key, value),
+            None => Write::Delete(m.key),
         };
-        let (epoch, revision) = self.transact(lock, token, write).await?;
+        let (epoch, revision) = self.transact(m.lock, m.token, write).await?;
         Ok(WriteAnswer {
             revision: revision.unwrap_or_default(),
             epoch,

@@ -27,7 +27,7 @@ use palisade_api::wire::{FenceAnswer, WriteAnswer};
 use palisade_token::Verifier;
 use redis::aio::MultiplexedConnection;
 
-use super::gate_store::{failed_read, Entry, GatedDb, StoreError};
+use super::gate_store::{failed_read, Entry, GatedDb, Mutation, StoreError};
 use crate::VerifyError;
 
 /// The gate's store in one Redis.
@@ -100,13 +100,13 @@ fn admitted(result: Result<Admitted, AdmitError>) -> Result<u64, StoreError> {
 
 #[async_trait]
 impl GatedDb for RedisStore {
-    async fn mutate(
-        &self,
-        lock: &str,
-        key: &str,
-        value: Option<Bytes>,
-        token: &str,
-    ) -> Result<WriteAnswer, StoreError> {
+    async fn mutate(&self, m: Mutation<'_>) -> Result<WriteAnswer, StoreError> {
+        let Mutation {
+            lock,
+            key,
+            value,
+            token,
+        } = m;
         let mut con = self.connect().await?;
         let (vkey, ekey) = (value_key(lock, key), epoch_key(lock, key));
         let result = match &value {

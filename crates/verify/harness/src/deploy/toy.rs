@@ -28,7 +28,7 @@ use palisade_adapters::AdmitError;
 use palisade_api::wire::{FenceAnswer, WriteAnswer};
 use palisade_core::gate::{self, HighWater, Policy};
 
-use super::gate_store::{Entry, GateStore, GatedDb, StoreError};
+use super::gate_store::{Entry, GateStore, GatedDb, Mutation, StoreError};
 use crate::VerifyError;
 
 /// What the toy store checks before a mutation.
@@ -107,13 +107,13 @@ fn claimed_epoch(token: &str) -> u64 {
 
 #[async_trait]
 impl GatedDb for Toy {
-    async fn mutate(
-        &self,
-        ns: &str,
-        key: &str,
-        value: Option<Bytes>,
-        token: &str,
-    ) -> Result<WriteAnswer, StoreError> {
+    async fn mutate(&self, m: Mutation<'_>) -> Result<WriteAnswer, StoreError> {
+        let Mutation {
+            lock: ns,
+            key,
+            value,
+            token,
+        } = m;
         let epoch = claimed_epoch(token);
         let mut state = self.state();
         let entry = (ns.to_owned(), key.to_owned());
