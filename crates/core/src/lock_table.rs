@@ -490,8 +490,8 @@ impl LockTable {
         let mut ttl_ms = req.ttl_ms;
         if let Some(id) = &req.session {
             match self.live_session(now, id) {
-                Some(s) => ttl_ms = s.ttl_ms,
-                None => return AcquireOutcome::NoSession,
+                Ok(s) => ttl_ms = s.ttl_ms,
+                Err(_) => return AcquireOutcome::NoSession,
             }
         }
         let max_locks = self.config.max_locks;
@@ -602,12 +602,7 @@ impl LockTable {
     pub fn keepalive(&mut self, now: Millis, lease_id: &str) -> Result<LeaseView, LeaseExpired> {
         let name = self.leases.get(lease_id).cloned().ok_or(LeaseExpired)?;
         self.settle(now, &name);
-        let lock = self.locks.get_mut(name.as_str()).ok_or(LeaseExpired)?;
-        let lease = lock
-            .lease
-            .as_mut()
-            .filter(|l| l.id == lease_id)
-            .ok_or(LeaseExpired)?;
+        let lease = held_lease(&mut self.locks, &name, lease_id).ok_or(LeaseExpired)?;
         if let Some(session) = lease.session.clone() {
             self.keepalive_session(now, &session)
                 .map_err(|_| LeaseExpired)?;
@@ -649,12 +644,7 @@ impl LockTable {
     ) -> Result<LeaseView, LeaseExpired> {
         let name = self.leases.get(lease_id).cloned().ok_or(LeaseExpired)?;
         self.settle(now, &name);
-        let lock = self.locks.get_mut(name.as_str()).ok_or(LeaseExpired)?;
-        let lease = lock
-            .lease
-            .as_mut()
-            .filter(|l| l.id == lease_id)
-            .ok_or(LeaseExpired)?;
+        let lease = held_lease(&mut self.locks, &name, lease_id).ok_or(LeaseExpired)?;
         lease.value = value;
         Ok(Self::lease_view(&name, lease, now))
     }
@@ -954,6 +944,17 @@ struct Waiting {
     value: Option<Vec<u8>>,
     lock_delay_ms: Millis,
     session: Option<SessionId>,
+}
+
+/// The lease `lease_id`, if it is the one holding lock `name` (the lease index can name a
+/// lease its lock no longer has until the lock is settled).
+fn held_lease<'a>(
+    locks: &'a mut HashMap<Box<str>, Box<Lock>>,
+    name: &str,
+    lease_id: &str,
+) -> Option<&'a mut Lease> {
+    let lease = locks.get_mut(name)?.lease.as_deref_mut()?;
+    (lease.id == lease_id).then_some(lease)
 }
 
 /// A lock's state, created at the epoch floor if the table has not seen it.

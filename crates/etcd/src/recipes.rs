@@ -207,22 +207,28 @@ pub(crate) async fn create_session(
     Ok(view(&record, &[], record.ttl_ms))
 }
 
+/// A live session and the records of its leases, or `Expired`.
+async fn live_session(
+    issuer: &EtcdIssuer,
+    session_id: &str,
+) -> Result<(SessionRecord, Vec<HolderRecord>), SessionError> {
+    let live = session_snapshot(issuer, session_id).await?;
+    live.ok_or(SessionError::Expired)
+}
+
 /// Renews a session: the delay leases of its leases first, then its own etcd lease.
 pub(crate) async fn keepalive_session(
     issuer: &EtcdIssuer,
     session_id: &str,
 ) -> Result<SessionView, SessionError> {
-    let etcd = &issuer.etcd;
-    let (session, leases) = session_snapshot(issuer, session_id)
-        .await?
-        .ok_or(SessionError::Expired)?;
+    let (session, leases) = live_session(issuer, session_id).await?;
     for record in &leases {
         issuer.watch.releasing(&record.lease_id);
     }
     for shadow in leases.iter().filter_map(|r| r.delay_lease) {
-        renew(etcd, shadow).await?;
+        renew(&issuer.etcd, shadow).await?;
     }
-    if !renew(etcd, session.etcd_lease).await? {
+    if !renew(&issuer.etcd, session.etcd_lease).await? {
         return Err(SessionError::Expired);
     }
     Ok(view(&session, &leases, session.ttl_ms))
@@ -246,10 +252,8 @@ pub(crate) async fn close_session(
     issuer: &EtcdIssuer,
     session_id: &str,
 ) -> Result<SessionView, SessionError> {
+    let (session, leases) = live_session(issuer, session_id).await?;
     let etcd = &issuer.etcd;
-    let (session, leases) = session_snapshot(issuer, session_id)
-        .await?
-        .ok_or(SessionError::Expired)?;
     for shadow in leases.iter().filter_map(|r| r.delay_lease) {
         // Revoking twice is harmless: resend freely.
         revoke(etcd, shadow, Resend::IfUnavailable).await?;

@@ -176,42 +176,17 @@ async fn locks_are_listed_page_by_page_in_name_order() {
         issuer.release(&granted.lease.lease_id, None).await.unwrap();
     }
     let names = |page: Vec<(String, u64)>| page.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
-    assert_eq!(
-        names(issuer.lock_names(Page::first("", 2)).await.unwrap()),
-        ["a.1", "a.10"]
-    );
-    assert_eq!(
-        names(
-            issuer
-                .lock_names(Page::new("", Some("a.10"), 2))
-                .await
-                .unwrap()
-        ),
-        ["a.2", "b"]
-    );
-    assert_eq!(
-        names(
-            issuer
-                .lock_names(Page::new("", Some("b"), 5))
-                .await
-                .unwrap()
-        ),
-        ["c"]
-    );
-    assert_eq!(
-        names(
-            issuer
-                .lock_names(Page::new("a.", Some("a.1"), 5))
-                .await
-                .unwrap()
-        ),
-        ["a.10", "a.2"]
-    );
-    assert!(issuer
-        .lock_names(Page::new("a.", Some("a.3"), 5))
-        .await
-        .unwrap()
-        .is_empty());
+    // Pages of two by cursor; with a prefix, a cursor inside it and past it.
+    for (page, expected) in [
+        (Page::first("", 2), &["a.1", "a.10"][..]),
+        (Page::new("", Some("a.10"), 2), &["a.2", "b"]),
+        (Page::new("", Some("b"), 5), &["c"]),
+        (Page::new("a.", Some("a.1"), 5), &["a.10", "a.2"]),
+        (Page::new("a.", Some("a.3"), 5), &[]),
+    ] {
+        let found = issuer.lock_names(page.clone()).await.unwrap();
+        assert_eq!(names(found), expected, "{page:?}");
+    }
     let page = issuer
         .list_page(Page::new("", Some("a.2"), 10))
         .await

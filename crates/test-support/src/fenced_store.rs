@@ -694,28 +694,15 @@ pub async fn namespaces_page_by_name_with_marks_and_usage(open: impl Open) {
         [("ns-c".into(), 2, (0, 0)), ("ns-d".into(), 1, (0, 0))]
     );
     // `after` before the prefix starts at the prefix; no namespace is not an error.
-    assert_eq!(
-        store
-            .namespaces(Page::new("ns-", Some("a"), 10))
-            .await
-            .unwrap()
-            .len(),
-        4
-    );
-    assert_eq!(
-        store.namespaces(Page::first("", 10)).await.unwrap().len(),
-        5
-    );
-    assert!(store
-        .namespaces(Page::first("zz", 10))
-        .await
-        .unwrap()
-        .is_empty());
-    assert!(store
-        .namespaces(Page::first("", 0))
-        .await
-        .unwrap()
-        .is_empty());
+    for (page, count) in [
+        (Page::new("ns-", Some("a"), 10), 4),
+        (Page::first("", 10), 5),
+        (Page::first("zz", 10), 0),
+        (Page::first("", 0), 0),
+    ] {
+        let found = store.namespaces(page.clone()).await.unwrap();
+        assert_eq!(found.len(), count, "{page:?}: {found:?}");
+    }
 }
 
 /// Runs every case of the suite as a test of its own, each on a store opened by `$open`

@@ -34,7 +34,8 @@ use std::cmp::Reverse;
 use std::collections::HashMap;
 
 use super::{
-    count, Event, Grant, Lease, LeaseId, LeaseView, LockTable, Owner, SessionId, Ticket, Waiter,
+    count, held_lease, Event, Grant, Lease, LeaseId, LeaseView, LockTable, Owner, SessionId,
+    Ticket, Waiter,
 };
 use crate::Millis;
 
@@ -136,50 +137,32 @@ impl LockTable {
     pub fn keepalive_session(
         &mut self,
         now: Millis,
-        session_id: &str,
+        id: &str,
     ) -> Result<SessionView, SessionError> {
-        if self.live_session(now, session_id).is_none() {
-            return Err(SessionError::Expired);
-        }
-        let Some(session) = self.sessions.get_mut(session_id) else {
-            return Err(SessionError::Expired);
-        };
+        self.live_session(now, id)?;
+        let session = self.sessions.get_mut(id).ok_or(SessionError::Expired)?;
         let deadline = now.saturating_add(session.ttl_ms);
         session.deadline = deadline;
         for lease_id in &session.leases {
             let Some(name) = self.leases.get(lease_id) else {
                 continue;
             };
-            if let Some(lease) = self
-                .locks
-                .get_mut(name.as_str())
-                .and_then(|l| l.lease.as_mut())
-                .filter(|l| &l.id == lease_id)
-            {
+            if let Some(lease) = held_lease(&mut self.locks, name, lease_id) {
                 lease.deadline = deadline;
                 self.timers.push(Reverse((deadline, name.clone())));
             }
         }
-        self.session_timers
-            .push(Reverse((deadline, session_id.to_owned())));
-        self.session(now, session_id).ok_or(SessionError::Expired)
+        self.session_timers.push(Reverse((deadline, id.to_owned())));
+        self.session(now, id).ok_or(SessionError::Expired)
     }
 
     /// Ends a session: releases every lease in it (the locks pass to their next waiters,
     /// without lock-delay) and takes its waiters out of line ([`Event::SessionGone`]).
     /// Answers what was released.
-    pub fn close_session(
-        &mut self,
-        now: Millis,
-        session_id: &str,
-    ) -> Result<SessionView, SessionError> {
-        if self.live_session(now, session_id).is_none() {
-            return Err(SessionError::Expired);
-        }
-        let Some(session) = self.sessions.remove(session_id) else {
-            return Err(SessionError::Expired);
-        };
-        let mut view = self.session_view(session_id, &session, now);
+    pub fn close_session(&mut self, now: Millis, id: &str) -> Result<SessionView, SessionError> {
+        self.live_session(now, id)?;
+        let session = self.sessions.remove(id).ok_or(SessionError::Expired)?;
+        let mut view = self.session_view(id, &session, now);
         view.leases.clear();
         for lease_id in &session.leases {
             if let Ok(released) = self.release(now, lease_id) {
@@ -192,7 +175,7 @@ impl LockTable {
 
     /// A live session, with its leases.
     pub fn session(&mut self, now: Millis, session_id: &str) -> Option<SessionView> {
-        self.live_session(now, session_id)?;
+        self.live_session(now, session_id).ok()?;
         let session = self.sessions.get(session_id)?;
         Some(self.session_view(session_id, session, now))
     }
@@ -229,13 +212,19 @@ impl LockTable {
     }
 
     /// The session if it is live; ends it first if its deadline has passed.
-    pub(super) fn live_session(&mut self, now: Millis, session_id: &str) -> Option<&Session> {
-        let ended = self.sessions.get(session_id)?.deadline <= now;
-        if ended {
+    pub(super) fn live_session(
+        &mut self,
+        now: Millis,
+        session_id: &str,
+    ) -> Result<&mut Session, SessionError> {
+        let session = self.sessions.get(session_id);
+        if session.ok_or(SessionError::Expired)?.deadline <= now {
             self.expire_session(now, session_id);
-            return None;
+            return Err(SessionError::Expired);
         }
-        self.sessions.get(session_id)
+        self.sessions
+            .get_mut(session_id)
+            .ok_or(SessionError::Expired)
     }
 
     /// Ends every session whose deadline has passed.
@@ -274,12 +263,7 @@ impl LockTable {
             let Some(name) = self.leases.get(lease_id).cloned() else {
                 continue;
             };
-            if let Some(lease) = self
-                .locks
-                .get_mut(name.as_str())
-                .and_then(|l| l.lease.as_mut())
-                .filter(|l| &l.id == lease_id)
-            {
+            if let Some(lease) = held_lease(&mut self.locks, &name, lease_id) {
                 // Already equal (renewals move both); the session's end is what counts.
                 lease.deadline = lease.deadline.min(session.deadline);
             }

@@ -294,35 +294,26 @@ pub(crate) async fn change(
     value: Option<impl std::future::Future<Output = Result<Bytes, ApiError>>>,
 ) -> Result<Applied, ApiError> {
     let mut seen = Seen::default();
-    let result = change_seen(state, caller, lock, key, args, value, &mut seen).await;
+    // The lock and the token's epoch are noted in `seen` as they become known.
+    let result = async {
+        lock_name(&lock)?;
+        seen.lock = Some(lock.clone());
+        check_key(&key)?;
+        let f = fencing(state, caller, &lock, args).await?;
+        seen.epoch = Some(f.epoch);
+        let precondition = args.precondition()?;
+        let action = match value {
+            Some(value) => Action::Put {
+                key,
+                value: value.await?,
+                precondition,
+            },
+            None => Action::Delete { key, precondition },
+        };
+        apply(state, lock, f, action).await
+    }
+    .await;
     observed(state, seen, result)
-}
-
-/// [`change`], noting the lock and the token's epoch in `seen` as they are known.
-async fn change_seen(
-    state: &AppState,
-    caller: &Caller,
-    lock: String,
-    key: String,
-    args: &impl MutationArgs,
-    value: Option<impl std::future::Future<Output = Result<Bytes, ApiError>>>,
-    seen: &mut Seen,
-) -> Result<Applied, ApiError> {
-    lock_name(&lock)?;
-    seen.lock = Some(lock.clone());
-    check_key(&key)?;
-    let f = fencing(state, caller, &lock, args).await?;
-    seen.epoch = Some(f.epoch);
-    let precondition = args.precondition()?;
-    let action = match value {
-        Some(value) => Action::Put {
-            key,
-            value: value.await?,
-            precondition,
-        },
-        None => Action::Delete { key, precondition },
-    };
-    apply(state, lock, f, action).await
 }
 
 pub async fn fence(
@@ -354,22 +345,7 @@ async fn fence_seen(
     }
     let f = fencing(state, &caller, &lock, &headers).await?;
     seen.epoch = Some(f.epoch);
-    let op = FencedOp {
-        policy: state.policies.policy(&lock),
-        namespace: lock.clone(),
-        epoch: f.epoch,
-        seq: f.seq,
-        idempotency: f
-            .idempotency_key
-            .map(|key| Idempotency::for_request(key, f.epoch, f.seq, &Action::Fence)),
-        action: Action::Fence,
-    };
-    let applied = state
-        .backend
-        .apply(op)
-        .await
-        .map_err(|e| rejected(e, &lock))?;
-    state.observe.admitted(&lock, &applied);
+    let applied = apply(state, lock.clone(), f, Action::Fence).await?;
     Ok(Json(FenceAnswer {
         lock,
         high_water: applied.high_water.epoch,

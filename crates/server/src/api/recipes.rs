@@ -13,9 +13,12 @@
 //! lock; it counts as one lease against the principal's quota, and each lease in it as
 //! one more.
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, State};
+use axum::extract::{FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::Json;
 use palisade_api::ErrorDetail;
@@ -23,7 +26,7 @@ use palisade_api::ErrorDetail;
 use palisade_api::recipes::MAX_LOCK_VALUE_BYTES;
 use palisade_api::wire::{self, ProclaimRequest, Proclaimed, SessionInfo, SessionLease};
 use palisade_core::lock_table::{LeaseView, SessionView};
-use palisade_issuer::SessionRequest;
+use palisade_issuer::{LockService, SessionRequest};
 
 use super::locks::{as_caller, check_ttl};
 use super::{json_body, path, ApiError, AppState};
@@ -127,47 +130,40 @@ pub async fn create_session(
     Ok(Json(session_info(view)))
 }
 
-pub async fn session(
-    State(state): State<AppState>,
-    caller: Caller,
-    session_id: Result<Path<String>, PathRejection>,
-) -> Result<Json<SessionInfo>, ApiError> {
-    let session_id = session_path(session_id)?;
-    let view = owned_session(&state, &caller, &session_id).await?;
+pub async fn session(owned: OwnedSession) -> Json<SessionInfo> {
+    Json(session_info(owned.view))
+}
+
+pub async fn keepalive_session(owned: OwnedSession) -> Result<Json<SessionInfo>, ApiError> {
+    let view = owned.issuer.keepalive_session(&owned.id).await?;
     Ok(Json(session_info(view)))
 }
 
-pub async fn keepalive_session(
-    State(state): State<AppState>,
-    caller: Caller,
-    session_id: Result<Path<String>, PathRejection>,
-) -> Result<Json<SessionInfo>, ApiError> {
-    let session_id = owned_session_id(&state, &caller, session_id).await?;
-    Ok(Json(session_info(
-        state.issuer.keepalive_session(&session_id).await?,
-    )))
+pub async fn close_session(owned: OwnedSession) -> Result<Json<SessionInfo>, ApiError> {
+    let view = owned.issuer.close_session(&owned.id).await?;
+    Ok(Json(session_info(view)))
 }
 
-pub async fn close_session(
-    State(state): State<AppState>,
-    caller: Caller,
-    session_id: Result<Path<String>, PathRejection>,
-) -> Result<Json<SessionInfo>, ApiError> {
-    let session_id = owned_session_id(&state, &caller, session_id).await?;
-    Ok(Json(session_info(
-        state.issuer.close_session(&session_id).await?,
-    )))
+/// The session a route's path names, checked before the handler runs: a well-formed id
+/// ([`session_path`]) of a live session the caller owns ([`owned_session`]).
+pub struct OwnedSession {
+    id: String,
+    /// The session as the ownership check read it.
+    view: SessionView,
+    /// Where the session lives.
+    issuer: Arc<dyn LockService>,
 }
 
-/// The id of a session from a path, checked as [`owned_session`] checks it.
-async fn owned_session_id(
-    state: &AppState,
-    caller: &Caller,
-    extracted: Result<Path<String>, PathRejection>,
-) -> Result<String, ApiError> {
-    let session_id = session_path(extracted)?;
-    owned_session(state, caller, &session_id).await?;
-    Ok(session_id)
+impl FromRequestParts<AppState> for OwnedSession {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let id = session_path(Path::<String>::from_request_parts(parts, state).await)?;
+        let view = owned_session(state, &caller, &id).await?;
+        let issuer = Arc::clone(&state.issuer);
+        Ok(OwnedSession { id, view, issuer })
+    }
 }
 
 /// A session id from a path: visible ASCII without `/`, at most [`MAX_SESSION_ID_LEN`].

@@ -349,15 +349,11 @@ impl RedbBackend {
         state.set_checkpoint_seq(recovered.seq);
         let layers = Arc::new(Layers::default());
         let resident = Arc::new(RowCache::new(opts.resident_bytes as u64));
-        let config = writer::WriterConfig {
-            max_batch: opts.max_batch,
-            limits: opts.limits,
-            clock: opts.clock.clone(),
-            purge_every: opts.purge_every,
+        let (limits, clock) = (opts.limits, opts.clock.clone());
+        let config = RedbOptions {
             checkpoint_rows: opts.checkpoint_rows.max(1),
-            checkpoint_every: opts.checkpoint_every,
             segment_bytes: opts.segment_bytes.max(2 * wal::HEADER_BYTES),
-            commit_hook: opts.commit_hook,
+            ..opts
         };
         let engine = Arc::new(writer::Engine {
             db: Arc::clone(&db),
@@ -395,8 +391,8 @@ impl RedbBackend {
                 state,
                 layers,
                 resident,
-                limits: opts.limits,
-                clock: opts.clock,
+                limits,
+                clock,
                 recovered: RecoveryReport {
                     commit_seq: recovered.seq,
                     replayed: recovered.replayed,

@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use redb::{Database, Durability};
 use tokio::sync::oneshot;
@@ -44,9 +44,8 @@ use super::state::State;
 use super::sync::sync_loop;
 use super::tx::Tx;
 use super::wal::{self, LogDir, LogFile, HEADER_BYTES, RECORD_OVERHEAD};
-use crate::{
-    Applied, ApplyError, FencedOp, LazyRecord, LeaseRecord, StorageError, StoreLimits, WallClock,
-};
+use super::RedbOptions;
+use crate::{Applied, ApplyError, FencedOp, LazyRecord, LeaseRecord, StorageError};
 
 /// One unit of work for the writer, with the channel its answer goes back on.
 pub(super) enum Request {
@@ -115,24 +114,6 @@ impl Answer {
     }
 }
 
-/// How the engine runs.
-#[derive(Clone)]
-pub(super) struct WriterConfig {
-    pub max_batch: usize,
-    pub limits: StoreLimits,
-    pub clock: WallClock,
-    /// How often expired idempotency records are purged.
-    pub purge_every: Duration,
-    /// A checkpoint starts once this many rows are published (or the log since the last
-    /// one passes half a segment, or `checkpoint_every` passed).
-    pub checkpoint_rows: usize,
-    pub checkpoint_every: Duration,
-    /// Bytes of a log segment.
-    pub segment_bytes: u64,
-    /// Told about every group made durable (metrics).
-    pub commit_hook: crate::observe::CommitHook,
-}
-
 /// Most expired idempotency records one purge removes, so that a purge after a long
 /// downtime does not make one huge batch: the rest goes in the next passes.
 pub(super) const PURGE_LIMIT: usize = 10_000;
@@ -148,7 +129,8 @@ pub(super) struct Engine {
     /// Raised before the horizon, when the store keeps one (`witness.rs`).
     pub witness: Option<Arc<super::witness::Witness>>,
     pub store_id: u128,
-    pub config: WriterConfig,
+    /// How the engine runs: the store's options, bounds applied (see `RedbBackend::open`).
+    pub config: RedbOptions,
     /// Log segments in order: (base sequence number, file name).
     pub segments: Mutex<Vec<(u64, String)>>,
     /// A prepared zero-filled segment, if any (`spare.rs`).

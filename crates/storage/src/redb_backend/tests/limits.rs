@@ -262,58 +262,20 @@ async fn the_lock_index_pages_by_name_and_reads_one_record() {
             ("legacy".to_string(), 4),
         ]
     );
-    // Pages of two by cursor.
-    assert_eq!(
-        names(store.list_locks(Page::first("", 2)).await.unwrap()),
-        ["a/1", "a/10"]
-    );
-    assert_eq!(
-        names(
-            store
-                .list_locks(Page::new("", Some("a/10"), 2))
-                .await
-                .unwrap()
-        ),
-        ["a/2", "b"]
-    );
-    assert_eq!(
-        names(store.list_locks(Page::new("", Some("b"), 2)).await.unwrap()),
-        ["c", "legacy"]
-    );
-    assert!(store
-        .list_locks(Page::new("", Some("legacy"), 2))
-        .await
-        .unwrap()
-        .is_empty());
-    // With a prefix, a cursor before it, inside it, and past it.
-    assert_eq!(
-        names(
-            store
-                .list_locks(Page::new("a/", Some("0"), 10))
-                .await
-                .unwrap()
-        ),
-        ["a/1", "a/10", "a/2"]
-    );
-    assert_eq!(
-        names(
-            store
-                .list_locks(Page::new("a/", Some("a/10"), 10))
-                .await
-                .unwrap()
-        ),
-        ["a/2"]
-    );
-    assert!(store
-        .list_locks(Page::new("a/", Some("b"), 10))
-        .await
-        .unwrap()
-        .is_empty());
-    assert!(store
-        .list_locks(Page::first("", 0))
-        .await
-        .unwrap()
-        .is_empty());
+    // Pages of two by cursor; with a prefix, a cursor before it, inside it, and past it.
+    for (page, expected) in [
+        (Page::first("", 2), &["a/1", "a/10"][..]),
+        (Page::new("", Some("a/10"), 2), &["a/2", "b"]),
+        (Page::new("", Some("b"), 2), &["c", "legacy"]),
+        (Page::new("", Some("legacy"), 2), &[]),
+        (Page::new("a/", Some("0"), 10), &["a/1", "a/10", "a/2"]),
+        (Page::new("a/", Some("a/10"), 10), &["a/2"]),
+        (Page::new("a/", Some("b"), 10), &[]),
+        (Page::first("", 0), &[]),
+    ] {
+        let found = store.list_locks(page.clone()).await.unwrap();
+        assert_eq!(names(found), expected, "{page:?}");
+    }
 
     // One lock's record; idle markers and lower ceilings merge as the writer keeps them.
     store.reserve("b", reserved(10, false), None).await.unwrap();
