@@ -178,6 +178,15 @@ func (c *Client) do(ctx context.Context, k call, out any, required ...string) (h
 	return headers, nil
 }
 
+// into is do into a new T, which it answers.
+func into[T any](ctx context.Context, c *Client, k call, required ...string) (*T, error) {
+	var out T
+	if _, err := c.do(ctx, k, &out, required...); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // raw sends k and answers a 200's body and headers; any other status is its typed error.
 func (c *Client) raw(ctx context.Context, k call) ([]byte, http.Header, error) {
 	response, release, err := c.exchange(ctx, k)
@@ -313,11 +322,7 @@ func (c *Client) Acquire(ctx context.Context, lock string, opts AcquireOptions) 
 		return nil, err
 	}
 	k.timeout += opts.Wait
-	var lease Lease
-	if _, err := c.do(ctx, k, &lease, "lock", "holder", "epoch", "token", "lease_id", "ttl_ms"); err != nil {
-		return nil, err
-	}
-	return &lease, nil
+	return into[Lease](ctx, c, k, "lock", "holder", "epoch", "token", "lease_id", "ttl_ms")
 }
 
 // KeepAliveInfo is the answer to a keepalive: the lease runs TTLMs from the moment the
@@ -337,11 +342,7 @@ func (c *Client) KeepAlive(ctx context.Context, leaseID string) (*KeepAliveInfo,
 		return nil, err
 	}
 	k, _ := c.jsonCall(http.MethodPost, "/v1/leases/"+id+"/keepalive", nil, retrySafe)
-	var info KeepAliveInfo
-	if _, err := c.do(ctx, k, &info, "lease_id", "lock", "epoch", "ttl_ms"); err != nil {
-		return nil, err
-	}
-	return &info, nil
+	return into[KeepAliveInfo](ctx, c, k, "lease_id", "lock", "epoch", "ttl_ms")
 }
 
 // Release gives a lease up; the lock passes to the next in line at once (no
@@ -382,11 +383,7 @@ func (c *Client) Proclaim(ctx context.Context, leaseID string, value []byte) (*P
 	if err != nil {
 		return nil, err
 	}
-	var answer Proclaimed
-	if _, err := c.do(ctx, k, &answer, "lease_id", "lock", "epoch"); err != nil {
-		return nil, err
-	}
-	return &answer, nil
+	return into[Proclaimed](ctx, c, k, "lease_id", "lock", "epoch")
 }
 
 // LockStatus is one lock as GET /v1/locks/{lock} shows it. Epoch is the lock's one epoch:
@@ -420,11 +417,7 @@ func (c *Client) LockStatus(ctx context.Context, lock string) (*LockStatus, erro
 		return nil, err
 	}
 	k, _ := c.jsonCall(http.MethodGet, "/v1/locks/"+name, nil, retrySafe)
-	var status LockStatus
-	if _, err := c.do(ctx, k, &status, lockStatusFields...); err != nil {
-		return nil, err
-	}
-	return &status, nil
+	return into[LockStatus](ctx, c, k, lockStatusFields...)
 }
 
 // LocksOptions choose one page of GET /v1/locks.

@@ -22,6 +22,31 @@ func server(t *testing.T) *Client {
 	return New(serve(t))
 }
 
+// holdGuard holds lock with opts (Client.Hold), failing the test if it cannot.
+func holdGuard(t *testing.T, c *Client, lock string, opts AcquireOptions) *Guard {
+	t.Helper()
+	guard, err := c.Hold(context.Background(), lock, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return guard
+}
+
+// awaitLoss waits (ten seconds at most) for lost to be closed, then wants err() to be
+// the server's refusal with code: why a guard (or a session guard) was lost.
+func awaitLoss(t *testing.T, lost <-chan struct{}, err func() error, code string) {
+	t.Helper()
+	select {
+	case <-lost:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loss was never noticed")
+	}
+	var api *APIError
+	if !errors.As(err(), &api) || api.Code != code || api.Status != 404 {
+		t.Fatalf("got %#v", err())
+	}
+}
+
 // serve starts `palisade serve` with extra flags (a policy, TLS files, an auth file) and
 // answers its base URL, from its start-up line.
 func serve(t *testing.T, flags ...string) string {
@@ -119,10 +144,7 @@ func TestALateWriteIsFencedOff(t *testing.T) {
 func TestAGuardRenewsUntilReleased(t *testing.T) {
 	c, ctx := server(t), context.Background()
 	ttl := 600 * time.Millisecond
-	guard, err := c.Hold(ctx, "jobs", AcquireOptions{Holder: "a", TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "jobs", AcquireOptions{Holder: "a", TTL: ttl})
 	deadline := time.Now().Add(4 * ttl)
 	for time.Now().Before(deadline) {
 		_, err := c.Acquire(ctx, "jobs", AcquireOptions{Holder: "b", TTL: ttl})
@@ -147,22 +169,11 @@ func TestAGuardRenewsUntilReleased(t *testing.T) {
 // closed, Err is the server's lease_expired, and Context is cancelled with it as cause.
 func TestAGuardSaysWhenItsLeaseIsLost(t *testing.T) {
 	c, ctx := server(t), context.Background()
-	guard, err := c.Hold(ctx, "jobs", AcquireOptions{Holder: "a", TTL: 600 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "jobs", AcquireOptions{Holder: "a", TTL: 600 * time.Millisecond})
 	if err := c.Release(ctx, guard.Lease.LeaseID); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-guard.Lost():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the loss was never noticed")
-	}
-	var api *APIError
-	if !errors.As(guard.Err(), &api) || api.Code != "lease_expired" || api.Status != 404 {
-		t.Fatalf("got %#v", guard.Err())
-	}
+	awaitLoss(t, guard.Lost(), guard.Err, "lease_expired")
 	select {
 	case <-guard.Context().Done():
 	default:
@@ -180,10 +191,7 @@ func TestAGuardSaysWhenItsLeaseIsLost(t *testing.T) {
 // and calls through it are refused from then on.
 func TestReleasingAGuardCancelsItsContext(t *testing.T) {
 	c, ctx := server(t), context.Background()
-	guard, err := c.Hold(ctx, "jobs", AcquireOptions{Holder: "a", TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "jobs", AcquireOptions{Holder: "a", TTL: 10 * time.Second})
 	work := guard.Context()
 	if work.Err() != nil {
 		t.Fatal("cancelled before the release")
@@ -213,12 +221,9 @@ func TestReleasingAGuardCancelsItsContext(t *testing.T) {
 // server died. Err says no renewal succeeded.
 func TestAGuardPresumesItsLeaseLostAtItsDeadline(t *testing.T) {
 	base, process := serveProcess(t)
-	c, ctx := New(base, WithTimeout(time.Second)), context.Background()
+	c := New(base, WithTimeout(time.Second))
 	ttl := 900 * time.Millisecond
-	guard, err := c.Hold(ctx, "jobs", AcquireOptions{Holder: "a", TTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "jobs", AcquireOptions{Holder: "a", TTL: ttl})
 	// Let a renewal or two succeed, then kill the server.
 	time.Sleep(ttl / 2)
 	if err := process.Process.Kill(); err != nil {
@@ -257,10 +262,7 @@ func TestAHoldThatWaitedRenewsBeforeReturning(t *testing.T) {
 		_ = c.Release(ctx, first.LeaseID)
 	}()
 	ttl := 600 * time.Millisecond
-	guard, err := c.Hold(ctx, "queue", AcquireOptions{Holder: "b", TTL: ttl, Wait: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "queue", AcquireOptions{Holder: "b", TTL: ttl, Wait: 10 * time.Second})
 	defer guard.Release(ctx)
 	time.Sleep(2 * ttl)
 	if guard.Err() != nil {

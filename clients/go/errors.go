@@ -173,6 +173,16 @@ func (e *DecodeError) Error() string {
 	return fmt.Sprintf("HTTP %d with a body that is not a Palisade error: %q", e.Status, e.Snippet)
 }
 
+// strict reads field name as a T; one missing, null or of another type clears *ok.
+func strict[T any](fields map[string]json.RawMessage, name string, ok *bool) T {
+	var v T
+	raw := fields[name]
+	if string(raw) == "null" || json.Unmarshal(raw, &v) != nil {
+		*ok = false
+	}
+	return v
+}
+
 // optional reads field name with read, or nil when it is absent or null.
 func optional[T any](fields map[string]json.RawMessage, name string, read func(string) T) *T {
 	raw, present := fields[name]
@@ -203,22 +213,8 @@ func ParseError(status int, body []byte) error {
 	// Each field read strictly; a field missing, null or of another type leaves the
 	// generic error (encoding/json would read a null as the zero value: never invent one).
 	ok := true
-	u64 := func(name string) uint64 {
-		var v uint64
-		raw := fields[name]
-		if string(raw) == "null" || json.Unmarshal(raw, &v) != nil {
-			ok = false
-		}
-		return v
-	}
-	str := func(name string) string {
-		var v string
-		raw := fields[name]
-		if string(raw) == "null" || json.Unmarshal(raw, &v) != nil {
-			ok = false
-		}
-		return v
-	}
+	u64 := func(name string) uint64 { return strict[uint64](fields, name, &ok) }
+	str := func(name string) string { return strict[string](fields, name, &ok) }
 	optU64 := func(name string) *uint64 { return optional(fields, name, u64) }
 	optStr := func(name string) *string { return optional(fields, name, str) }
 	var typed error

@@ -127,10 +127,7 @@ func TestFailoverPassesDeadAndUnavailableNodes(t *testing.T) {
 	}
 	ctx := context.Background()
 	// An acquire moves on past both: nothing was applied on either.
-	guard, err := c.Hold(ctx, "orders", AcquireOptions{Holder: "a", TTL: 900 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "orders", AcquireOptions{Holder: "a", TTL: 900 * time.Millisecond})
 	if unavailable.requests() != 1 {
 		t.Fatalf("the 503 node got %d requests", unavailable.requests())
 	}

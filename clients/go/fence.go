@@ -32,11 +32,7 @@ func (c *Client) Fence(ctx context.Context, lock, token string, opts ...WriteOpt
 	if err != nil {
 		return nil, err
 	}
-	var answer Fenced
-	if _, err := c.do(ctx, k, &answer, "lock", "high_water", "epoch"); err != nil {
-		return nil, err
-	}
-	return &answer, nil
+	return into[Fenced](ctx, c, k, "lock", "high_water", "epoch")
 }
 
 // FenceStatus is a namespace's mark: the largest epoch admitted (0 if none ever was), the
@@ -56,11 +52,7 @@ func (c *Client) HighWater(ctx context.Context, lock string) (*FenceStatus, erro
 		return nil, err
 	}
 	k, _ := c.jsonCall(http.MethodGet, "/v1/fences/"+name, nil, retrySafe)
-	var status FenceStatus
-	if _, err := c.do(ctx, k, &status, "lock", "high_water", "policy"); err != nil {
-		return nil, err
-	}
-	return &status, nil
+	return into[FenceStatus](ctx, c, k, "lock", "high_water", "policy")
 }
 
 // TokenCheck is the issuer's online verdict on a token (POST /v1/tokens/check). When

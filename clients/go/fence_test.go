@@ -105,10 +105,7 @@ func TestAGuardFencedOffIsLost(t *testing.T) {
 	c, ctx := server(t), context.Background()
 	// A TTL long enough that no renewal comes before the stale write: that write alone
 	// tells the guard.
-	guard, err := c.Hold(ctx, "orders", AcquireOptions{Holder: "a", TTL: 30 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "orders", AcquireOptions{Holder: "a", TTL: 30 * time.Second})
 	if _, err := guard.Put(ctx, "k", []byte("a")); err != nil {
 		t.Fatal(err)
 	}
@@ -116,15 +113,12 @@ func TestAGuardFencedOffIsLost(t *testing.T) {
 	if err := c.Release(ctx, guard.Lease.LeaseID); err != nil {
 		t.Fatal(err)
 	}
-	next, err := c.Hold(ctx, "orders", AcquireOptions{Holder: "b", TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	next := holdGuard(t, c, "orders", AcquireOptions{Holder: "b", TTL: 10 * time.Second})
 	defer next.Release(ctx)
 	if _, err := next.Fence(ctx); err != nil {
 		t.Fatal(err)
 	}
-	_, err = guard.Put(ctx, "k", []byte("late"))
+	_, err := guard.Put(ctx, "k", []byte("late"))
 	var stale *StaleTokenError
 	if !errors.As(err, &stale) {
 		t.Fatalf("%#v", err)

@@ -229,10 +229,7 @@ func TestTheSequencePolicy(t *testing.T) {
 	if err := c.Release(ctx, lease.LeaseID); err != nil {
 		t.Fatal(err)
 	}
-	guard, err := c.Hold(ctx, "ledger", AcquireOptions{Holder: "b", TTL: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "ledger", AcquireOptions{Holder: "b", TTL: 10 * time.Second})
 	defer guard.Release(ctx)
 	for i := uint64(1); i <= 3; i++ {
 		if n := guard.NextSeq(); n != i {

@@ -21,11 +21,8 @@ func TestLockValuesAndStatus(t *testing.T) {
 	if err != nil || never.Epoch != 0 || never.Holder != nil || never.Value != nil || never.Waiters != 0 {
 		t.Fatalf("a lock never acquired: %+v %v", never, err)
 	}
-	guard, err := c.Hold(ctx, "svc", AcquireOptions{Holder: "a", TTL: 10 * time.Second,
+	guard := holdGuard(t, c, "svc", AcquireOptions{Holder: "a", TTL: 10 * time.Second,
 		Value: []byte("10.0.0.1:7700"), LockDelay: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer guard.Release(ctx)
 	if string(guard.Lease.Value) != "10.0.0.1:7700" || guard.Lease.LockDelayMs != 2000 {
 		t.Fatalf("%+v", guard.Lease)

@@ -40,20 +40,18 @@ type SessionOptions struct {
 
 var sessionFields = []string{"session_id", "holder", "ttl_ms", "remaining_ms", "leases"}
 
-func (c *Client) session(ctx context.Context, k call) (*Session, error) {
-	var s Session
-	if _, err := c.do(ctx, k, &s, sessionFields...); err != nil {
-		return nil, err
-	}
-	return &s, nil
-}
-
-func (c *Client) sessionCall(method, id, suffix string) (call, error) {
+// sessionRoute sends method to session id's route (suffix after the id; each is safe to
+// resend) and reads the session it answers.
+func (c *Client) sessionRoute(ctx context.Context, method, id, suffix string) (*Session, error) {
 	name, err := segment("session id", id)
 	if err != nil {
-		return call{}, err
+		return nil, err
 	}
-	return c.jsonCall(method, "/v1/sessions/"+name+suffix, nil, retrySafe)
+	k, err := c.jsonCall(method, "/v1/sessions/"+name+suffix, nil, retrySafe)
+	if err != nil {
+		return nil, err
+	}
+	return into[Session](ctx, c, k, sessionFields...)
 }
 
 // CreateSession creates a session (POST /v1/sessions) without renewing it: keep it alive
@@ -71,36 +69,24 @@ func (c *Client) CreateSession(ctx context.Context, opts SessionOptions) (*Sessi
 	if err != nil {
 		return nil, err
 	}
-	return c.session(ctx, k)
+	return into[Session](ctx, c, k, sessionFields...)
 }
 
 // KeepAliveSession renews a session and every lease in it for a full TTL from now;
 // *APIError session_expired once it expired or was closed.
 func (c *Client) KeepAliveSession(ctx context.Context, sessionID string) (*Session, error) {
-	k, err := c.sessionCall(http.MethodPost, sessionID, "/keepalive")
-	if err != nil {
-		return nil, err
-	}
-	return c.session(ctx, k)
+	return c.sessionRoute(ctx, http.MethodPost, sessionID, "/keepalive")
 }
 
 // SessionInfo reads a live session and its leases (GET /v1/sessions/{id}).
 func (c *Client) SessionInfo(ctx context.Context, sessionID string) (*Session, error) {
-	k, err := c.sessionCall(http.MethodGet, sessionID, "")
-	if err != nil {
-		return nil, err
-	}
-	return c.session(ctx, k)
+	return c.sessionRoute(ctx, http.MethodGet, sessionID, "")
 }
 
 // CloseSession ends a session: every lease in it is released at once, without
 // lock-delay. It answers the session with the leases it released.
 func (c *Client) CloseSession(ctx context.Context, sessionID string) (*Session, error) {
-	k, err := c.sessionCall(http.MethodPost, sessionID, "/close")
-	if err != nil {
-		return nil, err
-	}
-	return c.session(ctx, k)
+	return c.sessionRoute(ctx, http.MethodPost, sessionID, "/close")
 }
 
 // SessionGuard holds a session and renews it in the background, every third of its TTL

@@ -91,18 +91,11 @@ func TestALostSessionCancelsItsContext(t *testing.T) {
 	if _, err := c.CloseSession(ctx, session.Session.SessionID); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-session.Lost():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the loss was never noticed")
-	}
-	var api *APIError
-	if !errors.As(session.Err(), &api) || api.Code != "session_expired" || api.Status != 404 {
-		t.Fatalf("%#v", session.Err())
-	}
+	awaitLoss(t, session.Lost(), session.Err, "session_expired")
 	if lock.Context().Err() == nil || context.Cause(lock.Context()) != session.Err() || lock.Err() != session.Err() {
 		t.Fatalf("the lock's context: %v", context.Cause(lock.Context()))
 	}
+	var api *APIError
 	if _, err := lock.Put(ctx, "k", []byte("v")); !errors.As(err, &api) || api.Code != "session_expired" || api.Status != 0 {
 		t.Fatalf("%#v", err)
 	}

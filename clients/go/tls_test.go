@@ -113,10 +113,7 @@ func TestTLSWithACustomCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	guard, err := c.Hold(ctx, "orders", AcquireOptions{Holder: "a", TTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	guard := holdGuard(t, c, "orders", AcquireOptions{Holder: "a", TTL: 5 * time.Second})
 	if _, err := guard.Put(ctx, "k", []byte("over TLS")); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,7 @@ import json
 import sqlite3
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol, TypeVar
 
 import nacl.signing
 import psycopg
@@ -65,13 +65,29 @@ def issuer() -> Issuer:
     return Issuer()
 
 
+class Stoppable(Protocol):
+    def stop(self) -> None: ...
+
+
+ServerT = TypeVar("ServerT", bound=Stoppable)
+
+
+def running(server: ServerT) -> Iterator[ServerT]:
+    """A session fixture's body: yields ``server``, stops it after the session."""
+    yield server
+    server.stop()
+
+
+def fresh_database_name() -> str:
+    """A schema or database name no other test uses."""
+    return "t_" + uuid.uuid4().hex[:16]
+
+
 @pytest.fixture(scope="session")
 def server() -> Iterator[PalisadeServer]:
     """One server for the tests that only need a server; each test uses its own lock
     names. Namespaces ``seq-*`` use the sequence policy."""
-    srv = PalisadeServer(["--policy", "seq-*=sequence", "--max-value-bytes", "4096"])
-    yield srv
-    srv.stop()
+    yield from running(PalisadeServer(["--policy", "seq-*=sequence", "--max-value-bytes", "4096"]))
 
 
 @pytest.fixture
@@ -88,9 +104,7 @@ def lock_name() -> str:
 
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
-    pg = PostgresServer()
-    yield pg
-    pg.stop()
+    yield from running(PostgresServer())
 
 
 @pytest.fixture
@@ -98,7 +112,7 @@ def pg_dsn(postgres_server: PostgresServer) -> str:
     """A fresh schema of its own for each test (first on the connection's search path),
     with the fence table and ``kv``. Schemas, not databases: a database per test costs
     seconds of checkpoint at shutdown with fsync on."""
-    name = "t_" + uuid.uuid4().hex[:16]
+    name = fresh_database_name()
     with psycopg.connect(postgres_server.dsn(), autocommit=True) as admin:
         admin.execute(f"CREATE SCHEMA {name}")
     dsn = postgres_server.dsn() + f" options=-csearch_path={name}"
@@ -122,16 +136,14 @@ def sqlite_path(tmp_path: Path) -> str:
 
 @pytest.fixture(scope="session")
 def mariadb_server() -> Iterator[MariaDBServer]:
-    server = MariaDBServer()
-    yield server
-    server.stop()
+    yield from running(MariaDBServer())
 
 
 @pytest.fixture
 def mysql_db(mariadb_server: MariaDBServer) -> dict:
     """A fresh database of its own for each test, with the fence table and ``kv``: the
     keyword arguments of ``pymysql.connect``."""
-    name = "t_" + uuid.uuid4().hex[:16]
+    name = fresh_database_name()
     args = {"host": "127.0.0.1", "port": mariadb_server.port, "user": "root"}
     with contextlib.closing(pymysql.connect(**args)) as admin, admin.cursor() as cur:
         cur.execute(f"CREATE DATABASE {name}")

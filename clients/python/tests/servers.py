@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import httpx
 
@@ -135,6 +135,26 @@ def _on_a_free_port(start: Callable[[int], None], what: str) -> None:
     raise RuntimeError(f"could not start {what}: {last}")
 
 
+def _launch(
+    what: str, argv: List[str], log_path: Path, ready: Callable[[], bool], stop_signal: int, **popen: Any
+) -> "subprocess.Popen[bytes]":
+    """Starts ``argv`` (its output appended to ``log_path``) and polls ``ready()`` for 60 s
+    at most: a database server's start shared by PostgreSQL and MariaDB. A process that
+    exits first, or is not ready by then (stopped with ``stop_signal``), raises."""
+    log = open(log_path, "ab")
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **popen)
+    log.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited:\n{log_path.read_text(errors='replace')}")
+        if ready():
+            return proc
+        time.sleep(0.05)
+    _stop(proc, stop_signal)
+    raise RuntimeError(f"{what} not ready within 60 s")
+
+
 class PostgresServer:
     """A throwaway PostgreSQL cluster (fsync on). PostgreSQL refuses to run as root, so as
     root the cluster belongs to ``nobody`` and the server runs as ``nobody``."""
@@ -165,27 +185,20 @@ class PostgresServer:
         if init.returncode != 0:
             raise RuntimeError(f"initdb failed: {init.stderr.decode(errors='replace')}")
         self.log_path = Path(self.dir.name) / "server.log"
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [str(self.bin / "postgres"), "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
-             "-c", "unix_socket_directories=", "-c", "max_connections=100"],
-            cwd=self.dir.name, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, **self._as_user(),
-        )
-        log.close()
         self.port = port
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"postgres exited:\n{self.log_path.read_text(errors='replace')}")
-            ready = subprocess.run(
+
+        def ready() -> bool:
+            return subprocess.run(
                 [str(self.bin / "pg_isready"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
-            if ready.returncode == 0:
-                return
-            time.sleep(0.05)
-        _stop(self.proc, signal.SIGINT)
-        raise RuntimeError("postgres not ready within 60 s")
+            ).returncode == 0
+
+        self.proc = _launch(
+            "postgres",
+            [str(self.bin / "postgres"), "-D", str(data), "-p", str(port), "-h", "127.0.0.1",
+             "-c", "unix_socket_directories=", "-c", "max_connections=100"],
+            self.log_path, ready, signal.SIGINT, cwd=self.dir.name, env=env, **self._as_user(),
+        )
 
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user=postgres dbname={dbname}"
@@ -224,24 +237,14 @@ class MariaDBServer:
         if init.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed: {init.stderr.decode(errors='replace')}")
         self.log_path = Path(self.dir.name) / "server.log"
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
+        self.port = port
+        self.proc = _launch(
+            "mariadbd",
             [self.server, "--no-defaults", f"--datadir={data}", f"--socket={self.dir.name}/sock",
              f"--pid-file={self.dir.name}/pid", "--bind-address=127.0.0.1", f"--port={port}",
              "--skip-name-resolve", "--max-connections=200", *user],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            self.log_path, lambda: self.sql("SELECT 1").returncode == 0, signal.SIGKILL,
         )
-        log.close()
-        self.port = port
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"mariadbd exited:\n{self.log_path.read_text(errors='replace')}")
-            if self.sql("SELECT 1").returncode == 0:
-                return
-            time.sleep(0.05)
-        _stop(self.proc, signal.SIGKILL)
-        raise RuntimeError("mariadbd not ready within 60 s")
 
     def sql(self, statement: str) -> "subprocess.CompletedProcess[bytes]":
         """Runs ``statement`` as root with the command-line client."""

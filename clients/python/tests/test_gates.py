@@ -26,6 +26,7 @@ from palisade import (
     WrongLockError,
 )
 from palisade.gates import HighWater, migration, mysql, postgres, sqlite
+from palisade.gates.preflight import UnsafeDatabaseError, check_mysql, check_postgres
 
 from conftest import LOCK, OTHER_LOCK, Issuer
 from gates_support import PG_UPSERT, Gate, MySqlGate, PgGate, Rollback, SqliteGate, write, write_retrying
@@ -287,15 +288,18 @@ def test_pg_preflight_refuses_synchronous_commit_off(pg_dsn: str) -> None:
     asyncio.run(main())
 
 
-def test_preflight_rule_names_each_unsafe_setting() -> None:
-    from palisade.gates.preflight import UnsafeDatabaseError, check_postgres
+def unsafe_names(rule: Callable[..., None], *args: Any) -> List[str]:
+    """The names of the settings ``rule(*args)`` refuses, in its order ([] when safe)."""
+    try:
+        rule(*args)
+    except UnsafeDatabaseError as e:
+        return [s.name for s in e.settings]
+    return []
 
+
+def test_preflight_rule_names_each_unsafe_setting() -> None:
     def names(*args: Any) -> List[str]:
-        try:
-            check_postgres(*args)
-        except UnsafeDatabaseError as e:
-            return [s.name for s in e.settings]
-        return []
+        return unsafe_names(check_postgres, *args)
 
     assert names("on", "on", "on", "", 0) == []
     assert names("off", "on", "on", "", 0) == ["fsync"]
@@ -315,14 +319,9 @@ def test_mysql_preflight_rule_and_an_unsafe_server_refused_by_name(mysql_db: dic
     """The rule (the Rust gate's): the InnoDB log flushed at every commit, the binary log
     synced when on. And a server switched to innodb_flush_log_at_trx_commit = 2 is refused
     by preflight and migrate, naming the setting (set back after)."""
-    from palisade.gates.preflight import UnsafeDatabaseError, check_mysql
 
     def names(*args: str) -> List[str]:
-        try:
-            check_mysql(*args)
-        except UnsafeDatabaseError as e:
-            return [s.name for s in e.settings]
-        return []
+        return unsafe_names(check_mysql, *args)
 
     assert names("1", "0", "0") == []
     assert names("1", "1", "ON") == []

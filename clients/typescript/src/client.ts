@@ -29,7 +29,7 @@ import {
   proclaim,
   release,
 } from "./locks.js";
-import { Renewal } from "./renewal.js";
+import { Held } from "./renewal.js";
 import { type TlsOptions, tlsDispatcher, tlsFetch } from "./tls.js";
 import { type Session, type SessionOptions, SessionGuard, closeSession, createSession, getSession, keepAliveSession } from "./session.js";
 import type { KeyListing } from "./token.js";
@@ -327,46 +327,18 @@ function checkBase(baseUrl: string): string {
  * itself: give `signal` to that work, and let the resource's gate refuse the late writes
  * fencing exists for. The renewal timer does not keep the process alive. Made by
  * {@link Client.hold}; `await using` releases it at the end of the block. */
-export class Guard implements AsyncDisposable {
+export class Guard extends Held<void> {
   readonly lease: Lease;
-  /** Aborted when the lease is lost; `signal.reason` is why. */
-  readonly signal: AbortSignal;
-  readonly #client: Client;
-  readonly #renewal: Renewal;
-  #released: Promise<void> | undefined;
 
   /** Starts renewing `lease`, granted after the monotonic time `askedAt`. */
   constructor(client: Client, lease: Lease, askedAt: number) {
+    super(lease.ttlMs, askedAt, (signal) => client.keepAlive(lease.leaseId, { signal }), (options) => client.release(lease.leaseId, options));
     this.lease = lease;
-    this.#client = client;
-    this.#renewal = new Renewal(lease.ttlMs, askedAt, (signal) => client.keepAlive(lease.leaseId, { signal }));
-    this.signal = this.#renewal.signal;
-  }
-
-  /** Whether the lease was lost. */
-  get lost(): boolean {
-    return this.signal.aborted;
-  }
-
-  /** Why the lease was lost (the refusal, or the last failure); undefined while held. */
-  get error(): unknown {
-    return this.signal.aborted ? (this.signal.reason as unknown) : undefined;
   }
 
   /** Stops renewing and releases the lease. Once it was lost there is nothing to
    * release: rejects with why it was lost. Calling it again returns the same outcome. */
   release(options: CallOptions = {}): Promise<void> {
-    this.#released ??= this.#release(options);
-    return this.#released;
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.release();
-  }
-
-  async #release(options: CallOptions): Promise<void> {
-    await this.#renewal.stop();
-    if (this.signal.aborted) throw this.signal.reason;
-    await this.#client.release(this.lease.leaseId, options);
+    return this.finish(options);
   }
 }

@@ -71,6 +71,16 @@ export class Answer {
   read<T extends object>(fields: { [K in keyof T]: T[K] | undefined }): T {
     return readFields(fields, () => this.undecodable());
   }
+
+  /** `value` as a list of objects, each read by `read` (see {@link Answer.read}); anything
+   * else is a DecodeError. */
+  objects<T extends object>(value: Json | undefined, read: (o: JsonObject) => { [K in keyof T]: T[K] | undefined }): T[] {
+    if (!Array.isArray(value)) throw this.undecodable();
+    return value.map((item) => {
+      if (!(item instanceof Map)) throw this.undecodable();
+      return this.read<T>(read(item));
+    });
+  }
 }
 
 /** `fields` frozen with every value present, or the error `fail` makes. */

@@ -3,7 +3,7 @@
 // proclaim (replace a lease's value), a lock's status and the paged listing of locks.
 // Client's methods of the same names call these.
 
-import { type Caller, CALL, base64, nullableMs, nullableStr, nullableU64, orNull, query, segment, str, toBase64, wholeMs } from "./http.js";
+import { type Answer, type Caller, CALL, base64, nullableMs, nullableStr, nullableU64, orNull, query, segment, str, toBase64, wholeMs } from "./http.js";
 import { type JsonObject, safeInteger, u64 } from "./json.js";
 import type { CallOptions } from "./kv.js";
 
@@ -132,34 +132,32 @@ export async function acquire(client: Caller, lock: string, options: AcquireOpti
   });
 }
 
+/** The lease id, lock and epoch of an answer about one lease: a renewal, a proclaim, a
+ * session's lease. */
+export function leaseRef(o: JsonObject): { leaseId: string | undefined; lock: string | undefined; epoch: bigint | undefined } {
+  return { leaseId: str(o.get("lease_id")), lock: str(o.get("lock")), epoch: u64(o.get("epoch")) };
+}
+
+/** POST /v1/leases/{id}/{action}, with `json` as its body when given: every lease route
+ * is safe to resend. */
+function leaseCall(client: Caller, leaseId: string, action: string, options: CallOptions, json?: unknown): Promise<Answer> {
+  return client[CALL]("POST", `/v1/leases/${segment("lease id", leaseId)}/${action}`, { json, signal: options.signal, retry: "safe" });
+}
+
 export async function keepAlive(client: Caller, leaseId: string, options: CallOptions): Promise<Renewed> {
-  const answer = await client[CALL]("POST", `/v1/leases/${segment("lease id", leaseId)}/keepalive`, { signal: options.signal, retry: "safe" });
+  const answer = await leaseCall(client, leaseId, "keepalive", options);
   const o = answer.object();
-  return answer.read<Renewed>({
-    leaseId: str(o.get("lease_id")),
-    lock: str(o.get("lock")),
-    epoch: u64(o.get("epoch")),
-    ttlMs: safeInteger(o.get("ttl_ms")),
-  });
+  return answer.read<Renewed>({ ...leaseRef(o), ttlMs: safeInteger(o.get("ttl_ms")) });
 }
 
 export async function release(client: Caller, leaseId: string, options: CallOptions): Promise<void> {
-  await client[CALL]("POST", `/v1/leases/${segment("lease id", leaseId)}/release`, { signal: options.signal, retry: "safe" });
+  await leaseCall(client, leaseId, "release", options);
 }
 
 export async function proclaim(client: Caller, leaseId: string, value: Uint8Array | null, options: CallOptions): Promise<Proclaimed> {
-  const answer = await client[CALL]("POST", `/v1/leases/${segment("lease id", leaseId)}/proclaim`, {
-    json: { value: value === null ? null : toBase64(value) },
-    signal: options.signal,
-    retry: "safe",
-  });
+  const answer = await leaseCall(client, leaseId, "proclaim", options, { value: value === null ? null : toBase64(value) });
   const o = answer.object();
-  return answer.read<Proclaimed>({
-    leaseId: str(o.get("lease_id")),
-    lock: str(o.get("lock")),
-    epoch: u64(o.get("epoch")),
-    value: orNull(o.get("value"), base64),
-  });
+  return answer.read<Proclaimed>({ ...leaseRef(o), value: orNull(o.get("value"), base64) });
 }
 
 function readStatus(o: JsonObject): { [K in keyof LockStatus]: LockStatus[K] | undefined } {
@@ -190,11 +188,6 @@ export async function lockPage(client: Caller, options: LockPageOptions): Promis
   const path = `/v1/locks${query({ prefix: options.prefix, after: options.after, limit: options.limit })}`;
   const answer = await client[CALL]("GET", path, { signal: options.signal });
   const o = answer.object();
-  const items = o.get("locks");
-  if (!Array.isArray(items)) throw answer.undecodable();
-  const locks = items.map((item) => {
-    if (!(item instanceof Map)) throw answer.undecodable();
-    return answer.read<LockStatus>(readStatus(item));
-  });
+  const locks = answer.objects<LockStatus>(o.get("locks"), readStatus);
   return answer.read<LockPage>({ locks: Object.freeze(locks), next: nullableStr(o.get("next")) });
 }

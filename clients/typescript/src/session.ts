@@ -4,9 +4,10 @@
 // lost. Leases join a session through AcquireOptions.session.
 
 import { type Caller, CALL, segment, str, wholeMs } from "./http.js";
-import { safeInteger, u64 } from "./json.js";
+import { safeInteger } from "./json.js";
 import type { CallOptions } from "./kv.js";
-import { Renewal } from "./renewal.js";
+import { leaseRef } from "./locks.js";
+import { Held } from "./renewal.js";
 
 /** A lease in a session. */
 export interface SessionLease {
@@ -35,12 +36,7 @@ export interface SessionOptions extends CallOptions {
 async function session(client: Caller, method: string, path: string, request: { json?: unknown; signal?: AbortSignal | undefined; retry: "safe" | "unlessUnknown" }): Promise<Session> {
   const answer = await client[CALL](method, path, request);
   const o = answer.object();
-  const items = o.get("leases");
-  if (!Array.isArray(items)) throw answer.undecodable();
-  const leases = items.map((item) => {
-    if (!(item instanceof Map)) throw answer.undecodable();
-    return answer.read<SessionLease>({ leaseId: str(item.get("lease_id")), lock: str(item.get("lock")), epoch: u64(item.get("epoch")) });
-  });
+  const leases = answer.objects<SessionLease>(o.get("leases"), leaseRef);
   return answer.read<Session>({
     sessionId: str(o.get("session_id")),
     holder: str(o.get("holder")),
@@ -76,19 +72,12 @@ export function closeSession(client: Caller, id: string, options: CallOptions): 
  * (counted from the sending of the last renewal that worked): then `signal` aborts, with
  * the reason as its `reason`, and every lease in the session is gone with it. Made by
  * Client.holdSession; `await using` closes it at the end of the block. */
-export class SessionGuard implements AsyncDisposable {
+export class SessionGuard extends Held<Session> {
   readonly session: Session;
-  /** Aborted when the session is lost; `signal.reason` is why. */
-  readonly signal: AbortSignal;
-  readonly #client: Caller;
-  readonly #renewal: Renewal;
-  #closed: Promise<Session> | undefined;
 
   constructor(client: Caller, session: Session, askedAt: number) {
+    super(session.ttlMs, askedAt, (signal) => keepAliveSession(client, session.sessionId, { signal }), (options) => closeSession(client, session.sessionId, options));
     this.session = session;
-    this.#client = client;
-    this.#renewal = new Renewal(session.ttlMs, askedAt, (signal) => keepAliveSession(client, session.sessionId, { signal }));
-    this.signal = this.#renewal.signal;
   }
 
   /** The session's id, for AcquireOptions.session. */
@@ -96,29 +85,10 @@ export class SessionGuard implements AsyncDisposable {
     return this.session.sessionId;
   }
 
-  /** Whether the session was lost. */
-  get lost(): boolean {
-    return this.signal.aborted;
-  }
-
-  /** Why the session was lost; undefined while held. */
-  get error(): unknown {
-    return this.signal.aborted ? (this.signal.reason as unknown) : undefined;
-  }
-
   /** Stops renewing and closes the session, releasing every lease in it at once; resolves
    * with the session whose `leases` were released. Once it was lost: rejects with why.
    * Calling it again returns the same outcome. */
   close(options: CallOptions = {}): Promise<Session> {
-    this.#closed ??= (async () => {
-      await this.#renewal.stop();
-      if (this.signal.aborted) throw this.signal.reason;
-      return closeSession(this.#client, this.session.sessionId, options);
-    })();
-    return this.#closed;
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.close();
+    return this.finish(options);
   }
 }

@@ -76,21 +76,43 @@ class Fixture {
   /** One guarded transaction: an own write first when asked, the admit, the write, the
    * commit (or a failure of the caller's own after the write). */
   async run(token: string, lock: string, key: string, value: string, options: RunOptions = {}): Promise<void> {
+    await this.withClient(async (client) => {
+      try {
+        await client.query("BEGIN");
+        if (options.ownKey !== undefined) await client.query(UPSERT, [options.ownKey, "own"]);
+        if (options.seq !== undefined) await admitSequenced(client, this.verifier, token, lock, options.seq);
+        else await admit(client, this.verifier, token, lock);
+        await client.query(UPSERT, [key, value]);
+        if (options.failAfter === true) throw FAIL_AFTER;
+        await client.query("COMMIT");
+      } catch (err) {
+        await client.query("ROLLBACK").catch(() => {});
+        throw err;
+      }
+    });
+  }
+
+  /** `body` with a connection of the pool, given back to the pool however `body` ends. */
+  async withClient(body: (client: pg.PoolClient) => Promise<void>): Promise<void> {
     const client = await this.pool.connect();
     try {
-      await client.query("BEGIN");
-      if (options.ownKey !== undefined) await client.query(UPSERT, [options.ownKey, "own"]);
-      if (options.seq !== undefined) await admitSequenced(client, this.verifier, token, lock, options.seq);
-      else await admit(client, this.verifier, token, lock);
-      await client.query(UPSERT, [key, value]);
-      if (options.failAfter === true) throw FAIL_AFTER;
-      await client.query("COMMIT");
-    } catch (err) {
-      await client.query("ROLLBACK").catch(() => {});
-      throw err;
+      await body(client);
     } finally {
       client.release();
     }
+  }
+
+  /** `body` in a transaction `begin` opens on a connection of the pool, rolled back at the
+   * end (when `body` did not commit it). */
+  async inTransaction(begin: string, body: (client: pg.PoolClient) => Promise<void>): Promise<void> {
+    await this.withClient(async (client) => {
+      try {
+        await client.query(begin);
+        await body(client);
+      } finally {
+        await client.query("ROLLBACK").catch(() => {});
+      }
+    });
   }
 
   write(token: string, lock: string, key: string, value: string): Promise<void> {
@@ -177,15 +199,12 @@ test("the fencing scenario, step by step", async (t) => {
 test("a barrier admit with no data, committed on its own, shuts out older holders before any write", async (t) => {
   const f = await Fixture.create(t);
   await f.write(f.issuer.token(LOCK, 1n), LOCK, "k", "v1");
-  const client = await f.pool.connect();
-  try {
+  await f.withClient(async (client) => {
     await client.query("BEGIN");
     const admitted = await admit(client, f.verifier, f.issuer.token(LOCK, 2n), LOCK);
     assert.deepEqual([admitted.previous.epoch, admitted.highWater.epoch], [1n, 2n]);
     await client.query("COMMIT");
-  } finally {
-    client.release();
-  }
+  });
   assertStale(await refusal(f.write(f.issuer.token(LOCK, 1n), LOCK, "k", "late")), 2n, 1n);
   await f.state("k", "v1", 2n);
 });
@@ -322,9 +341,7 @@ test("an epoch past 2^63-1 is refused as storage_failed, never wrapped; 2^63-1 i
 test("a commit after a refusal commits nothing: the refusal aborted the transaction inside PostgreSQL", async (t) => {
   const f = await Fixture.create(t);
   await f.write(f.issuer.token(LOCK, 2n), LOCK, "k", "v2");
-  const client = await f.pool.connect();
-  try {
-    await client.query("BEGIN");
+  await f.inTransaction("BEGIN", async (client) => {
     await client.query(UPSERT, ["careless", "own write"]);
     assertStale(await refusal(admit(client, f.verifier, f.issuer.token(LOCK, 1n), LOCK)), 2n, 1n);
     // A careless caller carries on.
@@ -332,10 +349,7 @@ test("a commit after a refusal commits nothing: the refusal aborted the transact
     assert.equal((next as { code?: string }).code, "25P02", `a statement after the refusal: ${String(next)}`); // in_failed_sql_transaction
     const commit = await client.query("COMMIT");
     assert.equal(commit.command, "ROLLBACK", "PostgreSQL turned the COMMIT into a rollback");
-  } finally {
-    await client.query("ROLLBACK").catch(() => {});
-    client.release();
-  }
+  });
   assert.equal(await f.read("careless"), "<absent>");
   assert.equal(await f.read("k"), "v2");
 });
@@ -343,18 +357,13 @@ test("a commit after a refusal commits nothing: the refusal aborted the transact
 test("under REPEATABLE READ, a mark changed after the snapshot is write_conflict", async (t) => {
   const f = await Fixture.create(t);
   await f.write(f.issuer.token(LOCK, 1n), LOCK, "k", "v1");
-  const client = await f.pool.connect();
-  try {
-    await client.query("BEGIN ISOLATION LEVEL REPEATABLE READ");
+  await f.inTransaction("BEGIN ISOLATION LEVEL REPEATABLE READ", async (client) => {
     await client.query("SELECT count(*) FROM kv"); // takes the snapshot
     await f.write(f.issuer.token(LOCK, 2n), LOCK, "k", "v2");
     const err = await refusal(admit(client, f.verifier, f.issuer.token(LOCK, 3n), LOCK));
     assert.ok(err instanceof WriteConflictError && err.code === "write_conflict", String(err));
     assert.equal((err.cause as { code?: string }).code, "40001", "the database's own error is the cause");
-  } finally {
-    await client.query("ROLLBACK").catch(() => {});
-    client.release();
-  }
+  });
   assert.equal(await f.mark(LOCK), 2n);
 });
 
@@ -372,15 +381,12 @@ test("a fence row edited by hand to a negative mark is refused, not guessed at",
 
 test("a connection outside a transaction is refused before anything is written", async (t) => {
   const f = await Fixture.create(t);
-  const client = await f.pool.connect();
-  try {
+  await f.withClient(async (client) => {
     const err = await refusal(admit(client, f.verifier, f.issuer.token(LOCK, 1n), LOCK));
     assert.ok(!(err instanceof PalisadeError) && err instanceof Error, String(err));
     assert.match(err.message, /must run inside a transaction/);
     assert.equal(client.getTransactionStatus(), "I");
-  } finally {
-    client.release();
-  }
+  });
   assert.equal(await f.mark(LOCK), 0n);
   assert.equal((await f.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM palisade_fence")).rows[0]?.n, 0);
 });
@@ -407,8 +413,7 @@ test("the migration is the Rust adapters' own, byte for byte", () => {
 
 test("the preflight (and migrate) refuses synchronous_commit = off, naming it; accepted again when on", async (t) => {
   const f = await Fixture.create(t);
-  const client = await f.pool.connect();
-  try {
+  await f.withClient(async (client) => {
     await preflight(client);
     await client.query("SET synchronous_commit = off");
     for (const [step, run] of [["preflight", () => preflight(client)], ["migrate", () => migrate(client)]] as const) {
@@ -422,9 +427,7 @@ test("the preflight (and migrate) refuses synchronous_commit = off, naming it; a
     }
     await client.query("SET synchronous_commit = on");
     await migrate(client);
-  } finally {
-    client.release();
-  }
+  });
 });
 
 test("the preflight's rule names each unsafe setting, as the other gates' rule does", () => {

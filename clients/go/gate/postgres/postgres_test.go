@@ -121,6 +121,26 @@ func (f *fixture) write(tok, lock, key, value string) error {
 	return f.run(tok, lock, key, value, 0, "", false)
 }
 
+// mustWrite is write, failing the test when it is refused.
+func (f *fixture) mustWrite(tok, lock, key, value string) {
+	f.t.Helper()
+	if err := f.write(tok, lock, key, value); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// begin starts a transaction with opts, rolled back when the test ends (a no-op after a
+// commit; it frees the connection if the test fails first).
+func (f *fixture) begin(opts pgx.TxOptions) pgx.Tx {
+	f.t.Helper()
+	tx, err := f.pool.BeginTx(f.ctx, opts)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = tx.Rollback(f.ctx) })
+	return tx
+}
+
 // writeRetrying retries a write_conflict, as a caller should.
 func (f *fixture) writeRetrying(tok, lock, key, value string) error {
 	for {
@@ -184,21 +204,15 @@ func TestFencingScenario(t *testing.T) {
 	key := "fencing-py"
 	old, next := f.issuer.token(lock, 1), f.issuer.token(lock, 2)
 	// The old leader writes first and is admitted: the resource has not seen 2 (S10).
-	if err := f.write(old, lock, key, "old-leader-1"); err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(old, lock, key, "old-leader-1")
 	f.state(key, "old-leader-1", 1)
-	if err := f.write(next, lock, key, "new-leader"); err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(next, lock, key, "new-leader")
 	f.state(key, "new-leader", 2)
 	// The old leader again: refused, value and mark unchanged.
 	mustStale(t, f.write(old, lock, key, "old-leader-late"), 2, 1)
 	f.state(key, "new-leader", 2)
 	// The new leader again with the same epoch: admitted (S8).
-	if err := f.write(next, lock, key, "new-leader-again"); err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(next, lock, key, "new-leader-again")
 	// Missing and not-a-token are refused (S12), nothing changes.
 	for _, missing := range []string{"", "  ", "\u00a0\t"} {
 		if c := code(f.write(missing, lock, key, "missing")); c != "missing_token" {
@@ -213,9 +227,7 @@ func TestFencingScenario(t *testing.T) {
 	}
 	f.state(key, "new-leader-again", 2)
 	// A third acquisition: epoch 3 admitted, epoch 2 now refused.
-	if err := f.write(f.issuer.token(lock, 3), lock, key, "newest"); err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(f.issuer.token(lock, 3), lock, key, "newest")
 	mustStale(t, f.write(next, lock, key, "too-late"), 3, 2)
 	f.state(key, "newest", 3)
 }
@@ -224,9 +236,7 @@ func TestFencingScenario(t *testing.T) {
 func TestBadTokens(t *testing.T) {
 	f := setup(t)
 	key := "bad-tokens"
-	if err := f.write(f.issuer.token(lock, 1), lock, key, "genuine"); err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(f.issuer.token(lock, 1), lock, key, "genuine")
 	genuine := f.issuer.token(lock, 99)
 	at := len(genuine) - 10
 	flip := byte('A')
@@ -356,16 +366,12 @@ func TestARefusedAdmitRollsBackTheCallersWrites(t *testing.T) {
 func TestAFailureAfterTheAdmitRollsBackTheMark(t *testing.T) {
 	f := setup(t)
 	key := "fail-after"
-	if err := f.write(f.issuer.token(lock, 2), lock, key, "v2"); err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(f.issuer.token(lock, 2), lock, key, "v2")
 	if err := f.run(f.issuer.token(lock, 5), lock, key, "v5", 0, "", true); !errors.Is(err, errFailAfter) {
 		t.Fatal(err)
 	}
 	f.state(key, "v2", 2)
-	if err := f.write(f.issuer.token(lock, 2), lock, key, "v2-again"); err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(f.issuer.token(lock, 2), lock, key, "v2-again")
 	f.state(key, "v2-again", 2)
 }
 
@@ -413,18 +419,12 @@ func TestEpochsPastTheSQLIntegerRangeAreRefused(t *testing.T) {
 // aborted the transaction inside PostgreSQL.
 func TestACommitAfterARefusalCommitsNothing(t *testing.T) {
 	f := setup(t)
-	if err := f.write(f.issuer.token(lock, 2), lock, "k", "v2"); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(f.ctx) // a no-op after the commit; frees the connection if the test fails
+	f.mustWrite(f.issuer.token(lock, 2), lock, "k", "v2")
+	tx := f.begin(pgx.TxOptions{})
 	if _, err := tx.Exec(f.ctx, upsert, "careless", "own write"); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Admit(f.ctx, tx, f.verifier, f.issuer.token(lock, 1), lock)
+	_, err := Admit(f.ctx, tx, f.verifier, f.issuer.token(lock, 1), lock)
 	mustStale(t, err, 2, 1)
 	_, err = tx.Exec(f.ctx, upsert, "k", "stale write")
 	var pgErr *pgconn.PgError
@@ -442,22 +442,14 @@ func TestACommitAfterARefusalCommitsNothing(t *testing.T) {
 // Under REPEATABLE READ, a mark changed after the snapshot is write_conflict.
 func TestRepeatableReadSurfacesAConflict(t *testing.T) {
 	f := setup(t)
-	if err := f.write(f.issuer.token(lock, 1), lock, "k", "v1"); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := f.pool.BeginTx(f.ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(f.ctx)
+	f.mustWrite(f.issuer.token(lock, 1), lock, "k", "v1")
+	tx := f.begin(pgx.TxOptions{IsoLevel: pgx.RepeatableRead})
 	var n int
 	if err := tx.QueryRow(f.ctx, "SELECT count(*) FROM kv").Scan(&n); err != nil { // takes the snapshot
 		t.Fatal(err)
 	}
-	if err := f.write(f.issuer.token(lock, 2), lock, "k", "v2"); err != nil {
-		t.Fatal(err)
-	}
-	_, err = Admit(f.ctx, tx, f.verifier, f.issuer.token(lock, 3), lock)
+	f.mustWrite(f.issuer.token(lock, 2), lock, "k", "v2")
+	_, err := Admit(f.ctx, tx, f.verifier, f.issuer.token(lock, 3), lock)
 	var conflict *gate.ConflictError
 	if !errors.As(err, &conflict) || code(err) != "write_conflict" {
 		t.Fatalf("got %#v", err)
@@ -471,9 +463,7 @@ func TestRepeatableReadSurfacesAConflict(t *testing.T) {
 // A fence row edited by hand to a negative mark is refused, not guessed at.
 func TestAnEditedFenceTableIsRefused(t *testing.T) {
 	f := setup(t)
-	if err := f.write(f.issuer.token(lock, 3), lock, "k", "v3"); err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(f.issuer.token(lock, 3), lock, "k", "v3")
 	if _, err := f.pool.Exec(f.ctx, "ALTER TABLE palisade_fence DROP CONSTRAINT palisade_fence_epoch_check"); err != nil {
 		t.Fatal(err)
 	}
@@ -504,13 +494,8 @@ func TestTheMigrationIsTheRustAdaptersOwn(t *testing.T) {
 // older holder before the new one writes anything.
 func TestABarrierAdmitShutsOutOlderHoldersBeforeAnyWrite(t *testing.T) {
 	f := setup(t)
-	if err := f.write(f.issuer.token(lock, 1), lock, "k", "v1"); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := f.pool.Begin(f.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f.mustWrite(f.issuer.token(lock, 1), lock, "k", "v1")
+	tx := f.begin(pgx.TxOptions{})
 	admitted, err := Admit(f.ctx, tx, f.verifier, f.issuer.token(lock, 2), lock)
 	if err != nil || admitted.Previous.Epoch != 1 || admitted.HighWater.Epoch != 2 {
 		t.Fatalf("%+v %v", admitted, err)

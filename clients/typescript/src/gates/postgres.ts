@@ -177,7 +177,7 @@ export async function migrateUnchecked(db: Queryable): Promise<void> {
  * rolls back with the caller's writes; on any rejection the transaction is aborted and
  * must be rolled back. */
 export function admit(client: ClientBase, verifier: Verifier, token: string | null | undefined, lock: string): Promise<Admitted> {
-  return run(client, verifier, token, lock, "epoch", 0n);
+  return run(client, () => steps(client, verifier, token, lock, "epoch", 0n));
 }
 
 /** {@link admit} under the sequence policy: (epoch, `seq`) must strictly exceed the mark,
@@ -192,7 +192,7 @@ export function admitSequenced(
   lock: string,
   seq: bigint,
 ): Promise<Admitted> {
-  return run(client, verifier, token, lock, "sequence", seq);
+  return run(client, () => steps(client, verifier, token, lock, "sequence", seq));
 }
 
 /** The lock's committed mark as `db` sees it ((0, 0) if never admitted). For inspection
@@ -209,16 +209,10 @@ export async function highWater(db: Queryable, lock: string): Promise<HighWater>
   return row === undefined ? NO_HIGH_WATER : fromSql(row[0]!, row[1]!);
 }
 
-async function run(
-  client: ClientBase,
-  verifier: Verifier,
-  token: string | null | undefined,
-  lock: string,
-  policy: Policy,
-  seq: bigint,
-): Promise<Admitted> {
+/** The outcome of `admission` (the steps below), with the transaction aborted on any failure. */
+async function run(client: ClientBase, admission: () => Promise<Admitted>): Promise<Admitted> {
   try {
-    return await steps(client, verifier, token, lock, policy, seq);
+    return await admission();
   } catch (err) {
     // Any refusal, or a failure of the gate's own statements, aborts the transaction. The
     // poison's own error is the point; if the connection is gone, the transaction cannot

@@ -1,9 +1,6 @@
 // A held session renewed in the background, closed on close.
 package dev.palisade.client;
 
-import java.io.IOException;
-import java.util.concurrent.CompletableFuture;
-
 /**
  * Holds a session and renews it (and with it every lease in it) on a daemon thread every
  * third of its TTL, until {@link #close()}, which closes the session and releases its
@@ -18,19 +15,17 @@ import java.util.concurrent.CompletableFuture;
  * }
  * }</pre>
  */
-public final class SessionGuard implements AutoCloseable {
-  private final PalisadeClient client;
+public final class SessionGuard extends Guard {
   private final Session session;
-  private final Renewal renewal;
 
   SessionGuard(PalisadeClient client, Session session) {
-    this.client = client;
+    super(
+        "palisade-session-" + session.sessionId(),
+        session.ttlMs(),
+        timeout -> client.keepAliveSession(session.sessionId(), timeout),
+        "session " + session.sessionId(),
+        () -> client.closeSession(session.sessionId()));
     this.session = session;
-    this.renewal =
-        new Renewal(
-            "palisade-session-" + session.sessionId(),
-            session.ttlMs(),
-            timeout -> client.keepAliveSession(session.sessionId(), timeout));
   }
 
   /** The session's id, for {@link AcquireOptions#inSession}. */
@@ -41,24 +36,5 @@ public final class SessionGuard implements AutoCloseable {
   /** The session as it was opened. */
   public Session session() {
     return session;
-  }
-
-  /** Completes, with the refusal or the last failure, when the session may have ended. */
-  public CompletableFuture<IOException> lost() {
-    return renewal.lost();
-  }
-
-  /** Whether the session is known lost. */
-  public boolean isLost() {
-    return renewal.isLost();
-  }
-
-  /**
-   * Stops renewing and closes the session, releasing every lease in it; throws the reason
-   * instead when it was lost.
-   */
-  @Override
-  public void close() throws IOException {
-    renewal.finish("session " + session.sessionId(), () -> client.closeSession(session.sessionId()));
   }
 }

@@ -121,17 +121,8 @@ public final class KeyRing {
      * allows neither, so the decoded bytes must encode back to the same text).
      */
     static byte[] decode(String text) {
-      for (int i = 0; i < text.length(); i++) {
-        char c = text.charAt(i);
-        boolean ok =
-            c >= 'a' && c <= 'z'
-                || c >= 'A' && c <= 'Z'
-                || c >= '0' && c <= '9'
-                || c == '-'
-                || c == '_';
-        if (!ok) {
-          return null;
-        }
+      if (!Ascii.alphanumericOr(text, "-_")) {
+        return null;
       }
       byte[] raw;
       try {

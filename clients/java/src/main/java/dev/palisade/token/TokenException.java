@@ -12,25 +12,24 @@ public abstract sealed class TokenException extends Exception
         TokenException.BadSignature,
         TokenException.WrongLock {
   private static final long serialVersionUID = 1L;
+  private final String refusal;
 
-  TokenException(String message) {
+  TokenException(String refusal, String message) {
     super(message);
+    this.refusal = refusal;
   }
 
   /** The class's name as the test vectors spell it: {@code malformed}, {@code unknown_key}, ... */
-  public abstract String refusal();
+  public String refusal() {
+    return refusal;
+  }
 
   /** Not a token of this format: its shape, encoding, claims or canonical form. */
   public static final class Malformed extends TokenException {
     private static final long serialVersionUID = 1L;
 
     Malformed(String why) {
-      super("malformed token: " + why);
-    }
-
-    @Override
-    public String refusal() {
-      return "malformed";
+      super("malformed", "malformed token: " + why);
     }
   }
 
@@ -39,12 +38,7 @@ public abstract sealed class TokenException extends Exception
     private static final long serialVersionUID = 1L;
 
     UnknownKey(String keyId) {
-      super("token signed by a key not trusted: " + keyId);
-    }
-
-    @Override
-    public String refusal() {
-      return "unknown_key";
+      super("unknown_key", "token signed by a key not trusted: " + keyId);
     }
   }
 
@@ -53,12 +47,7 @@ public abstract sealed class TokenException extends Exception
     private static final long serialVersionUID = 1L;
 
     BadSignature() {
-      super("token signature does not verify");
-    }
-
-    @Override
-    public String refusal() {
-      return "bad_signature";
+      super("bad_signature", "token signature does not verify");
     }
   }
 
@@ -68,18 +57,13 @@ public abstract sealed class TokenException extends Exception
     private final String tokenLock;
 
     WrongLock(String tokenLock, String lock) {
-      super("token is for lock \"" + tokenLock + "\", not \"" + lock + "\"");
+      super("wrong_lock", "token is for lock \"" + tokenLock + "\", not \"" + lock + "\"");
       this.tokenLock = tokenLock;
     }
 
     /** The lock the token is for. */
     public String tokenLock() {
       return tokenLock;
-    }
-
-    @Override
-    public String refusal() {
-      return "wrong_lock";
     }
   }
 }

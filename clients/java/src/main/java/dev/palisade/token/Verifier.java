@@ -104,20 +104,7 @@ public final class Verifier {
     if (name.isEmpty() || name.length() > 128 || name.equals(".") || name.equals("..")) {
       return false;
     }
-    for (int i = 0; i < name.length(); i++) {
-      char c = name.charAt(i);
-      boolean ok =
-          c >= 'a' && c <= 'z'
-              || c >= 'A' && c <= 'Z'
-              || c >= '0' && c <= '9'
-              || c == '.'
-              || c == '_'
-              || c == '-';
-      if (!ok) {
-        return false;
-      }
-    }
-    return true;
+    return Ascii.alphanumericOr(name, "._-");
   }
 
   /**

@@ -9,10 +9,9 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.palisade.Vectors;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.util.HashMap;
 import java.util.Map;
 import java.util.Set;
@@ -35,8 +34,7 @@ class ErrorsTest {
    */
   @Test
   void everyErrorTheServerCanSendDecodesWithItsFields() throws IOException {
-    String dir = System.getenv("PALISADE_VECTORS");
-    JsonNode file = JSON.readTree(Files.readAllBytes(Path.of(dir != null ? dir : "../../vectors", "errors.json")));
+    JsonNode file = Vectors.read("errors.json");
     int run = 0;
     for (JsonNode answer : file.get("answers")) {
       int status = answer.get("status").asInt();

@@ -8,6 +8,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import dev.palisade.Vectors;
 import dev.palisade.client.PalisadeException;
 import dev.palisade.token.Claims;
 import dev.palisade.token.KeyRing;
@@ -78,6 +79,18 @@ class PostgresGateTest {
     return DriverManager.getConnection(url);
   }
 
+  /** A connection of its own with a transaction open (auto-commit off), to commit or roll back. */
+  private Connection transaction() throws SQLException {
+    Connection conn = connect();
+    try {
+      conn.setAutoCommit(false);
+    } catch (SQLException e) {
+      conn.close();
+      throw e;
+    }
+    return conn;
+  }
+
   /** Signs test tokens with a key of its own, as the server would. */
   static final class Issuer {
     private final KeyPair pair;
@@ -114,8 +127,7 @@ class PostgresGateTest {
    */
   private void run(String token, String lock, String key, String value, long seq, String ownKey, boolean failAfter)
       throws Exception {
-    try (Connection conn = connect()) {
-      conn.setAutoCommit(false);
+    try (Connection conn = transaction()) {
       try {
         if (ownKey != null) {
           upsert(conn, ownKey, "own");
@@ -267,40 +279,28 @@ class PostgresGateTest {
       List<Throwable> errors = java.util.Collections.synchronizedList(new ArrayList<>());
       CyclicBarrier start = new CyclicBarrier(2);
       Thread newer =
-          new Thread(
-              () -> {
-                try {
-                  start.await();
-                  for (int i = 0; i < writes; i++) {
-                    writeRetrying(next, lock, key, "2:" + i);
-                    newCommitted.set(true);
-                  }
-                } catch (Throwable t) {
-                  errors.add(t);
-                }
-              });
+          racer(start, errors, () -> {
+            for (int i = 0; i < writes; i++) {
+              writeRetrying(next, lock, key, "2:" + i);
+              newCommitted.set(true);
+            }
+          });
       Thread older =
-          new Thread(
-              () -> {
-                try {
-                  start.await();
-                  for (int i = 0; i < writes; i++) {
-                    boolean afterNew = newCommitted.get();
-                    try {
-                      writeRetrying(old, lock, key, "1:" + i);
-                    } catch (PalisadeException.StaleToken e) {
-                      stale(e, 2, 1);
-                      continue;
-                    }
-                    if (afterNew) {
-                      fail("epoch 1 admitted after epoch 2 committed");
-                    }
-                    admittedOld.incrementAndGet();
-                  }
-                } catch (Throwable t) {
-                  errors.add(t);
-                }
-              });
+          racer(start, errors, () -> {
+            for (int i = 0; i < writes; i++) {
+              boolean afterNew = newCommitted.get();
+              try {
+                writeRetrying(old, lock, key, "1:" + i);
+              } catch (PalisadeException.StaleToken e) {
+                stale(e, 2, 1);
+                continue;
+              }
+              if (afterNew) {
+                fail("epoch 1 admitted after epoch 2 committed");
+              }
+              admittedOld.incrementAndGet();
+            }
+          });
       newer.start();
       older.start();
       newer.join();
@@ -312,6 +312,27 @@ class PostgresGateTest {
     }
     // Not asserted (timing decides), but printed: 0 would mean the race never happened.
     System.out.println("racingEpochs: " + landed + " of " + rounds * writes + " epoch-1 writes landed before epoch 2");
+  }
+
+  /** One racer's work. */
+  private interface Racer {
+    void run() throws Exception;
+  }
+
+  /**
+   * A thread that waits at {@code start} with the other racer, then runs {@code racer};
+   * what it throws goes to {@code errors}.
+   */
+  private static Thread racer(CyclicBarrier start, List<Throwable> errors, Racer racer) {
+    return new Thread(
+        () -> {
+          try {
+            start.await();
+            racer.run();
+          } catch (Throwable t) {
+            errors.add(t);
+          }
+        });
   }
 
   /** A refused admit commits nothing, not even the caller's own earlier writes. */
@@ -376,8 +397,7 @@ class PostgresGateTest {
   @Test
   void aCommitAfterARefusalCommitsNothing() throws Exception {
     write(issuer.token(LOCK, 2), LOCK, "k", "v2");
-    try (Connection conn = connect()) {
-      conn.setAutoCommit(false);
+    try (Connection conn = transaction()) {
       upsert(conn, "careless", "own write");
       assertThrows(PalisadeException.StaleToken.class, () -> PostgresGate.admit(conn, verifier, issuer.token(LOCK, 1), LOCK));
       SQLException after = assertThrows(SQLException.class, () -> upsert(conn, "k", "stale write"));
@@ -396,8 +416,7 @@ class PostgresGateTest {
   @Test
   void repeatableReadSurfacesAConflict() throws Exception {
     write(issuer.token(LOCK, 1), LOCK, "k", "v1");
-    try (Connection conn = connect()) {
-      conn.setAutoCommit(false);
+    try (Connection conn = transaction()) {
       conn.setTransactionIsolation(Connection.TRANSACTION_REPEATABLE_READ);
       try (Statement s = conn.createStatement(); ResultSet r = s.executeQuery("SELECT count(*) FROM kv")) {
         r.next(); // takes the snapshot
@@ -419,8 +438,7 @@ class PostgresGateTest {
   @Test
   void aBarrierAdmitShutsOutOlderHoldersBeforeAnyWrite() throws Exception {
     write(issuer.token(LOCK, 1), LOCK, "k", "v1");
-    try (Connection conn = connect()) {
-      conn.setAutoCommit(false);
+    try (Connection conn = transaction()) {
       Admitted admitted = PostgresGate.admit(conn, verifier, issuer.token(LOCK, 2), LOCK);
       assertEquals(new HighWater(1, 0), admitted.previous());
       assertEquals(new HighWater(2, 0), admitted.highWater());
@@ -456,8 +474,7 @@ class PostgresGateTest {
   /** The migration shipped is the Rust adapters' own file, byte for byte. */
   @Test
   void theMigrationIsTheRustAdaptersOwn() throws Exception {
-    String dir = System.getenv("PALISADE_VECTORS");
-    Path repo = Path.of(dir != null ? dir : "../../vectors").getParent();
+    Path repo = Vectors.dir().getParent();
     assertEquals(Files.readString(repo.resolve("crates/adapters/migrations/postgres.sql")), PostgresGate.MIGRATION);
   }
 

@@ -7,19 +7,12 @@ import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
-import java.nio.file.Files;
-import java.nio.file.Path;
+import dev.palisade.Vectors;
 import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
 class PreflightVectorsTest {
-  static Path vectors() {
-    String dir = System.getenv("PALISADE_VECTORS");
-    return Path.of(dir != null ? dir : "../../vectors");
-  }
-
   /**
    * {@link UnsafeDatabase#checkPostgres} gives every PostgreSQL case's verdict: each
    * unsafe setting with its value and what it needs, in the same order. A rule changed
@@ -27,7 +20,7 @@ class PreflightVectorsTest {
    */
   @Test
   void theRuleGivesEveryVectorsVerdict() throws Exception {
-    JsonNode file = new ObjectMapper().readTree(Files.readAllBytes(vectors().resolve("preflight.json")));
+    JsonNode file = Vectors.read("preflight.json");
     JsonNode cases = file.get("postgres");
     assertFalse(cases.isEmpty(), "no PostgreSQL cases");
     int safe = 0;

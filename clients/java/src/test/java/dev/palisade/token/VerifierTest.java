@@ -8,11 +8,9 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
-import com.fasterxml.jackson.databind.ObjectMapper;
+import dev.palisade.Vectors;
 import java.math.BigInteger;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.Files;
-import java.nio.file.Path;
 import java.security.GeneralSecurityException;
 import java.security.KeyPair;
 import java.security.KeyPairGenerator;
@@ -27,12 +25,6 @@ import java.util.Set;
 import org.junit.jupiter.api.Test;
 
 class VerifierTest {
-  /** The vectors folder: PALISADE_VECTORS (set by the pom), or the repository's. */
-  static Path vectors() {
-    String dir = System.getenv("PALISADE_VECTORS");
-    return Path.of(dir != null ? dir : "../../vectors");
-  }
-
   /**
    * The token test vectors (made by the Rust signer): every vector's outcome, and a valid
    * one's claims. A class this test does not know fails it, so a vector class added to the
@@ -40,7 +32,7 @@ class VerifierTest {
    */
   @Test
   void everyVector() throws Exception {
-    JsonNode file = new ObjectMapper().readTree(Files.readAllBytes(vectors().resolve("tokens.json")));
+    JsonNode file = Vectors.read("tokens.json");
     List<byte[]> trusted = new ArrayList<>();
     for (JsonNode key : file.get("keys")) {
       if (key.get("trusted").asBoolean()) {
