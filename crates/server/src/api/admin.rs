@@ -15,13 +15,12 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
 use axum::Json;
 
 use palisade_api::wire::{AdminKeys, KeyRetired, KeysRotated};
 use palisade_token::KeySet;
 
-use super::{path, read_body, ApiError, AppState};
+use super::{path, ApiError, AppState, RequestBody};
 use crate::audit::AuditEvent;
 use crate::auth::Caller;
 use crate::keys::now_unix;
@@ -66,11 +65,10 @@ pub async fn list_keys(
 pub async fn rotate_keys(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    body: Body,
+    body: RequestBody,
 ) -> Result<Json<KeysRotated>, ApiError> {
     require_admin(&caller, "rotate signing keys")?;
-    empty_body(&headers, body).await?;
+    body.empty().await?;
     let previous = state.keys.key_set().active().key_id.clone();
     let set: Arc<KeySet> = state.keys.rotate(now_unix()).await?;
     let active = set.active().key_id.clone();
@@ -103,8 +101,7 @@ pub async fn retire_key(
     State(state): State<AppState>,
     caller: Caller,
     key_id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    body: RequestBody,
 ) -> Result<Json<KeyRetired>, ApiError> {
     require_admin(&caller, "retire signing keys")?;
     let key_id = path(key_id)?;
@@ -116,7 +113,7 @@ pub async fn retire_key(
             "a key id is 1 to {MAX_KEY_ID_LEN} hex characters (as GET /v1/admin/keys lists it)"
         )));
     }
-    empty_body(&headers, body).await?;
+    body.empty().await?;
     let (set, changed) = state.keys.retire(&key_id, now_unix()).await?;
     if changed {
         state.audit.record(
@@ -135,20 +132,6 @@ pub async fn retire_key(
     }))
 }
 
-/// These routes take no parameters: an empty body or an empty JSON object.
-async fn empty_body(headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
-    let bytes = read_body(headers, body, 1024).await?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(());
-    }
-    match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes) {
-        Ok(map) if map.is_empty() => Ok(()),
-        _ => Err(ApiError::bad_request(
-            "this route takes no parameters: send an empty body or {}",
-        )),
-    }
-}
-
 /// `POST /v1/admin/backup` (an empty body, or `{}`): a consistent snapshot of the
 /// database taken while serving, sent as the backup file itself
 /// (`application/octet-stream`, the format `palisade admin restore` reads). Embedded
@@ -156,14 +139,13 @@ async fn empty_body(headers: &HeaderMap, body: Body) -> Result<(), ApiError> {
 pub async fn backup(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    body: Body,
+    body: RequestBody,
 ) -> Result<axum::response::Response, ApiError> {
     use crate::recovery::online::OnlineBackupError;
     use axum::response::IntoResponse;
 
     require_admin(&caller, "take backups")?;
-    empty_body(&headers, body).await?;
+    body.empty().await?;
     let Some(online) = state.backup.clone() else {
         return Err(ApiError::not_found(
             "this node keeps no data of its own (etcd backend): back up etcd with `etcdctl \

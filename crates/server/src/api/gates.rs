@@ -15,12 +15,8 @@
 //! that may write a lock can report refusals for it that never happened; what a report
 //! can do is bounded (counters by a fixed set of labels, events at a bounded rate).
 
-use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
-use axum::http::HeaderMap;
+use axum::extract::State;
 use axum::Json;
-use serde::Deserialize;
 
 use palisade_api::wire::{
     GateReport, GateReportAnswer, LockMarks, LockMarksList, MAX_REPORTED_MARKS,
@@ -28,8 +24,8 @@ use palisade_api::wire::{
 };
 use palisade_api::ErrorCode;
 
-use super::locks::{page, scans_for};
-use super::{json_body, listing_permit, lock_name, query_of, ApiError, AppState};
+use super::locks::{page, scans_for, PageQuery};
+use super::{listing_permit, lock_name, ApiError, AppState, QueryParams, RequestBody};
 use crate::auth::{Caller, Verb};
 use crate::observe::events::now_ms;
 
@@ -37,11 +33,10 @@ use crate::observe::events::now_ms;
 pub async fn report(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    body: Body,
+    body: RequestBody,
 ) -> Result<Json<GateReportAnswer>, ApiError> {
     caller.require_any(Verb::Write)?;
-    let report: GateReport = json_body(&headers, body).await?;
+    let report: GateReport = body.json().await?;
     if report.recent.len() > MAX_REPORTED_REFUSALS {
         return Err(ApiError::bad_request(format!(
             "a report carries at most {MAX_REPORTED_REFUSALS} refusals in recent"
@@ -106,16 +101,6 @@ pub async fn report(
 /// store's mark); 100 unless `limit` asks for fewer.
 pub const MAX_MARKS_PAGE: usize = 100;
 
-/// `GET /v1/gates/marks?prefix=&after=&limit=`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MarksQuery {
-    #[serde(default)]
-    prefix: String,
-    after: Option<String>,
-    limit: Option<usize>,
-}
-
 /// `GET /v1/gates/marks`: the locks some gate reported a mark for, a page at a time in
 /// name order, each with the built-in store's mark and the highest each kind of resource
 /// reported (what this server heard since it started). With authentication on, only the
@@ -123,15 +108,17 @@ pub struct MarksQuery {
 pub async fn marks(
     State(state): State<AppState>,
     caller: Caller,
-    query: Result<Query<MarksQuery>, QueryRejection>,
+    QueryParams(query): QueryParams<PageQuery>,
 ) -> Result<Json<LockMarksList>, ApiError> {
-    let query = query_of(query)?;
     let _permit = listing_permit(&state).await?;
     let limit = query.limit.unwrap_or(MAX_MARKS_PAGE).min(MAX_MARKS_PAGE);
+    let query = PageQuery {
+        limit: Some(limit),
+        ..query
+    };
     let (found, next) = page(
         scans_for(&caller, &query.prefix, &[Verb::Read]),
-        query.after.as_deref(),
-        Some(limit),
+        &query,
         |(lock, _): &(String, _)| lock.as_str(),
         |page| {
             let found = state.observe.gate_marks.page(&page);

@@ -20,7 +20,7 @@ use palisade_storage::{
     Action, Applied, ApplyError, Entry, FencedOp, Idempotency, Page, Precondition,
 };
 
-use super::{lock_name, path, query_of, read_body, ApiError, AppState, ListQuery};
+use super::{lock_name, path, query_of, read_body, ApiError, AppState, ListQuery, PathParams};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, Verb};
 
@@ -356,9 +356,8 @@ async fn fence_seen(
 pub async fn high_water(
     State(state): State<AppState>,
     caller: Caller,
-    lock: Result<Path<String>, PathRejection>,
+    PathParams(lock): PathParams<String>,
 ) -> Result<Json<FenceStatus>, ApiError> {
-    let lock = path(lock)?;
     lock_name(&lock)?;
     caller.require(Verb::Read, &lock)?;
     let hw = state.backend.high_water(&lock).await?;
@@ -373,9 +372,8 @@ pub async fn high_water(
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    params: Result<Path<(String, String)>, PathRejection>,
+    PathParams((lock, key)): PathParams<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (lock, key) = path(params)?;
     let entry = read(&state, &caller, &lock, &key)
         .await?
         .ok_or_else(|| ApiError::not_found("no such key"))?;
@@ -408,10 +406,9 @@ pub(crate) async fn read(
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    lock: Result<Path<String>, PathRejection>,
+    PathParams(lock): PathParams<String>,
     query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<KeyList>, ApiError> {
-    let lock = path(lock)?;
     lock_name(&lock)?;
     caller.require(Verb::Read, &lock)?;
     let query = query_of(query)?;

@@ -1,9 +1,6 @@
 //! Lock and lease routes (the issuer).
 
-use axum::body::Body;
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
-use axum::http::HeaderMap;
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use palisade_api::QuotaResource;
@@ -15,7 +12,7 @@ use palisade_core::page::Page;
 use palisade_issuer::Acquire;
 use palisade_issuer::LeaseError;
 
-use super::{json_body, listing_permit, lock_name, path, query_of, ApiError, AppState};
+use super::{listing_permit, lock_name, ApiError, AppState, PathParams, QueryParams, RequestBody};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, LockPattern, Verb};
 
@@ -25,14 +22,10 @@ const MAX_WAIT_MS: u64 = 300_000;
 pub async fn acquire(
     State(state): State<AppState>,
     caller: Caller,
-    lock: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    PathParams(lock): PathParams<String>,
+    body: RequestBody,
 ) -> Result<Json<Lease>, ApiError> {
-    let lock = path(lock)?;
-    grant(&state, &caller, lock, json_body(&headers, body))
-        .await
-        .map(Json)
+    grant(&state, &caller, lock, body.json()).await.map(Json)
 }
 
 /// An acquisition over any protocol: the lock's name, `acquire` permission, then the
@@ -152,9 +145,8 @@ pub(super) fn as_caller<T>(caller: &Caller, answer: Result<T, LeaseError>) -> Re
 pub async fn keepalive(
     State(state): State<AppState>,
     caller: Caller,
-    lease_id: Result<Path<String>, PathRejection>,
+    PathParams(lease_id): PathParams<String>,
 ) -> Result<Json<KeepaliveInfo>, ApiError> {
-    let lease_id = path(lease_id)?;
     renew(&state, &caller, &lease_id).await.map(Json)
 }
 
@@ -177,9 +169,8 @@ pub(crate) async fn renew(
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller,
-    lease_id: Result<Path<String>, PathRejection>,
+    PathParams(lease_id): PathParams<String>,
 ) -> Result<Json<Released>, ApiError> {
-    let lease_id = path(lease_id)?;
     give_up(&state, &caller, &lease_id).await.map(Json)
 }
 
@@ -241,9 +232,8 @@ pub(super) fn may_see(caller: &Caller, lock: &str) -> bool {
 pub async fn status(
     State(state): State<AppState>,
     caller: Caller,
-    lock: Result<Path<String>, PathRejection>,
+    PathParams(lock): PathParams<String>,
 ) -> Result<Json<LockStatus>, ApiError> {
-    let lock = path(lock)?;
     lock_name(&lock)?;
     if !may_see(&caller, &lock) {
         caller.require(Verb::Read, &lock)?;
@@ -252,14 +242,15 @@ pub async fn status(
     Ok(Json(seen_by(view, &caller)))
 }
 
-/// `GET /v1/locks?prefix=&after=&limit=`.
+/// `?prefix=&after=&limit=` of the paged listings (`GET /v1/locks`, `GET /v1/fences`,
+/// `GET /v1/gates/marks`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LockListQuery {
+pub struct PageQuery {
     #[serde(default)]
-    prefix: String,
-    after: Option<String>,
-    limit: Option<usize>,
+    pub(super) prefix: String,
+    pub(super) after: Option<String>,
+    pub(super) limit: Option<usize>,
 }
 
 /// Which names a listing reads: everything under a prefix, or one name.
@@ -300,14 +291,13 @@ pub(super) fn scans_for(caller: &Caller, prefix: &str, verbs: &[Verb]) -> Vec<Sc
     scans
 }
 
-/// One page of a listing over `scans` (see [`scans_for`]), in name order: `fetch(page)`
-/// reads one [`Page`] from the ordered index (its prefix a scan's prefix, or an exact
-/// name). Returns at most `limit` entries (default 1,000, at most 10,000), without
-/// duplicates, and the `next` cursor when a scan may hold more.
+/// One page of a listing over `scans` (see [`scans_for`]), in name order, after
+/// `query.after`: `fetch(page)` reads one [`Page`] from the ordered index (its prefix a
+/// scan's prefix, or an exact name). Returns at most `query.limit` entries (default 1,000,
+/// at most 10,000), without duplicates, and the `next` cursor when a scan may hold more.
 pub(super) async fn page<T, F, Fut>(
     scans: Vec<Scan>,
-    after: Option<&str>,
-    limit: Option<usize>,
+    query: &PageQuery,
     name: impl Fn(&T) -> &str,
     mut fetch: F,
 ) -> Result<(Vec<T>, Option<String>), ApiError>
@@ -315,7 +305,10 @@ where
     F: FnMut(Page) -> Fut,
     Fut: std::future::Future<Output = Result<Vec<T>, ApiError>>,
 {
-    let limit = limit.unwrap_or(1000).clamp(1, 10_000);
+    let (after, limit) = (
+        query.after.as_deref(),
+        query.limit.unwrap_or(1000).clamp(1, 10_000),
+    );
     let mut found: Vec<T> = Vec::new();
     let mut more = false;
     for scan in scans {
@@ -345,17 +338,16 @@ where
     Ok((found, next))
 }
 
+/// `GET /v1/locks?prefix=&after=&limit=`.
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    query: Result<Query<LockListQuery>, QueryRejection>,
+    QueryParams(query): QueryParams<PageQuery>,
 ) -> Result<Response, ApiError> {
-    let query = query_of(query)?;
     let _permit = listing_permit(&state).await?;
     let (found, next) = page(
         scans(&caller, &query.prefix),
-        query.after.as_deref(),
-        query.limit,
+        &query,
         |v: &LockView| v.lock.as_str(),
         |page| {
             let issuer = state.issuer.clone();

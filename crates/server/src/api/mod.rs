@@ -18,6 +18,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts};
+use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -215,6 +217,70 @@ async fn not_found() -> ApiError {
 /// The dashboard's router has none of the API's middleware ([`front`]), only its JSON 405.
 async fn json_method_not_allowed(response: Response) -> Response {
     front::method_not_allowed_as_json(response)
+}
+
+/// A route's path parameters, extracted before the handler runs: a malformed one is
+/// answered 400 `bad_request` (as [`path`] does, for a handler that reads it first).
+pub struct PathParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        path(axum::extract::Path::from_request_parts(parts, state).await).map(PathParams)
+    }
+}
+
+/// A route's query string, extracted like [`PathParams`] (400 `bad_request`, as
+/// [`query_of`]).
+pub struct QueryParams<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for QueryParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        query_of(axum::extract::Query::from_request_parts(parts, state).await).map(QueryParams)
+    }
+}
+
+/// A request's body with its headers, read only when the handler asks: after its own
+/// checks, so that a refusal (401, 403, a bad path) never depends on the body.
+pub struct RequestBody {
+    headers: HeaderMap,
+    body: Body,
+}
+
+impl<S: Send + Sync> FromRequest<S> for RequestBody {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request(request: axum::extract::Request, _: &S) -> Result<Self, Self::Rejection> {
+        let (parts, body) = request.into_parts();
+        Ok(RequestBody {
+            headers: parts.headers,
+            body,
+        })
+    }
+}
+
+impl RequestBody {
+    /// The body as JSON (see [`json_body`]).
+    pub async fn json<T: DeserializeOwned>(self) -> Result<T, ApiError> {
+        json_body(&self.headers, self.body).await
+    }
+
+    /// For the routes that take no parameters: an empty body or an empty JSON object.
+    pub async fn empty(self) -> Result<(), ApiError> {
+        let bytes = read_body(&self.headers, self.body, 1024).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        match serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&bytes) {
+            Ok(map) if map.is_empty() => Ok(()),
+            _ => Err(ApiError::bad_request(
+                "this route takes no parameters: send an empty body or {}",
+            )),
+        }
+    }
 }
 
 /// Unpacks a path extraction, turning a rejection into `bad_request`.

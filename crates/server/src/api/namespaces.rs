@@ -9,40 +9,27 @@
 //! A namespace is listed once a mutation was admitted to it (that is when it gets a
 //! mark); a namespace nobody wrote is not.
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
 
 use palisade_api::wire::{NamespaceInfo, NamespaceList};
 use palisade_storage::NamespaceSummary;
 
-use super::locks::{page, scans_for};
-use super::{listing_permit, query_of, ApiError, AppState};
+use super::locks::{page, scans_for, PageQuery};
+use super::{listing_permit, ApiError, AppState, QueryParams};
 use crate::auth::{Caller, Verb};
 
 /// `GET /v1/fences?prefix=&after=&limit=`.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NamespaceListQuery {
-    #[serde(default)]
-    prefix: String,
-    after: Option<String>,
-    limit: Option<usize>,
-}
-
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    query: Result<Query<NamespaceListQuery>, QueryRejection>,
+    QueryParams(query): QueryParams<PageQuery>,
 ) -> Result<Response, ApiError> {
-    let query = query_of(query)?;
     let _permit = listing_permit(&state).await?;
     let (found, next) = page(
         scans_for(&caller, &query.prefix, &[Verb::Read]),
-        query.after.as_deref(),
-        query.limit,
+        &query,
         |n: &NamespaceSummary| n.name.as_str(),
         |page| {
             let backend = state.backend.clone();

@@ -18,8 +18,8 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{MatchedPath, Path, Query, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{MatchedPath, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -28,7 +28,7 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
 
-use super::{lock_name, path, query_of, ApiError, AppState};
+use super::{lock_name, query_of, ApiError, AppState, PathParams};
 use crate::auth::{Auth, Caller, Verb};
 use crate::observe::events::{reset_json, Live, ResetReason, Start, Subscription};
 use crate::observe::{metrics, Observe};
@@ -169,11 +169,10 @@ pub async fn all(
 pub async fn lock(
     State(state): State<AppState>,
     caller: Caller,
-    lock: Result<Path<String>, PathRejection>,
+    PathParams(lock): PathParams<String>,
     query: Result<Query<LockEventsQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let lock = path(lock)?;
     lock_name(&lock)?;
     let backlog = backlog(query_of(query)?.backlog)?;
     if !super::locks::may_see(&caller, &lock) {

@@ -15,11 +15,9 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{FromRequestParts, Path, State};
 use axum::http::request::Parts;
-use axum::http::HeaderMap;
 use axum::Json;
 use palisade_api::ErrorDetail;
 
@@ -29,7 +27,7 @@ use palisade_core::lock_table::{LeaseView, SessionView};
 use palisade_issuer::{LockService, SessionRequest};
 
 use super::locks::{as_caller, check_ttl};
-use super::{json_body, path, ApiError, AppState};
+use super::{path, ApiError, AppState, PathParams, RequestBody};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, Verb};
 
@@ -63,14 +61,12 @@ fn value_too_large() -> ApiError {
 pub async fn proclaim(
     State(state): State<AppState>,
     caller: Caller,
-    lease_id: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Body,
+    PathParams(lease_id): PathParams<String>,
+    body: RequestBody,
 ) -> Result<Json<Proclaimed>, ApiError> {
-    let lease_id = path(lease_id)?;
     // A missing field and `null` both clear: `Option` cannot tell them apart, and
     // `deny_unknown_fields` keeps typos from passing as a clear.
-    let body: ProclaimRequest = json_body(&headers, body).await?;
+    let body: ProclaimRequest = body.json().await?;
     let value = body.value.as_deref().map(decode_value).transpose()?;
     let answer = state
         .issuer
@@ -106,8 +102,7 @@ fn session_lease(l: LeaseView) -> SessionLease {
 pub async fn create_session(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    body: Body,
+    body: RequestBody,
 ) -> Result<Json<SessionInfo>, ApiError> {
     if !caller.may_any(Verb::Acquire) {
         return Err(denied(
@@ -115,7 +110,7 @@ pub async fn create_session(
             "may not acquire any lock, so may not hold a session",
         ));
     }
-    let body: wire::SessionRequest = json_body(&headers, body).await?;
+    let body: wire::SessionRequest = body.json().await?;
     let holder = caller.holder(body.holder)?;
     let ttl_ms = check_ttl(&state, &caller, body.ttl_ms)?;
     let view = state

@@ -1,14 +1,12 @@
 //! Key and token routes: how resources learn the issuer's public keys, and Chubby's
 //! CheckSequencer (is this token genuine, is its epoch current, is its lease alive?).
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::Json;
 
 use palisade_api::wire::{KeysAnswer, PublicKey, TokenCheck, TokenCheckRequest};
 
-use super::{json_body, ApiError, AppState};
+use super::{ApiError, AppState, RequestBody};
 use crate::auth::{Caller, Verb};
 
 /// Every key whose tokens verify here: the active key, the verifying ones and the
@@ -33,8 +31,7 @@ pub async fn keys(State(state): State<AppState>) -> Json<KeysAnswer> {
 pub async fn check(
     State(state): State<AppState>,
     caller: Caller,
-    headers: HeaderMap,
-    body: Body,
+    body: RequestBody,
 ) -> Result<Json<TokenCheck>, ApiError> {
     if !caller.may_any(Verb::Check) {
         return Err(ApiError::permission_denied(
@@ -42,7 +39,7 @@ pub async fn check(
             "may not check tokens of any lock",
         ));
     }
-    let body: TokenCheckRequest = json_body(&headers, body).await?;
+    let body: TokenCheckRequest = body.json().await?;
     let claims = match state.keys.verify(&body.token).await {
         Ok(claims) => claims,
         Err(e) => {
