@@ -66,6 +66,15 @@ pub const LONG_TTL_MS: u64 = 3_600_000;
 /// How long a contended client that does not queue sleeps after a failed attempt.
 pub const RETRY_SLEEP: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// A contended attempt that found the lock taken: not an error but a refusal, answered
+/// after the client's pause before its next try ([`RETRY_SLEEP`], if it sleeps).
+pub async fn refused(retry_sleep: bool) -> Outcome {
+    if retry_sleep {
+        tokio::time::sleep(RETRY_SLEEP).await;
+    }
+    Outcome::Refused
+}
+
 impl Plan {
     /// The locks of client `client`: every lock whose index is `client` modulo `clients`.
     pub fn locks_of(&self, client: usize) -> Vec<String> {
@@ -86,6 +95,12 @@ impl Plan {
     /// The one lock of `contended`.
     pub fn contended_lock(&self) -> String {
         format!("{}-one", self.prefix)
+    }
+
+    /// Whether a refused client pauses before its next try: in `contended` without a queue
+    /// wait (the peers' clients always do; a Palisade client that waits in line does not).
+    pub fn sleeps_between_tries(&self) -> bool {
+        self.job == Job::Contended && self.wait_ms == 0
     }
 
     /// The holder name client `client` acquires with.

@@ -9,7 +9,7 @@ use hyper::Method;
 use palisade_api::wire::{AcquireRequest, Lease};
 use palisade_api::ErrorCode;
 
-use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS, RETRY_SLEEP};
+use crate::driver::{refused, Plan, KEYS_PER_LOCK, LONG_TTL_MS};
 use crate::http::Conn;
 use crate::{BenchError, Job, OpError, Outcome, Worker};
 
@@ -106,15 +106,13 @@ pub(crate) async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Wor
         held: Vec::new(),
         tokens: Vec::new(),
         n: client,
-        // Without a queue wait, a refused client retries after a pause like the peers'.
-        retry_sleep: plan.job == Job::Contended && plan.wait_ms == 0,
+        retry_sleep: plan.sleeps_between_tries(),
     };
-    if matches!(plan.job, Job::J2 | Job::Read) {
-        worker
-            .hold_all(&holder)
-            .await
-            .map_err(|e| plan.setup_error(format!("acquiring the client's locks: {}", e.code)))?;
-    }
+    let held = match plan.job {
+        Job::J2 | Job::Read => worker.hold_all(&holder).await,
+        _ => Ok(()),
+    };
+    held.map_err(|e| plan.setup_error(format!("acquiring the client's locks: {}", e.code)))?;
     Ok(Box::new(worker))
 }
 
@@ -163,10 +161,7 @@ impl Worker for PalisadeWorker {
                         Ok(Outcome::Done)
                     }
                     Err(e) if e.code == ErrorCode::LockHeld.as_str() => {
-                        if self.retry_sleep {
-                            tokio::time::sleep(RETRY_SLEEP).await;
-                        }
-                        Ok(Outcome::Refused)
+                        Ok(refused(self.retry_sleep).await)
                     }
                     Err(e) => Err(e),
                 }

@@ -13,7 +13,7 @@ use redis::{AsyncConnectionConfig, Value};
 
 use palisade_api::ErrorCode;
 
-use crate::driver::{Plan, KEYS_PER_LOCK, LONG_TTL_MS, RETRY_SLEEP};
+use crate::driver::{refused, Plan, KEYS_PER_LOCK, LONG_TTL_MS};
 use crate::{BenchError, Job, OpError, Outcome, Worker};
 
 struct Lock {
@@ -106,14 +106,12 @@ pub(crate) async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Wor
         value: plan.value.clone(),
         held: Vec::new(),
         tokens: Vec::new(),
+        retry_sleep: plan.sleeps_between_tries(),
         n: client,
-        retry_sleep: plan.job == Job::Contended && plan.wait_ms == 0,
     };
     if matches!(plan.job, Job::J2 | Job::Read) {
-        worker
-            .hold_all()
-            .await
-            .map_err(|e| plan.setup_error(format!("acquiring the client's locks: {}", e.code)))?;
+        let held = worker.hold_all().await;
+        held.map_err(|e| plan.setup_error(format!("acquiring the client's locks: {}", e.code)))?;
     }
     Ok(Box::new(worker))
 }
@@ -190,10 +188,7 @@ impl Worker for RespWorker {
                     Ok(Outcome::Done)
                 }
                 Err(e) if e.code == ErrorCode::LockHeld.as_str() => {
-                    if self.retry_sleep {
-                        tokio::time::sleep(RETRY_SLEEP).await;
-                    }
-                    Ok(Outcome::Refused)
+                    Ok(refused(self.retry_sleep).await)
                 }
                 Err(e) => Err(e),
             },

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::topology::Topology;
+use common::Http;
 use serde_json::{json, Value};
 
 const WORKERS: usize = 12;
@@ -220,20 +221,17 @@ async fn crash_suite(mut topology: Topology) {
     );
 
     // Every acknowledged write survived the crashes.
-    let client = reqwest::Client::new();
     for (i, ((lock, key), value)) in record.acked.iter().enumerate() {
-        let base = topology.url(i);
-        let resp = client
-            .get(format!("{base}/v1/kv/{lock}/{key}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), 200, "acknowledged write {lock}/{key} lost");
-        assert_eq!(&resp.text().await.unwrap(), value);
+        let found = Http::new(&topology.url(i)).get_value(lock, key).await;
+        assert_eq!(
+            found.as_ref(),
+            Some(value),
+            "acknowledged write {lock}/{key} lost"
+        );
     }
     // The issuer's counters never fell below what it handed out.
     for (i, lock) in (0..LOCKS).map(|i| format!("crash-{i}")).enumerate() {
-        let base = topology.url(i);
+        let http = Http::new(&topology.url(i));
         let max = record
             .epochs
             .iter()
@@ -241,14 +239,7 @@ async fn crash_suite(mut topology: Topology) {
             .map(|(_, e, ..)| *e)
             .max()
             .unwrap_or(0);
-        let status: Value = client
-            .get(format!("{base}/v1/locks/{lock}"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, status) = http.get(&format!("/v1/locks/{lock}")).await;
         assert!(status["epoch"].as_u64().unwrap() >= max, "{lock}: {status}");
     }
 }

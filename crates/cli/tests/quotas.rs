@@ -20,6 +20,24 @@ fn quota(body: &Value) -> (&str, u64) {
     )
 }
 
+/// The grant `acquire` gets once the full table (`--max-locks max`) has made room, tried
+/// every 50 ms at most `tries` times; until then every refusal must be the table's.
+async fn granted_once_room_is_made<F, Fut>(tries: usize, max: u64, mut acquire: F) -> Value
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (u16, Value)>,
+{
+    for _ in 0..tries {
+        let (s, b) = acquire().await;
+        if s == 200 {
+            return b;
+        }
+        assert_eq!(quota(&b), ("locks", max));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the full table made no room for a new lock in {tries} tries");
+}
+
 async fn try_acquire(api: &Api, key: &str, lock: &str, ttl_ms: u64, wait_ms: u64) -> (u16, Value) {
     let (status, body, _) = api
         .send(
@@ -195,17 +213,7 @@ async fn per_lock_and_per_server_quotas() {
     let id = two["lease_id"].as_str().unwrap();
     let (s, _) = http.post(&format!("/v1/leases/{id}/release")).await;
     assert_eq!(s, 200);
-    let mut granted = None;
-    for _ in 0..100 {
-        let (s, b) = acquire("four", 0).await;
-        if s == 200 {
-            granted = Some(b);
-            break;
-        }
-        assert_eq!(quota(&b), ("locks", 3));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let four = granted.expect("room was made for a new lock");
+    let four = granted_once_room_is_made(100, 3, || acquire("four", 0)).await;
     assert!(four["epoch"].as_u64().unwrap() >= 1);
     // The forgotten lock, met again, continues above every epoch it had.
     let (s, b) = acquire("two", 0).await;
@@ -241,17 +249,7 @@ async fn locks_whose_leases_expired_make_room_in_a_full_table() {
     assert_eq!((s, quota(&b)), (429, ("locks", 20)));
     // Nobody releases; the leases expire, the locks fall idle (after the idle grace) and
     // a sweep of the full table forgets them.
-    let mut granted = None;
-    for _ in 0..200 {
-        let (s, b) = acquire("newcomer".into()).await;
-        if s == 200 {
-            granted = Some(b);
-            break;
-        }
-        assert_eq!(quota(&b), ("locks", 20));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let newcomer = granted.expect("expired locks never left the table");
+    let newcomer = granted_once_room_is_made(200, 20, || acquire("newcomer".into())).await;
     assert!(newcomer["epoch"].as_u64().unwrap() >= 1);
     // A forgotten lock, met again, continues above every epoch it had.
     let (s, again) = acquire("a0".into()).await;

@@ -11,7 +11,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::principals::{auth_file, grant};
-use common::Server;
+use common::{Http, Server};
 use redis::Value;
 
 fn resp_addr(server: &Server) -> String {
@@ -145,24 +145,9 @@ async fn the_hot_routes_over_resp_share_the_http_state_and_refuse_a_stale_token(
     assert_eq!(value, Value::BulkString(b"from w2".to_vec()));
 
     // HTTP sees the same store and the same lock.
-    let http = reqwest::Client::new();
-    let body = http
-        .get(format!("{}/v1/kv/inv/k", server.url))
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    assert_eq!(&body[..], b"from w2");
-    let status: serde_json::Value = http
-        .get(format!("{}/v1/locks/inv", server.url))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let http = Http::new(&server.url);
+    assert_eq!(http.get_value("inv", "k").await.as_deref(), Some("from w2"));
+    let (_, status) = http.get("/v1/locks/inv").await;
     assert_eq!(status["holder"], "w2");
     let renewed = call(
         &mut con,
@@ -418,19 +403,14 @@ fn resp_over_mutual_tls_runs_as_the_certificates_principal() {
          [[principal.grant]]\nlocks = \"orders*\"\nallow = [\"acquire\"]\n",
     )
     .unwrap();
-    let cert = server_ca.server_cert("server");
-    let server = Server::start(&[
-        "--resp-listen",
-        "127.0.0.1:0",
-        "--tls-cert",
-        &cert.cert_arg(),
-        "--tls-key",
-        &cert.key_arg(),
-        "--tls-client-ca",
-        &client_ca.cert_arg(),
-        "--auth-file",
-        &auth.display().to_string(),
+    let mut args = server_ca.server_cert("server").serve_args(Some(&client_ca));
+    args.extend([
+        "--resp-listen".to_owned(),
+        "127.0.0.1:0".to_owned(),
+        "--auth-file".to_owned(),
+        auth.display().to_string(),
     ]);
+    let server = Server::start_with(&args);
     let url = server.resp_url.clone().unwrap();
     assert!(url.starts_with("rediss://127.0.0.1:"), "{url}");
     let addr = url.trim_start_matches("rediss://");

@@ -163,23 +163,13 @@ async fn conditional_writes_idempotency_and_sequence_policy() {
     let token = lease["token"].as_str().unwrap();
 
     // If-None-Match: * creates once.
-    let (s, first) = http
-        .send(
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", token)
-                .header("If-None-Match", "*")
-                .body("a"),
-        )
-        .await;
+    let create = |body: &'static str| {
+        let put = c.put(url("/v1/kv/ns/k")).header("Fencing-Token", token);
+        http.send(put.header("If-None-Match", "*").body(body))
+    };
+    let (s, first) = create("a").await;
     assert_eq!(s, 200, "{first}");
-    let (s, body) = http
-        .send(
-            c.put(url("/v1/kv/ns/k"))
-                .header("Fencing-Token", token)
-                .header("If-None-Match", "*")
-                .body("b"),
-        )
-        .await;
+    let (s, body) = create("b").await;
     assert_eq!((s, code(&body)), (412, "revision_mismatch"));
     assert_eq!(body["error"]["current_revision"], first["revision"]);
     // If-Match with the current revision succeeds; the ETag follows.

@@ -12,19 +12,7 @@ use offline::palisade;
 use palisade_client::{AcquireOptions, Client, Error};
 
 fn tls_server(ca: &Ca, client_ca: Option<&Ca>) -> Server {
-    let cert = ca.server_cert("server");
-    let mut args = vec![
-        "--tls-cert".to_owned(),
-        cert.cert_arg(),
-        "--tls-key".to_owned(),
-        cert.key_arg(),
-    ];
-    if let Some(client_ca) = client_ca {
-        args.push("--tls-client-ca".to_owned());
-        args.push(client_ca.cert_arg());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    Server::start(&args)
+    Server::start_with(&ca.server_cert("server").serve_args(client_ca))
 }
 
 /// The message of a client error, with its cause chain.
@@ -215,17 +203,9 @@ async fn a_client_certificate_names_its_principal_and_a_key_works_over_tls() {
         ),
     )
     .unwrap();
-    let cert = server_ca.server_cert("server");
-    let server = Server::start(&[
-        "--tls-cert",
-        &cert.cert_arg(),
-        "--tls-key",
-        &cert.key_arg(),
-        "--tls-client-ca",
-        &client_ca.cert_arg(),
-        "--auth-file",
-        &auth.display().to_string(),
-    ]);
+    let mut args = server_ca.server_cert("server").serve_args(Some(&client_ca));
+    args.extend(["--auth-file".to_owned(), auth.display().to_string()]);
+    let server = Server::start_with(&args);
     let with_cert = |files: &common::pki::CertFiles| {
         Client::builder(&server.url)
             .ca_file(&server_ca.cert_file)

@@ -152,11 +152,7 @@ pub(crate) async fn renew(etcd: &Etcd, id: i64) -> Result<bool, StorageError> {
         let mut lease = etcd.client.lease_client();
         async move { lease.keep_alive(id).await }
     });
-    match answer.await? {
-        Ok(_) => Ok(true),
-        Err(e) if is_lease_not_found(&e) => Ok(false),
-        Err(e) => Err(storage("keepalive", e)),
-    }
+    lease_call("keepalive", answer.await?)
 }
 
 /// Revokes one etcd lease; `Ok(false)` if it was gone already.
@@ -165,10 +161,15 @@ async fn revoke(etcd: &Etcd, id: i64, resend: Resend) -> Result<bool, StorageErr
         let mut lease = etcd.client.lease_client();
         async move { lease.revoke(id).await }
     });
-    match answer.await? {
+    lease_call("revoke", answer.await?)
+}
+
+/// What a call on one etcd lease answered: `Ok(false)` if the lease is gone.
+fn lease_call<T>(what: &str, answer: Result<T, etcd_client::Error>) -> Result<bool, StorageError> {
+    match answer {
         Ok(_) => Ok(true),
         Err(e) if is_lease_not_found(&e) => Ok(false),
-        Err(e) => Err(storage("revoke", e)),
+        Err(e) => Err(storage(what, e)),
     }
 }
 

@@ -268,6 +268,26 @@ mod tests {
         }
     }
 
+    fn over_quota(resource: QuotaResource, limit: u64) -> Decision {
+        Decision::Refuse(ApplyError::QuotaExceeded { resource, limit })
+    }
+
+    /// A key already stored, taking `bytes`.
+    fn stored(bytes: u64) -> Option<KeyState> {
+        Some(KeyState { revision: 1, bytes })
+    }
+
+    /// A write admitted at epoch 4 (the mark now 4), answered with `revision`.
+    fn admitted_at_epoch_4(revision: u64) -> Applied {
+        Applied {
+            revision,
+            epoch: 4,
+            high_water: HighWater { epoch: 4, seq: 0 },
+            replayed: false,
+            advanced: true,
+        }
+    }
+
     fn commit(d: Decision) -> Commit {
         match d {
             Decision::Commit(c) => c,
@@ -288,41 +308,25 @@ mod tests {
             usage: c.usage,
             ..Seen::default()
         };
-        assert_eq!(
-            decide(&op(1, put("x", "yz")), &one, &l, 0),
-            Decision::Refuse(ApplyError::QuotaExceeded {
-                resource: QuotaResource::BytesPerNamespace,
-                limit: 10
-            })
-        );
+        let refused = over_quota(QuotaResource::BytesPerNamespace, 10);
+        assert_eq!(decide(&op(1, put("x", "yz")), &one, &l, 0), refused);
         // Overwriting the key with a smaller value shrinks it.
-        let stored = Seen {
-            key: Some(KeyState {
-                revision: 1,
-                bytes: 8,
-            }),
+        let overwritten = Seen {
+            key: stored(8),
             ..one
         };
-        let c = commit(decide(&op(1, put("ab", "c")), &stored, &l, 0));
+        let c = commit(decide(&op(1, put("ab", "c")), &overwritten, &l, 0));
         assert_eq!(c.usage, Usage { keys: 1, bytes: 3 });
         // A third key is over the key limit, whatever its size.
         let two = Seen {
             usage: Usage { keys: 2, bytes: 2 },
             ..Seen::default()
         };
-        assert_eq!(
-            decide(&op(1, put("k", "")), &two, &l, 0),
-            Decision::Refuse(ApplyError::QuotaExceeded {
-                resource: QuotaResource::KeysPerNamespace,
-                limit: 2
-            })
-        );
+        let refused = over_quota(QuotaResource::KeysPerNamespace, 2);
+        assert_eq!(decide(&op(1, put("k", "")), &two, &l, 0), refused);
         // Over a lowered limit: a put that does not grow passes, a delete always does.
         let over = Seen {
-            key: Some(KeyState {
-                revision: 1,
-                bytes: 8,
-            }),
+            key: stored(8),
             usage: Usage { keys: 5, bytes: 50 },
             ..Seen::default()
         };
@@ -369,13 +373,7 @@ mod tests {
             Decision::Refuse(ApplyError::RevisionMismatch { current: None })
         );
         // A live idempotency record before everything, even a stale epoch.
-        let applied = Applied {
-            revision: 9,
-            epoch: 4,
-            high_water: HighWater { epoch: 4, seq: 0 },
-            replayed: false,
-            advanced: true,
-        };
+        let applied = admitted_at_epoch_4(9);
         let record = IdemRecord {
             fingerprint: "fp".into(),
             created_at_ms: 1_000,
@@ -439,13 +437,7 @@ mod tests {
             // "PUT\0k\0", the epoch (8 bytes), "NoneNone\0", "v"; first 16 bytes.
             fingerprint: "315962ef0b979d968d56ec5066403f91".into(),
             created_at_ms: 1_000,
-            applied: Applied {
-                revision: 1,
-                epoch: 4,
-                high_water: HighWater { epoch: 4, seq: 0 },
-                replayed: false,
-                advanced: true,
-            },
+            applied: admitted_at_epoch_4(1),
         };
         let seen = Seen {
             idempotency: Some(&old),

@@ -12,8 +12,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
 
-use palisade_api::ErrorCode;
-
 use super::{padded, Peer, Recipes};
 use crate::driver::{Plan, LONG_TTL_MS};
 use crate::{BenchError, Job, OpError, Worker};
@@ -58,35 +56,23 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         holder: plan.holder(client),
         value: plan.value.to_vec(),
     };
-    let setup = async {
-        for i in 0..worker.locks.len() {
-            match plan.job {
-                Job::J2 => {
-                    let hw_key = worker.locks[i].hw_key.clone();
-                    worker
-                        .client
-                        .put(hw_key, padded(0), None)
-                        .await
-                        .map_err(code)?;
-                    match worker.try_acquire(i, 0).await? {
-                        Some(epoch) => worker.locks[i].epoch = epoch,
-                        None => return Err(OpError::new(ErrorCode::LockHeld.as_str())),
-                    }
-                }
-                Job::Read => worker.write_plain(i, 0).await?,
-                _ => {}
-            }
+    if plan.job == Job::J2 {
+        // The high-water keys the fenced writes compare, before the locks are taken.
+        for lock in &worker.locks {
+            let hw_key = lock.hw_key.clone();
+            worker
+                .client
+                .put(hw_key, padded(0), None)
+                .await
+                .map_err(|e| plan.setup_error(e))?;
         }
-        Ok(())
-    };
-    setup.await.map_err(|e| plan.setup_error(e.code))?;
-    let locks = worker.locks.len();
-    Ok(Peer::boxed(worker, plan.job, locks, client))
+    }
+    Peer::prepared(worker, &plan, client).await
 }
 
-impl EtcdWorker {
-    /// The new epoch, or None if the lock is taken.
-    async fn try_acquire(&mut self, i: usize, seq: usize) -> Result<Option<u64>, OpError> {
+#[async_trait]
+impl Recipes for EtcdWorker {
+    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
         let lock = &self.locks[i];
         let txn = Txn::new()
             .when([Compare::version(
@@ -108,21 +94,15 @@ impl EtcdWorker {
             ]);
         let answer = self.client.txn(txn).await.map_err(code)?;
         if !answer.succeeded() {
-            return Ok(None);
+            return Ok(false);
         }
         match answer.op_responses().get(1) {
             Some(TxnOpResponse::Put(put)) => {
-                Ok(Some(put.prev_key().map_or(1, |kv| kv.version() as u64 + 1)))
+                self.locks[i].epoch = put.prev_key().map_or(1, |kv| kv.version() as u64 + 1);
+                Ok(true)
             }
             _ => Err(OpError::new("bad_answer")),
         }
-    }
-}
-
-#[async_trait]
-impl Recipes for EtcdWorker {
-    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
-        Ok(self.try_acquire(i, seq).await?.is_some())
     }
 
     async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError> {
@@ -151,17 +131,13 @@ impl Recipes for EtcdWorker {
 
     async fn fenced_write(&mut self, i: usize, key: usize) -> Result<bool, OpError> {
         let lock = &self.locks[i];
+        let hw_key = lock.hw_key.as_str();
         // Admit when high-water < epoch + 1, i.e. high-water <= epoch.
-        let txn = Txn::new()
-            .when([Compare::value(
-                lock.hw_key.as_str(),
-                CompareOp::Less,
-                padded(lock.epoch + 1),
-            )])
-            .and_then([
-                TxnOp::put(lock.hw_key.as_str(), padded(lock.epoch), None),
-                TxnOp::put(lock.value_keys[key].as_str(), self.value.clone(), None),
-            ]);
+        let admitted = Compare::value(hw_key, CompareOp::Less, padded(lock.epoch + 1));
+        let txn = Txn::new().when([admitted]).and_then([
+            TxnOp::put(hw_key, padded(lock.epoch), None),
+            TxnOp::put(lock.value_keys[key].as_str(), self.value.clone(), None),
+        ]);
         Ok(self.client.txn(txn).await.map_err(code)?.succeeded())
     }
 
@@ -176,5 +152,9 @@ impl Recipes for EtcdWorker {
 
     async fn finish(&mut self) {
         let _ = self.client.lease_revoke(self.lease).await;
+    }
+
+    fn locks(&self) -> usize {
+        self.locks.len()
     }
 }

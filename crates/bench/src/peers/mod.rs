@@ -108,15 +108,16 @@ pub async fn etcd_worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worke
 mod recipes {
     use async_trait::async_trait;
 
-    use crate::driver::{KEYS_PER_LOCK, RETRY_SLEEP};
-    use crate::{Job, OpError, Outcome, Worker};
+    use crate::driver::{refused, KEYS_PER_LOCK};
+    use crate::{BenchError, Job, OpError, Outcome, Plan, Worker};
+    use palisade_api::ErrorCode;
 
     /// The steps of one system's recipes, on the worker's lock `i` (and its value `key`).
     /// [`Peer`] runs every job with them, the same way for every system.
     #[async_trait]
     pub(crate) trait Recipes: Send {
-        /// Takes the lock if it is free; whether it was taken. `seq` makes the holder
-        /// value unique.
+        /// Takes the lock if it is free, keeping the epoch it got for the fenced writes;
+        /// whether it was taken. `seq` makes the holder value unique.
         async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError>;
         async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError>;
         /// The fenced write with the epoch the lock was acquired with; whether admitted.
@@ -125,6 +126,8 @@ mod recipes {
         /// Reads the lock's first value; whether it came back whole.
         async fn read(&mut self, i: usize) -> Result<bool, OpError>;
         async fn finish(&mut self) {}
+        /// How many locks the recipes hold.
+        fn locks(&self) -> usize;
     }
 
     /// A [`Worker`] over a system's [`Recipes`] and its client's locks.
@@ -136,6 +139,31 @@ mod recipes {
     }
 
     impl<R: Recipes + 'static> Peer<R> {
+        /// Readies `recipes` for the plan's job on its locks, then [`Self::boxed`]:
+        /// for `j2` each lock is acquired once for the whole run (as a Palisade client
+        /// does), for `read` each lock's first value is written.
+        pub(crate) async fn prepared(
+            mut recipes: R,
+            plan: &Plan,
+            client: usize,
+        ) -> Result<Box<dyn Worker>, BenchError> {
+            let locks = recipes.locks();
+            let setup = async {
+                for i in 0..locks {
+                    match plan.job {
+                        Job::J2 if !recipes.acquire(i, 0).await? => {
+                            return Err(OpError::new(ErrorCode::LockHeld.as_str()))
+                        }
+                        Job::Read => recipes.write_plain(i, 0).await?,
+                        _ => {}
+                    }
+                }
+                Ok(())
+            };
+            setup.await.map_err(|e| plan.setup_error(e.code))?;
+            Ok(Peer::boxed(recipes, plan.job, locks, client))
+        }
+
         /// `locks`: how many locks the recipes hold (at least one); `start`: the first
         /// sequence number (the client's index, so that holder values differ).
         pub(crate) fn boxed(recipes: R, job: Job, locks: usize, start: usize) -> Box<dyn Worker> {
@@ -161,15 +189,14 @@ mod recipes {
                         r.release(i, n).await?;
                         Ok(Outcome::Done)
                     } else if self.job == Job::Contended {
-                        tokio::time::sleep(RETRY_SLEEP).await;
-                        Ok(Outcome::Refused)
+                        Ok(refused(true).await)
                     } else {
-                        Err(OpError::new(palisade_api::ErrorCode::LockHeld.as_str()))
+                        Err(OpError::new(ErrorCode::LockHeld.as_str()))
                     }
                 }
                 Job::J2 => match r.fenced_write(i, key).await? {
                     true => Ok(Outcome::Done),
-                    false => Err(OpError::new(palisade_api::ErrorCode::StaleToken.as_str())),
+                    false => Err(OpError::new(ErrorCode::StaleToken.as_str())),
                 },
                 Job::Plain => {
                     r.write_plain(i, key).await?;

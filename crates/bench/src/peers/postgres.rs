@@ -9,8 +9,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use tokio_postgres::{Client, NoTls, Statement};
 
-use palisade_api::ErrorCode;
-
 use super::{Peer, Recipes};
 use crate::driver::{Plan, KEYS_PER_LOCK};
 use crate::{BenchError, Job, OpError, Worker};
@@ -110,7 +108,7 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
     .await
     .map_err(|e| plan.setup_error(e))?;
     let names = plan.worker_locks(client);
-    let mut worker = PostgresWorker {
+    let worker = PostgresWorker {
         client: conn,
         sql,
         locks: names.into_iter().map(|n| (n, 0)).collect(),
@@ -119,27 +117,12 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         ttl_ms: plan.ttl_ms as f64,
         value: plan.value.to_vec(),
     };
-    let setup = async {
-        for i in 0..worker.locks.len() {
-            match plan.job {
-                Job::J2 => match worker.try_acquire(i, 0).await? {
-                    Some(epoch) => worker.locks[i].1 = epoch,
-                    None => return Err(OpError::new(ErrorCode::LockHeld.as_str())),
-                },
-                Job::Read => worker.write_plain(i, 0).await?,
-                _ => {}
-            }
-        }
-        Ok(())
-    };
-    setup.await.map_err(|e| plan.setup_error(e.code))?;
-    let locks = worker.locks.len();
-    Ok(Peer::boxed(worker, plan.job, locks, client))
+    Peer::prepared(worker, &plan, client).await
 }
 
-impl PostgresWorker {
-    /// The new epoch, or None if the lock is taken.
-    async fn try_acquire(&mut self, i: usize, seq: usize) -> Result<Option<i64>, OpError> {
+#[async_trait]
+impl Recipes for PostgresWorker {
+    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
         let holder = format!("{}-{seq}", self.holder);
         let row = self
             .client
@@ -149,16 +132,11 @@ impl PostgresWorker {
             )
             .await
             .map_err(code)?;
-        row.map(|r| r.try_get::<_, i64>(0))
-            .transpose()
-            .map_err(code)
-    }
-}
-
-#[async_trait]
-impl Recipes for PostgresWorker {
-    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
-        Ok(self.try_acquire(i, seq).await?.is_some())
+        let Some(row) = row else {
+            return Ok(false);
+        };
+        self.locks[i].1 = row.try_get::<_, i64>(0).map_err(code)?;
+        Ok(true)
     }
 
     async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError> {
@@ -204,5 +182,9 @@ impl Recipes for PostgresWorker {
             row.map(|r| r.try_get::<_, Vec<u8>>(0)),
             Some(Ok(v)) if v.len() == self.value.len()
         ))
+    }
+
+    fn locks(&self) -> usize {
+        self.locks.len()
     }
 }

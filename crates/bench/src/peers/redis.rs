@@ -11,11 +11,9 @@ use bytes::Bytes;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Script};
 
-use palisade_api::ErrorCode;
-
 use super::{Peer, Recipes};
 use crate::driver::Plan;
-use crate::{BenchError, Job, OpError, Worker};
+use crate::{BenchError, OpError, Worker};
 
 /// Take the lock if free (with a ttl), and only then issue the lock's next epoch.
 const ACQUIRE: &str = r"
@@ -71,7 +69,7 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         .await
         .map_err(|e| plan.setup_error(format!("{}: {e}", plan.url)))?;
     let locks = Lock::of_worker(&plan, client, ':');
-    let mut worker = RedisWorker {
+    let worker = RedisWorker {
         conn,
         locks,
         holder: plan.holder(client),
@@ -81,44 +79,27 @@ pub async fn worker(plan: Arc<Plan>, client: usize) -> Result<Box<dyn Worker>, B
         release: Script::new(RELEASE),
         fenced_write: Script::new(FENCED_WRITE),
     };
-    let setup = async {
-        for i in 0..worker.locks.len() {
-            match plan.job {
-                // Acquire once for the whole run, as a Palisade client does.
-                Job::J2 => match worker.try_acquire(i, 0).await? {
-                    0 => return Err(OpError::new(ErrorCode::LockHeld.as_str())),
-                    epoch => worker.locks[i].epoch = epoch,
-                },
-                Job::Read => worker.write_plain(i, 0).await?,
-                _ => {}
-            }
-        }
-        Ok::<_, OpError>(())
-    };
-    setup.await.map_err(|e| plan.setup_error(e.code))?;
-    let locks = worker.locks.len();
-    Ok(Peer::boxed(worker, plan.job, locks, client))
+    Peer::prepared(worker, &plan, client).await
 }
 
-impl RedisWorker {
-    /// The new epoch, or 0 if the lock is taken. `seq` makes the holder value unique.
-    async fn try_acquire(&mut self, i: usize, seq: usize) -> Result<i64, OpError> {
+#[async_trait]
+impl Recipes for RedisWorker {
+    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
         let lock = &self.locks[i];
-        self.acquire
+        // The new epoch, or 0 if the lock is taken.
+        let epoch: i64 = self
+            .acquire
             .key(&lock.lock_key)
             .key(&lock.epoch_key)
             .arg(format!("{}-{seq}", self.holder))
             .arg(self.ttl_ms)
             .invoke_async(&mut self.conn)
             .await
-            .map_err(code)
-    }
-}
-
-#[async_trait]
-impl Recipes for RedisWorker {
-    async fn acquire(&mut self, i: usize, seq: usize) -> Result<bool, OpError> {
-        Ok(self.try_acquire(i, seq).await? != 0)
+            .map_err(code)?;
+        if epoch != 0 {
+            self.locks[i].epoch = epoch;
+        }
+        Ok(epoch != 0)
     }
 
     async fn release(&mut self, i: usize, seq: usize) -> Result<(), OpError> {
@@ -165,5 +146,9 @@ impl Recipes for RedisWorker {
             .await
             .map_err(code)?;
         Ok(value.is_some_and(|v| v.len() == self.value.len()))
+    }
+
+    fn locks(&self) -> usize {
+        self.locks.len()
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::{escape, nice_ceiling, COLORS};
+use super::{escape, legend_entry, nice_ceiling, COLORS};
 use crate::report::count;
 use crate::{Summary, Target};
 
@@ -152,14 +152,12 @@ pub fn chart(runs: &[Summary]) -> String {
     let legend_y = TOP + 2.0 * PANEL_H + BETWEEN + 40.0;
     for (t, target) in targets.iter().enumerate() {
         let x = LEFT + 120.0 * t as f64;
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{x}\" y=\"{}\" width=\"12\" height=\"12\" fill=\"{}\"/>\
-             <text x=\"{}\" y=\"{legend_y}\">{}</text>",
-            legend_y - 10.0,
-            COLORS[t % COLORS.len()],
-            x + 18.0,
-            target.name()
+        legend_entry(
+            &mut svg,
+            t,
+            target.name(),
+            (x, legend_y),
+            (12.0, 12.0, 10.0),
         );
     }
     svg.push_str("</svg>\n");

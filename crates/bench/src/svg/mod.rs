@@ -54,6 +54,26 @@ fn short(v: f64) -> String {
     }
 }
 
+/// One legend entry: series `i`'s colour as a `w` x `h` swatch whose top is `above` over
+/// the text's baseline `y`, then `label` 6 px to its right.
+pub(super) fn legend_entry(
+    svg: &mut String,
+    i: usize,
+    label: &str,
+    (x, y): (f64, f64),
+    (w, h, above): (f64, f64, f64),
+) {
+    let _ = writeln!(
+        svg,
+        "<rect x=\"{x}\" y=\"{}\" width=\"{w}\" height=\"{h}\" fill=\"{}\"/>\
+         <text x=\"{}\" y=\"{y}\">{}</text>",
+        y - above,
+        COLORS[i % COLORS.len()],
+        x + w + 6.0,
+        escape(label)
+    );
+}
+
 pub(super) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -183,15 +203,7 @@ fn lines(runs: &[Summary]) -> String {
     for (i, (name, _)) in series.iter().enumerate() {
         let x = LEFT + (i % 3) as f64 * 260.0;
         let y = TOP + PANEL_H + 56.0 + 20.0 * (i / 3) as f64;
-        let _ = writeln!(
-            svg,
-            "<rect x=\"{x}\" y=\"{}\" width=\"14\" height=\"4\" fill=\"{}\"/>\
-             <text x=\"{}\" y=\"{y}\">{}</text>",
-            y - 5.0,
-            COLORS[i % COLORS.len()],
-            x + 20.0,
-            escape(name)
-        );
+        legend_entry(&mut svg, i, name, (x, y), (14.0, 4.0, 5.0));
     }
     svg.push_str("</svg>\n");
     svg

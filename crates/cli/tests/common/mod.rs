@@ -49,6 +49,11 @@ impl Server {
         server
     }
 
+    /// [`Server::start`] with flags built as strings.
+    pub fn start_with(extra: &[String]) -> Server {
+        Server::start(&extra.iter().map(String::as_str).collect::<Vec<_>>())
+    }
+
     /// Starts a server on `data_dir` and `port` (0 = any free port).
     pub fn start_in(data_dir: &Path, port: u16, extra: &[&str]) -> Result<Server, String> {
         let mut command = Command::new(BIN);

@@ -26,6 +26,21 @@ impl CertFiles {
     pub fn key_arg(&self) -> String {
         self.key.display().to_string()
     }
+
+    /// `serve`'s flags for TLS with this certificate, and client certificates signed by
+    /// `client_ca` required if it is given.
+    pub fn serve_args(&self, client_ca: Option<&Ca>) -> Vec<String> {
+        let mut args = vec![
+            "--tls-cert".to_owned(),
+            self.cert_arg(),
+            "--tls-key".to_owned(),
+            self.key_arg(),
+        ];
+        if let Some(client_ca) = client_ca {
+            args.extend(["--tls-client-ca".to_owned(), client_ca.cert_arg()]);
+        }
+        args
+    }
 }
 
 /// A certificate authority whose certificate is in `cert_file`.
