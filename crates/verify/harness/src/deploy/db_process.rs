@@ -182,6 +182,17 @@ impl DbProcess {
     }
 }
 
+/// Dropped without [`DbProcess::stop`] (a run cut short, an error on the way): the whole
+/// group goes, not only its leader (which is all `kill_on_drop` reaches), so that no
+/// backend or forked child outlives the run.
+impl Drop for DbProcess {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            let _ = signal_group(child, libc::SIGKILL);
+        }
+    }
+}
+
 fn signal_group(child: &Child, sig: libc::c_int) -> Result<(), VerifyError> {
     let pid = child
         .id()
@@ -214,4 +225,59 @@ pub struct Database {
     pub addr: std::net::SocketAddr,
     /// One line for the summary and the report: the server, its address, its settings.
     pub description: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether `pid` still runs (a zombie waiting to be reaped does not).
+    fn running(pid: &str) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            !stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    }
+
+    #[tokio::test]
+    async fn dropping_it_kills_every_process_of_the_group() {
+        let work = tempfile::tempdir().unwrap();
+        let pid_file = work.path().join("grandchild.pid");
+        let written = pid_file.clone();
+        // The leader starts a child of its own, as a postmaster starts its backends.
+        let launch: Launch = Box::new(move || {
+            let mut command = Command::new("sh");
+            let script = format!("sleep 300 & echo $! > {}; wait", written.display());
+            command.arg("-c").arg(script);
+            command
+        });
+        let probed = pid_file.clone();
+        let ready: Probe = Box::new(move || {
+            let started = std::fs::read_to_string(&probed).is_ok_and(|s| s.ends_with('\n'));
+            Box::pin(async move { started })
+        });
+        let log = work.path().join("sleeper.log");
+        let dir = tempfile::tempdir().unwrap();
+        let db = DbProcess::start("sleeper", dir, &log, libc::SIGTERM, launch, ready)
+            .await
+            .unwrap();
+        let grandchild = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .to_owned();
+        assert!(running(&grandchild));
+        drop(db);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while running(&grandchild) {
+            assert!(
+                Instant::now() < deadline,
+                "pid {grandchild} outlived its DbProcess"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
