@@ -410,8 +410,9 @@ impl EtcdIssuer {
 
 impl EtcdIssuer {
     /// Known locks (every lock that was ever granted an epoch), one [`Page`] in name
-    /// order, read by one range read of the epoch keys (etcd's ordered index), then one snapshot per lock
-    /// for its holder and line. Pass the last name of a page as `after` for the next.
+    /// order, read by one range read of the epoch keys (etcd's ordered index), then one
+    /// snapshot per lock for its holder and line. Pass the last name of a page as `after`
+    /// for the next.
     pub async fn list_page(&self, page: Page) -> Result<Vec<LockView>, StorageError> {
         let names = self.lock_names(page).await?;
         // One snapshot per lock keeps this simple; listing is for operators, not hot paths.

@@ -139,8 +139,8 @@ mod recipes {
     }
 
     impl<R: Recipes + 'static> Peer<R> {
-        /// Readies `recipes` for the plan's job on its locks, then [`Self::boxed`]:
-        /// for `j2` each lock is acquired once for the whole run (as a Palisade client
+        /// Readies `recipes` for the plan's job on its locks and makes them client
+        /// `client`'s worker: for `j2` each lock is acquired once for the whole run (as a Palisade client
         /// does), for `read` each lock's first value is written.
         pub(crate) async fn prepared(
             mut recipes: R,
@@ -161,18 +161,13 @@ mod recipes {
                 Ok(())
             };
             setup.await.map_err(|e| plan.setup_error(e.code))?;
-            Ok(Peer::boxed(recipes, plan.job, locks, client))
-        }
-
-        /// `locks`: how many locks the recipes hold (at least one); `start`: the first
-        /// sequence number (the client's index, so that holder values differ).
-        pub(crate) fn boxed(recipes: R, job: Job, locks: usize, start: usize) -> Box<dyn Worker> {
-            Box::new(Peer {
+            Ok(Box::new(Peer {
                 recipes,
-                job,
+                job: plan.job,
                 locks: locks.max(1),
-                n: start,
-            })
+                // The client's index, so that holder values differ between clients.
+                n: client,
+            }))
         }
     }
 

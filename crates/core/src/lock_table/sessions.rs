@@ -216,15 +216,13 @@ impl LockTable {
         &mut self,
         now: Millis,
         session_id: &str,
-    ) -> Result<&mut Session, SessionError> {
+    ) -> Result<&Session, SessionError> {
         let session = self.sessions.get(session_id);
         if session.ok_or(SessionError::Expired)?.deadline <= now {
             self.expire_session(now, session_id);
             return Err(SessionError::Expired);
         }
-        self.sessions
-            .get_mut(session_id)
-            .ok_or(SessionError::Expired)
+        self.sessions.get(session_id).ok_or(SessionError::Expired)
     }
 
     /// Ends every session whose deadline has passed.

@@ -263,9 +263,11 @@ impl<S: Send + Sync> FromRequest<S> for RequestBody {
 }
 
 impl RequestBody {
-    /// The body as JSON (see [`json_body`]).
+    /// The body as JSON, at most [`MAX_JSON_BODY`] bytes.
     pub async fn json<T: DeserializeOwned>(self) -> Result<T, ApiError> {
-        json_body(&self.headers, self.body).await
+        let bytes = read_body(&self.headers, self.body, MAX_JSON_BODY).await?;
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ApiError::bad_request(format!("bad JSON body: {e}")))
     }
 
     /// For the routes that take no parameters: an empty body or an empty JSON object.
@@ -336,10 +338,4 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
             )))
         }
     }
-}
-
-/// Reads and parses a JSON body.
-async fn json_body<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, ApiError> {
-    let bytes = read_body(headers, body, MAX_JSON_BODY).await?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::bad_request(format!("bad JSON body: {e}")))
 }

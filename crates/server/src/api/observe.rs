@@ -28,7 +28,7 @@ use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
 
-use super::{lock_name, query_of, ApiError, AppState, PathParams};
+use super::{lock_name, query_of, ApiError, AppState, PathParams, QueryParams};
 use crate::auth::{Auth, Caller, Verb};
 use crate::observe::events::{reset_json, Live, ResetReason, Start, Subscription};
 use crate::observe::{metrics, Observe};
@@ -142,13 +142,13 @@ impl Scope {
 pub async fn all(
     State(state): State<AppState>,
     caller: Caller,
-    query: Result<Query<EventsQuery>, QueryRejection>,
+    QueryParams(query): QueryParams<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let EventsQuery {
         prefix,
         backlog: asked,
-    } = query_of(query)?;
+    } = query;
     let backlog = backlog(asked)?;
     let valid = prefix.len() <= 128
         && prefix

@@ -15,8 +15,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::PathRejection;
-use axum::extract::{FromRequestParts, Path, State};
+use axum::extract::{FromRequestParts, State};
 use axum::http::request::Parts;
 use axum::Json;
 use palisade_api::ErrorDetail;
@@ -27,7 +26,7 @@ use palisade_core::lock_table::{LeaseView, SessionView};
 use palisade_issuer::{LockService, SessionRequest};
 
 use super::locks::{as_caller, check_ttl};
-use super::{path, ApiError, AppState, PathParams, RequestBody};
+use super::{ApiError, AppState, PathParams, RequestBody};
 use crate::audit::AuditEvent;
 use crate::auth::{Caller, Verb};
 
@@ -140,7 +139,7 @@ pub async fn close_session(owned: OwnedSession) -> Result<Json<SessionInfo>, Api
 }
 
 /// The session a route's path names, checked before the handler runs: a well-formed id
-/// ([`session_path`]) of a live session the caller owns ([`owned_session`]).
+/// ([`check_session_id`]) of a live session the caller owns ([`owned_session`]).
 pub struct OwnedSession {
     id: String,
     /// The session as the ownership check read it.
@@ -154,7 +153,8 @@ impl FromRequestParts<AppState> for OwnedSession {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
         let caller = Caller::from_request_parts(parts, state).await?;
-        let id = session_path(Path::<String>::from_request_parts(parts, state).await)?;
+        let PathParams(id) = PathParams::<String>::from_request_parts(parts, state).await?;
+        check_session_id(&id)?;
         let view = owned_session(state, &caller, &id).await?;
         let issuer = Arc::clone(&state.issuer);
         Ok(OwnedSession { id, view, issuer })
@@ -162,15 +162,14 @@ impl FromRequestParts<AppState> for OwnedSession {
 }
 
 /// A session id from a path: visible ASCII without `/`, at most [`MAX_SESSION_ID_LEN`].
-fn session_path(extracted: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
-    let id = path(extracted)?;
+fn check_session_id(id: &str) -> Result<(), ApiError> {
     let visible = id.bytes().all(|b| b.is_ascii_graphic() && b != b'/');
     if id.is_empty() || id.len() > MAX_SESSION_ID_LEN || !visible {
         return Err(ApiError::bad_request(format!(
             "a session id is 1 to {MAX_SESSION_ID_LEN} visible ASCII characters without '/'"
         )));
     }
-    Ok(id)
+    Ok(())
 }
 
 /// Ownership of a session, checked before anything is done with it: it is live and the

@@ -41,6 +41,20 @@ pub fn free_port() -> Result<u16, VerifyError> {
         .map_err(|e| VerifyError::io("cannot find a free loopback port", e))
 }
 
+/// A listener on a free loopback port, and its address (for a service the harness runs
+/// in its own process: a proxy, a gate's store). `what` names it in the error.
+pub async fn loopback_listener(
+    what: &str,
+) -> Result<(tokio::net::TcpListener, std::net::SocketAddr), VerifyError> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| VerifyError::io(format!("cannot bind {what}"), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| VerifyError::io(format!("cannot read the port of {what}"), e))?;
+    Ok((listener, addr))
+}
+
 /// What a worker needs to know, besides its id.
 pub struct WorkerSpec<'a> {
     pub exe: &'a Path,

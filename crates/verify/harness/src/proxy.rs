@@ -84,12 +84,7 @@ pub struct Proxy {
 impl Proxy {
     /// Listens on a free loopback port and relays to `upstream`, under `link`'s faults.
     pub async fn start(upstream: SocketAddr, link: Arc<Link>) -> Result<Proxy, VerifyError> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| VerifyError::io("cannot bind a proxy port", e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| VerifyError::io("cannot read the proxy port", e))?;
+        let (listener, addr) = crate::procs::loopback_listener("a proxy port").await?;
         let mut tasks = JoinSet::new();
         tasks.spawn(accept_loop(listener, upstream, link.clone()));
         Ok(Proxy { addr, link, tasks })

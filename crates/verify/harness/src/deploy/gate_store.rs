@@ -29,7 +29,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use bytes::Bytes;
-use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use palisade_adapters::{AdmitError, ErrorDetail};
@@ -136,12 +135,7 @@ pub struct GateStore {
 
 impl GateStore {
     pub async fn start(db: Shared) -> Result<GateStore, VerifyError> {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .map_err(|e| VerifyError::io("cannot bind the gate's store", e))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| VerifyError::io("cannot read the gate's store port", e))?;
+        let (listener, addr) = crate::procs::loopback_listener("the gate's store").await?;
         let app = Router::new()
             .route(
                 "/healthz",
