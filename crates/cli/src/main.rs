@@ -117,6 +117,10 @@ enum Command {
     /// One worker process of `palisade verify` (started by it).
     #[command(hide = true)]
     VerifyWorker(palisade_verify::WorkerArgs),
+    /// The application holding the SQLite file of `palisade verify --target sqlite-gate`
+    /// (started by it).
+    #[command(hide = true)]
+    VerifySqliteApp(palisade_verify::SqliteAppArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions {
         #[arg(value_enum)]
@@ -275,6 +279,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::DemoWorker(args) => demo::run_worker(args).await,
         Command::Verify(args) => verify_cmd::run(args).await,
         Command::VerifyWorker(args) => verify_cmd::run_worker(args).await,
+        Command::VerifySqliteApp(args) => verify_cmd::run_sqlite_app(args).await,
         Command::Bench(args) => palisade_bench::run(args)
             .await
             .map(drop)

@@ -1,4 +1,5 @@
-//! `palisade verify` and its hidden worker: thin wrappers over `palisade-verify`.
+//! `palisade verify` and its hidden processes (a worker, the SQLite application): thin
+//! wrappers over `palisade-verify`.
 //!
 //! Exit codes: 0 when the run completed and no checker found a violation, 1 when
 //! violations were found, 2 when the run could not be completed. Everything the run
@@ -21,4 +22,8 @@ pub async fn run(args: palisade_verify::VerifyArgs) -> anyhow::Result<()> {
 
 pub async fn run_worker(args: palisade_verify::WorkerArgs) -> anyhow::Result<()> {
     Ok(palisade_verify::run_worker(args).await?)
+}
+
+pub async fn run_sqlite_app(args: palisade_verify::SqliteAppArgs) -> anyhow::Result<()> {
+    Ok(palisade_verify::run_sqlite_app(args).await?)
 }

@@ -1,10 +1,11 @@
-//! `palisade verify --target postgres-gate | redis-gate`: the gates under their
-//! database's own faults (S16), beside the worker and lock-server faults.
+//! `palisade verify --target postgres-gate | redis-gate | sqlite-gate`: the gates under
+//! their database's own faults (S16), beside the worker and lock-server faults.
 //!
 //! - With the durability settings the gate's preflight insists on, a lock-set run under
 //!   every fault (`db-kill`, `db-pause`, `db-drop` and `db-delay` among them) must come out
 //!   clean, with late writes refused as stale by the gate; so must a register run
-//!   (PostgreSQL).
+//!   (PostgreSQL, SQLite). For SQLite the database process is the application holding
+//!   the file: `db-kill` takes it down in the middle of its transactions.
 //! - With a setting the preflight refuses (`--unsafe-db`: PostgreSQL
 //!   `synchronous_commit=off`, Redis `appendonly no`), the same kind of run must lose
 //!   acknowledged writes: a crash of the database takes the last commits with it, marks
@@ -66,6 +67,20 @@ fn clean_lock_set(target: &str) -> VerifyRun {
     clean
 }
 
+/// A 20 s register run on `target` under `faults`: clean, `db-kill` injected, enough
+/// acknowledged writes to mean anything.
+fn clean_register(target: &str, faults: &str) {
+    let register = gate_run(target, "register", "20", &["--faults", faults]);
+    let (summary, stdout) = (&register.summary, &register.stdout);
+    assert!(register.status.success(), "register run failed: {stdout}");
+    assert_eq!(summary["violations"], 0, "{stdout}");
+    assert!(register.faults("db-kill") >= 1, "{stdout}");
+    assert!(
+        summary["ops_by_kind"]["write"]["ok"].as_u64().unwrap_or(0) >= 5,
+        "too few acknowledged writes to mean anything: {stdout}"
+    );
+}
+
 /// A 20 s lock-set run on `target` with `--unsafe-db`: violations found after database
 /// crashes, the rerun command keeping the flag, the report naming `setting`.
 fn unsafe_lock_set(target: &str, setting: &str) -> VerifyRun {
@@ -104,19 +119,7 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
         "the timeline shows no database fault"
     );
 
-    let register = gate_run(
-        "postgres-gate",
-        "register",
-        "20",
-        &["--faults", "db-kill,db-drop,db-delay,pause"],
-    );
-    let (summary, stdout) = (&register.summary, &register.stdout);
-    assert!(register.status.success(), "register run failed: {stdout}");
-    assert_eq!(summary["violations"], 0, "{stdout}");
-    assert!(
-        summary["ops_by_kind"]["write"]["ok"].as_u64().unwrap_or(0) >= 5,
-        "too few acknowledged writes to mean anything: {stdout}"
-    );
+    clean_register("postgres-gate", "db-kill,db-drop,db-delay,pause");
 
     unsafe_lock_set("postgres-gate", "synchronous_commit");
 }
@@ -136,6 +139,15 @@ fn the_redis_gate_holds_under_database_crashes_and_pauses_unless_nothing_is_pers
 }
 
 #[test]
+fn the_sqlite_gate_holds_when_the_process_holding_the_file_is_killed_and_paused() {
+    let report = clean_lock_set("sqlite-gate").report();
+    assert!(report.contains("synchronous=FULL"), "{report}");
+    assert!(report.contains("verify-sqlite-app"), "{report}");
+
+    clean_register("sqlite-gate", "db-kill,db-pause,db-drop,pause");
+}
+
+#[test]
 fn gate_flags_are_checked_before_anything_starts() {
     let tokens = VerifyRun::attempt(&["--target", "postgres-gate", "--workload", "tokens"]);
     assert_eq!(tokens.status.code(), Some(2), "{}", tokens.stdout);
@@ -147,9 +159,20 @@ fn gate_flags_are_checked_before_anything_starts() {
     let unsafe_palisade = VerifyRun::attempt(&["--unsafe-db"]);
     assert_eq!(unsafe_palisade.status.code(), Some(2));
     assert!(
-        unsafe_palisade.stderr.contains("gate targets only"),
+        unsafe_palisade
+            .stderr
+            .contains("postgres-gate and redis-gate only"),
         "{}",
         unsafe_palisade.stderr
+    );
+    // No control that could not fail: a SQLite process crash loses nothing, whatever
+    // the settings.
+    let unsafe_sqlite = VerifyRun::attempt(&["--target", "sqlite-gate", "--unsafe-db"]);
+    assert_eq!(unsafe_sqlite.status.code(), Some(2));
+    assert!(
+        unsafe_sqlite.stderr.contains("machine goes down"),
+        "{}",
+        unsafe_sqlite.stderr
     );
     let disk = VerifyRun::attempt(&["--target", "postgres-gate", "--faults", "disk"]);
     assert_eq!(disk.status.code(), Some(2));

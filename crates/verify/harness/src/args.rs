@@ -83,6 +83,10 @@ pub enum Target {
     /// through `palisade_adapters::redis::RedisFence` (the admit and the write in one
     /// script).
     RedisGate,
+    /// The SQLite gate: the same, with the data in a SQLite file held by an application
+    /// process of its own (`palisade verify-sqlite-app`, written through
+    /// `palisade_adapters::sqlite`), which the database faults kill and pause.
+    SqliteGate,
 }
 
 impl Target {
@@ -94,6 +98,7 @@ impl Target {
             Target::EtcdLockFenced => "etcd-lock-fenced",
             Target::PostgresGate => "postgres-gate",
             Target::RedisGate => "redis-gate",
+            Target::SqliteGate => "sqlite-gate",
         }
     }
 
@@ -103,7 +108,8 @@ impl Target {
             Target::Palisade
             | Target::UnfencedControl
             | Target::PostgresGate
-            | Target::RedisGate => Topology::Embedded,
+            | Target::RedisGate
+            | Target::SqliteGate => Topology::Embedded,
             Target::EtcdLock | Target::EtcdLockFenced => Topology::Etcd3,
         }
     }
@@ -115,7 +121,10 @@ impl Target {
 
     /// The targets whose store is a user's database behind a gate.
     pub fn is_gate(self) -> bool {
-        matches!(self, Target::PostgresGate | Target::RedisGate)
+        matches!(
+            self,
+            Target::PostgresGate | Target::RedisGate | Target::SqliteGate
+        )
     }
 }
 
@@ -289,7 +298,7 @@ pub struct VerifyArgs {
     #[arg(long, value_enum)]
     pub topology: Option<Topology>,
     /// What the workers use: Palisade; a database behind a Palisade gate
-    /// (`postgres-gate`, `redis-gate`: lock-set and register workloads); or a control:
+    /// (`postgres-gate`, `redis-gate`, `sqlite-gate`: lock-set and register workloads); or a control:
     /// `unfenced-control` (embedded; a toy store that ignores tokens), `etcd-lock` (etcd's
     /// own lock, unchecked store) or `etcd-lock-fenced` (etcd's lock, its revision checked
     /// at the store). The controls run the lock-set workload only; the unfenced ones must
@@ -316,7 +325,8 @@ pub struct VerifyArgs {
     /// Gate targets: run the database with a setting the gate's preflight refuses
     /// (PostgreSQL: `synchronous_commit=off`; Redis: `appendonly no`). A negative control:
     /// with `db-kill` among the faults, violations are expected, and the report names the
-    /// setting.
+    /// setting. Not for sqlite-gate: SQLite's unsafe settings lose commits only when the
+    /// machine goes down, which a process crash cannot show.
     #[arg(long)]
     pub unsafe_db: bool,
 }

@@ -72,6 +72,7 @@ pub mod summary;
 pub mod worker;
 
 pub use args::{FaultKind, LockProtocol, Target, Topology, VerifyArgs, WorkerArgs, Workload};
+pub use deploy::sqlite_store::{run_app as run_sqlite_app, SqliteAppArgs};
 pub use run::run;
 pub use summary::Summary;
 pub use worker::run as run_worker;

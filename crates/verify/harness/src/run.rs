@@ -45,7 +45,7 @@ fn supported_faults(topology: Topology, target: Target) -> &'static [FaultKind] 
     use FaultKind::*;
     match (topology, target) {
         (Topology::Embedded, Target::Palisade) => &[Kill, Disk],
-        (Topology::Embedded, Target::PostgresGate | Target::RedisGate) => {
+        (Topology::Embedded, Target::PostgresGate | Target::RedisGate | Target::SqliteGate) => {
             &[Kill, DbKill, DbPause, DbDrop, DbDelay]
         }
         (Topology::Embedded, _) => &[Kill],
@@ -79,10 +79,16 @@ pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
             args.target.as_str()
         )));
     }
-    if args.unsafe_db && !args.target.is_gate() {
-        return Err(VerifyError::Config(
-            "--unsafe-db applies to the gate targets only (postgres-gate, redis-gate)".into(),
-        ));
+    if args.unsafe_db && !matches!(args.target, Target::PostgresGate | Target::RedisGate) {
+        return Err(VerifyError::Config(format!(
+            "--unsafe-db applies to postgres-gate and redis-gate only{}",
+            if args.target == Target::SqliteGate {
+                ": SQLite's unsafe settings (synchronous=OFF, or NORMAL in WAL mode) lose \
+                 commits only when the machine goes down, which a process crash cannot show"
+            } else {
+                ""
+            }
+        )));
     }
     let topology = args.topology.unwrap_or(args.target.default_topology());
     if topology != args.target.default_topology() && args.target != Target::Palisade {

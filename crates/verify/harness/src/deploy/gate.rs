@@ -3,13 +3,15 @@
 //!
 //! - locks: an [`EmbeddedServer`] (`kill` crashes and restarts it, as for Palisade);
 //! - the database, started by the harness in a [`DbProcess`]: PostgreSQL
-//!   ([`pg_server`]) or Redis ([`redis_server`]); `db-kill` SIGKILLs every process of it
-//!   and restarts it on its files, `db-pause` SIGSTOPs them, then SIGCONT;
-//! - a [`Proxy`] between the application and the database: `db-drop` cuts every open
-//!   connection, `db-delay` holds what the application sends for a while;
+//!   ([`pg_server`]), Redis ([`redis_server`]), or for SQLite the application process
+//!   that holds the file ([`sqlite_server`]); `db-kill` SIGKILLs every process of it and
+//!   restarts it on its files, `db-pause` SIGSTOPs them, then SIGCONT;
+//! - a [`Proxy`] between the application and the database (for SQLite, between the
+//!   workers and the process holding the file): `db-drop` cuts every open connection,
+//!   `db-delay` holds what goes through for a while;
 //! - the application between them: a [`GateStore`] over the database's [`GatedDb`]
-//!   ([`PgStore`], [`RedisStore`]), verifying tokens with the keys the lock server lists
-//!   (`GET /v1/keys`, [`palisade_client::IssuerKeys`]).
+//!   ([`PgStore`], [`RedisStore`], [`super::sqlite_store::SqliteStore`]), verifying tokens
+//!   with the keys the lock server lists (`GET /v1/keys`, [`palisade_client::IssuerKeys`]).
 //!
 //! With the settings the gate's preflight insists on, a run must come out clean. With
 //! `--unsafe-db` the database runs with one setting the preflight refuses (its words go
@@ -23,11 +25,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use palisade_client::{Client, IssuerKeys};
 
-use super::db_process::{Database, DbProcess, Durability};
+use super::db_process::{DbProcess, Durability};
 use super::gate_store::{GateStore, GatedDb};
 use super::pg_store::PgStore;
 use super::redis_store::RedisStore;
-use super::{pg_server, redis_server};
+use super::{pg_server, redis_server, sqlite_server};
 use super::{Deployment, EmbeddedServer, FaultDone, Hit};
 use crate::args::{FaultKind, Target};
 use crate::proxy::Proxy;
@@ -42,9 +44,14 @@ pub struct GateDeployment {
     locks: EmbeddedServer,
     db: DbProcess,
     db_description: String,
-    /// Between the application and the database (db-drop, db-delay).
+    /// Between the application and the database, or the workers and the SQLite
+    /// application (db-drop, db-delay).
     db_proxy: Proxy,
-    store: GateStore,
+    /// The application, when it runs in this process (PostgreSQL, Redis); for SQLite it is
+    /// the database's process.
+    store: Option<GateStore>,
+    /// Where the workers reach the application.
+    store_addr: SocketAddr,
     preflight_refusal: Option<String>,
 }
 
@@ -64,34 +71,51 @@ impl GateDeployment {
             .map_err(|e| VerifyError::Deploy(format!("cannot fetch the issuer's keys: {e}")))?;
         let expect_unsafe = durability == Durability::Unsafe;
         // The application reaches its database through a proxy of its own (db-drop,
-        // db-delay); the database's own probes go around it.
+        // db-delay); the database's own probes go around it. SQLite has no connection to
+        // cut: its proxy stands between the workers and the process holding the file.
         let link = Proxy::new_link();
-        let (database, db_proxy, gated, preflight_refusal): (Database, Proxy, Arc<dyn GatedDb>, _) =
-            match target {
-                Target::PostgresGate => {
-                    let database = pg_server::start(&out.join("postgres.log"), durability).await?;
-                    let proxy = Proxy::start(database.addr, link.clone()).await?;
-                    let config = pg_server::client_config(proxy.addr());
-                    let store = PgStore::install(config, keys.verifier(), expect_unsafe).await?;
-                    let refusal = store.preflight_refusal().map(str::to_owned);
-                    (database, proxy, Arc::new(store), refusal)
+        let in_process = |gated: Arc<dyn GatedDb>| async move {
+            GateStore::start(gated).await.map(|store| {
+                let addr = store.addr();
+                (Some(store), addr)
+            })
+        };
+        let (database, db_proxy, (store, store_addr), preflight_refusal) = match target {
+            Target::PostgresGate => {
+                let database = pg_server::start(&out.join("postgres.log"), durability).await?;
+                let proxy = Proxy::start(database.addr, link).await?;
+                let config = pg_server::client_config(proxy.addr());
+                let gated = PgStore::install(config, keys.verifier(), expect_unsafe).await?;
+                let refusal = gated.preflight_refusal().map(str::to_owned);
+                (database, proxy, in_process(Arc::new(gated)).await?, refusal)
+            }
+            Target::RedisGate => {
+                let database = redis_server::start(&out.join("redis.log"), durability).await?;
+                let proxy = Proxy::start(database.addr, link).await?;
+                let url = redis_server::client_url(proxy.addr());
+                let gated = RedisStore::install(&url, keys.verifier(), expect_unsafe).await?;
+                let refusal = gated.preflight_refusal().map(str::to_owned);
+                (database, proxy, in_process(Arc::new(gated)).await?, refusal)
+            }
+            Target::SqliteGate => {
+                if expect_unsafe {
+                    return Err(VerifyError::Internal(
+                        "sqlite-gate has no unsafe setting a process crash can show".into(),
+                    ));
                 }
-                Target::RedisGate => {
-                    let database = redis_server::start(&out.join("redis.log"), durability).await?;
-                    let proxy = Proxy::start(database.addr, link.clone()).await?;
-                    let url = redis_server::client_url(proxy.addr());
-                    let store = RedisStore::install(&url, keys.verifier(), expect_unsafe).await?;
-                    let refusal = store.preflight_refusal().map(str::to_owned);
-                    (database, proxy, Arc::new(store), refusal)
-                }
-                other => {
-                    return Err(VerifyError::Internal(format!(
-                        "{} is not a gate target",
-                        other.as_str()
-                    )))
-                }
-            };
-        let store = GateStore::start(gated).await?;
+                let log = out.join("sqlite-app.log");
+                let database = sqlite_server::start(exe, &log, locks.addr()).await?;
+                let proxy = Proxy::start(database.addr, link).await?;
+                let addr = proxy.addr();
+                (database, proxy, (None, addr), None)
+            }
+            other => {
+                return Err(VerifyError::Internal(format!(
+                    "{} is not a gate target",
+                    other.as_str()
+                )))
+            }
+        };
         Ok(GateDeployment {
             target,
             locks,
@@ -99,8 +123,19 @@ impl GateDeployment {
             db_description: database.description,
             db_proxy,
             store,
+            store_addr,
             preflight_refusal,
         })
+    }
+}
+
+impl GateDeployment {
+    /// The two ends of the link `db-drop` and `db-delay` act on.
+    fn db_link(&self) -> (&'static str, &'static str) {
+        match self.store {
+            Some(_) => ("the application", "the database"),
+            None => ("the workers", "the SQLite application"),
+        }
     }
 }
 
@@ -111,13 +146,17 @@ impl Deployment for GateDeployment {
     }
 
     fn describe(&self) -> Vec<String> {
+        let store = match self.store {
+            Some(_) => "an application",
+            None => "the application process, through a proxy,",
+        };
         let mut lines = vec![
             format!("locks: one palisade serve process at {}", self.locks.addr()),
             format!("database: {}", self.db_description),
             format!(
-                "store: an application at {} writing to the database through the Rust gate \
+                "store: {store} at {} writing to the database through the Rust gate \
                  (the admit and the write in one transaction or script)",
-                self.store.addr()
+                self.store_addr
             ),
         ];
         if let Some(why) = &self.preflight_refusal {
@@ -133,7 +172,7 @@ impl Deployment for GateDeployment {
     }
 
     fn store_addrs(&self) -> Vec<SocketAddr> {
-        vec![self.store.addr()]
+        vec![self.store_addr]
     }
 
     fn faults(&self) -> &'static [FaultKind] {
@@ -163,8 +202,9 @@ impl Deployment for GateDeployment {
             }
             FaultKind::DbDrop => {
                 self.db_proxy.link().drop_connections();
+                let (from, to) = self.db_link();
                 Ok(FaultDone {
-                    detail: "connections between the application and the database cut".into(),
+                    detail: format!("connections between {from} and {to} cut"),
                     crashed: false,
                 })
             }
@@ -173,9 +213,10 @@ impl Deployment for GateDeployment {
                 link.set_delay(hit.span);
                 tokio::time::sleep(hit.span).await;
                 link.set_delay(std::time::Duration::ZERO);
+                let (from, to) = self.db_link();
                 Ok(FaultDone {
                     detail: format!(
-                        "what the application sent the database during {0} ms held {0} ms",
+                        "what {from} sent {to} during {0} ms held {0} ms",
                         hit.span.as_millis()
                     ),
                     crashed: false,

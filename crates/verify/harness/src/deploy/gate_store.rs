@@ -92,6 +92,16 @@ pub fn failed_read(e: AdmitError) -> StoreError {
     StoreError::Failed(e.to_string())
 }
 
+/// An epoch as the database's signed 64-bit integer.
+pub fn signed(n: u64) -> Result<i64, StoreError> {
+    i64::try_from(n).map_err(|_| StoreError::Failed(format!("epoch {n} does not fit an i64")))
+}
+
+/// A revision or epoch read back from the database.
+pub fn unsigned(n: i64) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|_| StoreError::Failed(format!("negative number {n} in verify_kv")))
+}
+
 /// One write through a gate: `token` admitted for `lock`, then `key` set to `value`
 /// (`Some`) or deleted (`None`), in one transaction.
 pub struct Mutation<'a> {
@@ -134,8 +144,16 @@ pub struct GateStore {
 }
 
 impl GateStore {
+    /// Serves `db` on a free loopback port, in a task of this process.
     pub async fn start(db: Shared) -> Result<GateStore, VerifyError> {
         let (listener, addr) = crate::procs::loopback_listener("the gate's store").await?;
+        let task = tokio::spawn(GateStore::serve(listener, db));
+        Ok(GateStore { addr, task })
+    }
+
+    /// Serves `db` on `listener` until the process ends (the application process of the
+    /// `sqlite-gate` target) or the task is aborted.
+    pub async fn serve(listener: tokio::net::TcpListener, db: Shared) {
         let app = Router::new()
             .route(
                 "/healthz",
@@ -149,11 +167,8 @@ impl GateStore {
             .route("/v1/kv/{lock}/{*key}", get(read).put(write).delete(delete))
             .route("/v1/fences/{lock}", get(high_water).post(fence))
             .with_state(db);
-        let task = tokio::spawn(async move {
-            // Ends only when aborted.
-            let _ = axum::serve(listener, app).await;
-        });
-        Ok(GateStore { addr, task })
+        // Ends only when aborted (or the listener fails).
+        let _ = axum::serve(listener, app).await;
     }
 
     pub fn addr(&self) -> SocketAddr {

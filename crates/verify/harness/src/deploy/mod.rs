@@ -15,10 +15,11 @@
 //!   `node-partition`).
 //! - [`EtcdLockControl`]: the same etcd cluster, etcd's own lock, and the toy store
 //!   either unchecked or checking the lock's revision (`etcd-kill`, `etcd-pause`).
-//! - [`GateDeployment`]: locks from an embedded server, data in a PostgreSQL or a Redis
-//!   the harness starts ([`db_process`], [`pg_server`], [`redis_server`]), written
-//!   through the Rust gate by a small application ([`gate_store`], [`pg_store`],
-//!   [`redis_store`]) (`kill`, `db-kill`, `db-pause`).
+//! - [`GateDeployment`]: locks from an embedded server, data in a PostgreSQL, a Redis or
+//!   a SQLite file the harness starts ([`db_process`], [`pg_server`], [`redis_server`],
+//!   [`sqlite_server`]), written through the Rust gate by a small application
+//!   ([`gate_store`], [`pg_store`], [`redis_store`], [`sqlite_store`]) (`kill`,
+//!   `db-kill`, `db-pause`, `db-drop`, `db-delay`).
 
 mod control;
 pub mod db_process;
@@ -32,6 +33,8 @@ pub mod pg_server;
 pub mod pg_store;
 pub mod redis_server;
 pub mod redis_store;
+pub mod sqlite_server;
+pub mod sqlite_store;
 pub mod toy;
 
 use std::net::SocketAddr;

@@ -29,7 +29,7 @@ use palisade_token::Verifier;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Transaction};
 
-use super::gate_store::{failed_read, Entry, GatedDb, Mutation, StoreError};
+use super::gate_store::{failed_read, signed, unsigned, Entry, GatedDb, Mutation, StoreError};
 use crate::VerifyError;
 
 const SCHEMA: &str = "
@@ -246,12 +246,4 @@ fn failed(e: tokio_postgres::Error) -> StoreError {
 
 fn deploy(why: String) -> VerifyError {
     VerifyError::Deploy(why)
-}
-
-fn signed(n: u64) -> Result<i64, StoreError> {
-    i64::try_from(n).map_err(|_| StoreError::Failed(format!("epoch {n} does not fit a bigint")))
-}
-
-fn unsigned(n: i64) -> Result<u64, StoreError> {
-    u64::try_from(n).map_err(|_| StoreError::Failed(format!("negative number {n} in verify_kv")))
 }
