@@ -147,34 +147,30 @@ fn the_sqlite_gate_holds_when_the_process_holding_the_file_is_killed_and_paused(
     clean_register("sqlite-gate", "db-kill,db-pause,db-drop,pause");
 }
 
+/// Asserts that `palisade verify ARGS` is refused before anything starts (exit code 2),
+/// saying `why`.
+fn refused(args: &[&str], why: &str) {
+    let run = VerifyRun::attempt(args);
+    assert_eq!(run.status.code(), Some(2), "{args:?}: {}", run.stdout);
+    assert!(run.stderr.contains(why), "{args:?}: {}", run.stderr);
+}
+
 #[test]
 fn gate_flags_are_checked_before_anything_starts() {
-    let tokens = VerifyRun::attempt(&["--target", "postgres-gate", "--workload", "tokens"]);
-    assert_eq!(tokens.status.code(), Some(2), "{}", tokens.stdout);
-    assert!(
-        tokens.stderr.contains("lock-set and register"),
-        "{}",
-        tokens.stderr
+    refused(
+        &["--target", "postgres-gate", "--workload", "tokens"],
+        "lock-set and register",
     );
-    let unsafe_palisade = VerifyRun::attempt(&["--unsafe-db"]);
-    assert_eq!(unsafe_palisade.status.code(), Some(2));
-    assert!(
-        unsafe_palisade
-            .stderr
-            .contains("postgres-gate and redis-gate only"),
-        "{}",
-        unsafe_palisade.stderr
-    );
+    refused(&["--unsafe-db"], "postgres-gate and redis-gate only");
     // No control that could not fail: a SQLite process crash loses nothing, whatever
     // the settings.
-    let unsafe_sqlite = VerifyRun::attempt(&["--target", "sqlite-gate", "--unsafe-db"]);
-    assert_eq!(unsafe_sqlite.status.code(), Some(2));
-    assert!(
-        unsafe_sqlite.stderr.contains("machine goes down"),
-        "{}",
-        unsafe_sqlite.stderr
+    refused(
+        &["--target", "sqlite-gate", "--unsafe-db"],
+        "machine goes down",
     );
-    let disk = VerifyRun::attempt(&["--target", "postgres-gate", "--faults", "disk"]);
-    assert_eq!(disk.status.code(), Some(2));
-    assert!(disk.stderr.contains("does not apply"), "{}", disk.stderr);
+    refused(&["--gate-lang", "python"], "postgres-gate and sqlite-gate");
+    refused(
+        &["--target", "postgres-gate", "--faults", "disk"],
+        "does not apply",
+    );
 }

@@ -89,6 +89,25 @@ pub enum Target {
     SqliteGate,
 }
 
+/// The language of the gate the application of a gate target writes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GateLang {
+    /// `palisade-adapters` (PostgreSQL, Redis, SQLite).
+    Rust,
+    /// `palisade.gates` from the Python package (PostgreSQL, SQLite), in an application
+    /// process run by `--python`.
+    Python,
+}
+
+impl GateLang {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateLang::Rust => "rust",
+            GateLang::Python => "python",
+        }
+    }
+}
+
 impl Target {
     pub fn as_str(self) -> &'static str {
         match self {
@@ -329,6 +348,15 @@ pub struct VerifyArgs {
     /// machine goes down, which a process crash cannot show.
     #[arg(long)]
     pub unsafe_db: bool,
+    /// Gate targets: the gate the application writes through, `rust` or `python`
+    /// (`palisade.gates`, for postgres-gate and sqlite-gate; the application then runs
+    /// as a Python process of its own).
+    #[arg(long, value_enum, default_value_t = GateLang::Rust)]
+    pub gate_lang: GateLang,
+    /// The Python interpreter of `--gate-lang python`, with `palisade-client` and
+    /// psycopg installed (a virtualenv's `bin/python`, say).
+    #[arg(long, default_value = "python3")]
+    pub python: PathBuf,
 }
 
 /// Flags of the hidden `palisade verify-worker` (started by `palisade verify`).

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use palisade_checker::{check_all, FinalState, Op, OpKind, Outcome as OpOutcome};
 
-use crate::args::{Target, Topology, VerifyArgs};
+use crate::args::{GateLang, Target, Topology, VerifyArgs};
 use crate::nemesis::FaultRecord;
 use crate::procs::Reaped;
 use crate::record::merge;
@@ -62,6 +62,13 @@ fn command(args: &VerifyArgs, plan: &Plan) -> String {
     }
     if args.unsafe_db {
         cmd.push_str(" --unsafe-db");
+    }
+    if args.gate_lang != GateLang::Rust {
+        cmd.push_str(&format!(
+            " --gate-lang {} --python {}",
+            args.gate_lang.as_str(),
+            args.python.display()
+        ));
     }
     cmd
 }

@@ -71,7 +71,9 @@ mod run;
 pub mod summary;
 pub mod worker;
 
-pub use args::{FaultKind, LockProtocol, Target, Topology, VerifyArgs, WorkerArgs, Workload};
+pub use args::{
+    FaultKind, GateLang, LockProtocol, Target, Topology, VerifyArgs, WorkerArgs, Workload,
+};
 pub use deploy::sqlite_store::{run_app as run_sqlite_app, SqliteAppArgs};
 pub use run::run;
 pub use summary::Summary;

@@ -12,12 +12,13 @@ use palisade_client::Client;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
-use crate::args::{FaultKind, LockProtocol, Target, Topology, VerifyArgs, Workload};
+use crate::args::{FaultKind, GateLang, LockProtocol, Target, Topology, VerifyArgs, Workload};
 use crate::auth::AuthSetup;
 use crate::clock::RunClock;
 use crate::deploy::toy::Check;
 use crate::deploy::{
-    Deployment, Durability, EmbeddedServer, Etcd3, EtcdLockControl, GateDeployment, UnfencedControl,
+    Deployment, Durability, EmbeddedServer, Etcd3, EtcdLockControl, GateDeployment, GateSetup,
+    UnfencedControl,
 };
 use crate::judge::{judge, Collected};
 use crate::nemesis::{Nemesis, Probe};
@@ -90,6 +91,15 @@ pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
             }
         )));
     }
+    if args.gate_lang == GateLang::Python
+        && !matches!(args.target, Target::PostgresGate | Target::SqliteGate)
+    {
+        return Err(VerifyError::Config(format!(
+            "--gate-lang python runs postgres-gate and sqlite-gate (the Python package has \
+             gates for PostgreSQL, MySQL and SQLite), not {}",
+            args.target.as_str()
+        )));
+    }
     let topology = args.topology.unwrap_or(args.target.default_topology());
     if topology != args.target.default_topology() && args.target != Target::Palisade {
         return Err(VerifyError::Config(format!(
@@ -158,12 +168,17 @@ async fn start(
             Box::new(EmbeddedServer::start_with(exe, data, &log, serve_flags).await?)
         }
         (Topology::Embedded, target) if target.is_gate() => {
-            let durability = if args.unsafe_db {
-                Durability::Unsafe
-            } else {
-                Durability::Safe
+            let setup = GateSetup {
+                target,
+                lang: args.gate_lang,
+                python: args.python.clone(),
+                durability: if args.unsafe_db {
+                    Durability::Unsafe
+                } else {
+                    Durability::Safe
+                },
             };
-            Box::new(GateDeployment::start(target, exe, data, out, durability).await?)
+            Box::new(GateDeployment::start(setup, exe, data, out).await?)
         }
         (Topology::Embedded, _) => Box::new(UnfencedControl::start(exe, data, &log).await?),
         (Topology::Etcd3, Target::Palisade) => {

@@ -4,7 +4,7 @@
 //! - locks: an [`EmbeddedServer`] (`kill` crashes and restarts it, as for Palisade);
 //! - the database, started by the harness in a [`DbProcess`]: PostgreSQL
 //!   ([`pg_server`]), Redis ([`redis_server`]), or for SQLite the application process
-//!   that holds the file ([`sqlite_server`]); `db-kill` SIGKILLs every process of it and
+//!   that holds the file ([`app_process`]); `db-kill` SIGKILLs every process of it and
 //!   restarts it on its files, `db-pause` SIGSTOPs them, then SIGCONT;
 //! - a [`Proxy`] between the application and the database (for SQLite, between the
 //!   workers and the process holding the file): `db-drop` cuts every open connection,
@@ -19,37 +19,55 @@
 //! checkers must find it (a negative control).
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use palisade_client::{Client, IssuerKeys};
 
+use super::app_process::{self, AppProcess, PythonDb};
 use super::db_process::{DbProcess, Durability};
 use super::gate_store::{GateStore, GatedDb};
 use super::pg_store::PgStore;
 use super::redis_store::RedisStore;
-use super::{pg_server, redis_server, sqlite_server};
+use super::{pg_server, redis_server};
 use super::{Deployment, EmbeddedServer, FaultDone, Hit};
-use crate::args::{FaultKind, Target};
+use crate::args::{FaultKind, GateLang, Target};
 use crate::proxy::Proxy;
 use crate::VerifyError;
 
 /// Tokens whose verification the gate's verifier caches.
 const VERIFIER_CACHE: usize = 1024;
 
+/// What a gate deployment is made of (from the flags).
+pub struct GateSetup {
+    pub target: Target,
+    pub lang: GateLang,
+    /// The interpreter of [`GateLang::Python`].
+    pub python: PathBuf,
+    pub durability: Durability,
+}
+
+/// Where the application that writes through the gate runs.
+enum Application {
+    /// A task of this process (the Rust gate over PostgreSQL or Redis).
+    InProcess(GateStore),
+    /// A process of its own beside the database (the Python gate over PostgreSQL).
+    Process(Box<DbProcess>),
+    /// The database's own process (SQLite: the process holding the file).
+    Database,
+}
+
 /// A Palisade lock server, a database, and the gated application between them.
 pub struct GateDeployment {
-    target: Target,
+    setup: GateSetup,
     locks: EmbeddedServer,
     db: DbProcess,
     db_description: String,
     /// Between the application and the database, or the workers and the SQLite
     /// application (db-drop, db-delay).
     db_proxy: Proxy,
-    /// The application, when it runs in this process (PostgreSQL, Redis); for SQLite it is
-    /// the database's process.
-    store: Option<GateStore>,
+    app: Application,
     /// Where the workers reach the application.
     store_addr: SocketAddr,
     preflight_refusal: Option<String>,
@@ -57,84 +75,117 @@ pub struct GateDeployment {
 
 impl GateDeployment {
     pub async fn start(
-        target: Target,
+        setup: GateSetup,
         exe: &Path,
         data_dir: &Path,
         out: &Path,
-        durability: Durability,
     ) -> Result<Self, VerifyError> {
         let locks = EmbeddedServer::start(exe, data_dir, &out.join("server.log")).await?;
-        let client = Client::new(&format!("http://{}", locks.addr()))
-            .map_err(|e| VerifyError::Deploy(format!("cannot make a client: {e}")))?;
-        let keys = IssuerKeys::fetch(client, VERIFIER_CACHE)
-            .await
-            .map_err(|e| VerifyError::Deploy(format!("cannot fetch the issuer's keys: {e}")))?;
-        let expect_unsafe = durability == Durability::Unsafe;
+        let lock_addr = locks.addr();
+        let expect_unsafe = setup.durability == Durability::Unsafe;
+        let (target, lang) = (setup.target, setup.lang);
+        let in_process = |gated: Arc<dyn GatedDb>| async move {
+            let store = GateStore::start(gated).await?;
+            let addr = store.addr();
+            Ok::<_, VerifyError>((Application::InProcess(store), addr))
+        };
         // The application reaches its database through a proxy of its own (db-drop,
         // db-delay); the database's own probes go around it. SQLite has no connection to
         // cut: its proxy stands between the workers and the process holding the file.
         let link = Proxy::new_link();
-        let in_process = |gated: Arc<dyn GatedDb>| async move {
-            GateStore::start(gated).await.map(|store| {
-                let addr = store.addr();
-                (Some(store), addr)
-            })
-        };
-        let (database, db_proxy, (store, store_addr), preflight_refusal) = match target {
-            Target::PostgresGate => {
-                let database = pg_server::start(&out.join("postgres.log"), durability).await?;
+        let app_log = out.join("app.log");
+        let (database, db_proxy, (app, store_addr), preflight_refusal) = match (target, lang) {
+            (Target::PostgresGate, _) => {
+                let database =
+                    pg_server::start(&out.join("postgres.log"), setup.durability).await?;
                 let proxy = Proxy::start(database.addr, link).await?;
                 let config = pg_server::client_config(proxy.addr());
-                let gated = PgStore::install(config, keys.verifier(), expect_unsafe).await?;
-                let refusal = gated.preflight_refusal().map(str::to_owned);
-                (database, proxy, in_process(Arc::new(gated)).await?, refusal)
+                let (app, refusal) = if lang == GateLang::Python {
+                    let dsn = PythonDb::Postgres {
+                        dsn: config,
+                        unsafe_db: expect_unsafe,
+                    };
+                    let python = &setup.python;
+                    let app = app_process::python(python, out, &app_log, dsn, lock_addr).await?;
+                    let addr = app.database.addr;
+                    (
+                        (Application::Process(Box::new(app.database.process)), addr),
+                        app.preflight_refusal,
+                    )
+                } else {
+                    let keys = issuer_keys(lock_addr).await?;
+                    let gated = PgStore::install(config, keys.verifier(), expect_unsafe).await?;
+                    let refusal = gated.preflight_refusal().map(str::to_owned);
+                    (in_process(Arc::new(gated)).await?, refusal)
+                };
+                (database, proxy, app, refusal)
             }
-            Target::RedisGate => {
-                let database = redis_server::start(&out.join("redis.log"), durability).await?;
+            (Target::RedisGate, GateLang::Rust) => {
+                let database =
+                    redis_server::start(&out.join("redis.log"), setup.durability).await?;
                 let proxy = Proxy::start(database.addr, link).await?;
                 let url = redis_server::client_url(proxy.addr());
+                let keys = issuer_keys(lock_addr).await?;
                 let gated = RedisStore::install(&url, keys.verifier(), expect_unsafe).await?;
                 let refusal = gated.preflight_refusal().map(str::to_owned);
                 (database, proxy, in_process(Arc::new(gated)).await?, refusal)
             }
-            Target::SqliteGate => {
-                if expect_unsafe {
-                    return Err(VerifyError::Internal(
-                        "sqlite-gate has no unsafe setting a process crash can show".into(),
-                    ));
-                }
-                let log = out.join("sqlite-app.log");
-                let database = sqlite_server::start(exe, &log, locks.addr()).await?;
+            (Target::SqliteGate, _) if !expect_unsafe => {
+                let AppProcess { database, .. } = match lang {
+                    GateLang::Rust => app_process::rust_sqlite(exe, &app_log, lock_addr).await?,
+                    GateLang::Python => {
+                        let python = &setup.python;
+                        app_process::python(python, out, &app_log, PythonDb::Sqlite, lock_addr)
+                            .await?
+                    }
+                };
                 let proxy = Proxy::start(database.addr, link).await?;
                 let addr = proxy.addr();
-                (database, proxy, (None, addr), None)
+                (database, proxy, (Application::Database, addr), None)
             }
-            other => {
+            (other, lang) => {
                 return Err(VerifyError::Internal(format!(
-                    "{} is not a gate target",
-                    other.as_str()
+                    "no gate deployment for {} with the {} gate{}",
+                    other.as_str(),
+                    lang.as_str(),
+                    if expect_unsafe {
+                        " and --unsafe-db"
+                    } else {
+                        ""
+                    }
                 )))
             }
         };
         Ok(GateDeployment {
-            target,
+            setup,
             locks,
             db: database.process,
             db_description: database.description,
             db_proxy,
-            store,
+            app,
             store_addr,
             preflight_refusal,
         })
     }
 }
 
+/// The issuer's keys, from the lock server at `addr` (`GET /v1/keys`).
+async fn issuer_keys(addr: SocketAddr) -> Result<Arc<IssuerKeys>, VerifyError> {
+    let client = Client::new(&format!("http://{addr}"))
+        .map_err(|e| VerifyError::Deploy(format!("cannot make a client: {e}")))?;
+    IssuerKeys::fetch(client, VERIFIER_CACHE)
+        .await
+        .map_err(|e| VerifyError::Deploy(format!("cannot fetch the issuer's keys: {e}")))
+}
+
 impl GateDeployment {
     /// The two ends of the link `db-drop` and `db-delay` act on.
     fn db_link(&self) -> (&'static str, &'static str) {
-        match self.store {
-            Some(_) => ("the application", "the database"),
-            None => ("the workers", "the SQLite application"),
+        match self.app {
+            Application::InProcess(_) | Application::Process(_) => {
+                ("the application", "the database")
+            }
+            Application::Database => ("the workers", "the SQLite application"),
         }
     }
 }
@@ -142,19 +193,24 @@ impl GateDeployment {
 #[async_trait]
 impl Deployment for GateDeployment {
     fn name(&self) -> &'static str {
-        self.target.as_str()
+        self.setup.target.as_str()
     }
 
     fn describe(&self) -> Vec<String> {
-        let store = match self.store {
-            Some(_) => "an application",
-            None => "the application process, through a proxy,",
+        let store = match self.app {
+            Application::InProcess(_) => "an application",
+            Application::Process(_) => "the application process",
+            Application::Database => "the application process, through a proxy,",
+        };
+        let gate = match self.setup.lang {
+            GateLang::Rust => "the Rust gate",
+            GateLang::Python => "the Python gate",
         };
         let mut lines = vec![
             format!("locks: one palisade serve process at {}", self.locks.addr()),
             format!("database: {}", self.db_description),
             format!(
-                "store: {store} at {} writing to the database through the Rust gate \
+                "store: {store} at {} writing to the database through {gate} \
                  (the admit and the write in one transaction or script)",
                 self.store_addr
             ),
@@ -240,12 +296,20 @@ impl Deployment for GateDeployment {
     async fn heal(&mut self) -> Result<(), VerifyError> {
         self.db_proxy.link().heal();
         self.db.heal().await?;
+        if let Application::Process(app) = &mut self.app {
+            app.heal().await?;
+        }
         self.locks.restart().await
     }
 
     async fn stop(&mut self) {
         self.locks.shut_down().await;
         self.db_proxy.shutdown();
+        match &mut self.app {
+            Application::InProcess(store) => store.stop(),
+            Application::Process(app) => app.stop().await,
+            Application::Database => {}
+        }
         self.db.stop().await;
     }
 }

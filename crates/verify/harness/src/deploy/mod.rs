@@ -17,10 +17,12 @@
 //!   either unchecked or checking the lock's revision (`etcd-kill`, `etcd-pause`).
 //! - [`GateDeployment`]: locks from an embedded server, data in a PostgreSQL, a Redis or
 //!   a SQLite file the harness starts ([`db_process`], [`pg_server`], [`redis_server`],
-//!   [`sqlite_server`]), written through the Rust gate by a small application
-//!   ([`gate_store`], [`pg_store`], [`redis_store`], [`sqlite_store`]) (`kill`,
-//!   `db-kill`, `db-pause`, `db-drop`, `db-delay`).
+//!   [`app_process`]), written through the Rust gate by a small application
+//!   ([`gate_store`], [`pg_store`], [`redis_store`], [`sqlite_store`]) or through the
+//!   Python gate by `gate_app.py` ([`app_process`]) (`kill`, `db-kill`, `db-pause`,
+//!   `db-drop`, `db-delay`).
 
+pub mod app_process;
 mod control;
 pub mod db_process;
 mod embedded;
@@ -33,7 +35,6 @@ pub mod pg_server;
 pub mod pg_store;
 pub mod redis_server;
 pub mod redis_store;
-pub mod sqlite_server;
 pub mod sqlite_store;
 pub mod toy;
 
@@ -48,7 +49,7 @@ pub use embedded::EmbeddedServer;
 pub use etcd::EtcdCluster;
 pub use etcd3::Etcd3;
 pub use etcd_lock::EtcdLockControl;
-pub use gate::GateDeployment;
+pub use gate::{GateDeployment, GateSetup};
 
 use crate::args::{FaultKind, LockProtocol};
 use crate::VerifyError;

@@ -4,7 +4,7 @@
 //!
 //! SQLite is a library, not a server: "the database crashed" means the process writing
 //! the file died. So the application runs as a process of its own (the hidden `palisade
-//! verify-sqlite-app`, started by [`super::sqlite_server`]), serving the store routes
+//! verify-sqlite-app`, started by [`super::app_process`]), serving the store routes
 //! ([`GateStore`]) over its file, and the database faults reach it: `db-kill` SIGKILLs it in
 //! the middle of whatever transaction it was in and starts it again on the same file,
 //! `db-pause` SIGSTOPs it with the file's write lock held.
