@@ -11,6 +11,10 @@
 //!   acknowledged writes: a crash of the database takes the last commits with it, marks
 //!   included. The report names the setting.
 //!
+//! - `db-failover` (PostgreSQL): the primary killed while its replica is cut off, the
+//!   replica promoted. With a synchronous replica the run must come out clean; with an
+//!   asynchronous one (`--unsafe-db` in that shape) it must lose acknowledged writes.
+//!
 //! The runs go one at a time (a lock shared by the tests), so two databases never compete
 //! for the machine. Needs PostgreSQL's server binaries and redis-server
 //! (scripts/adapter-services installs them).
@@ -67,28 +71,36 @@ fn clean_lock_set(target: &str) -> VerifyRun {
     clean
 }
 
-/// A 20 s register run on `target` under `faults`: clean, `db-kill` injected, enough
-/// acknowledged writes to mean anything.
-fn clean_register(target: &str, faults: &str) {
-    let register = gate_run(target, "register", "20", &["--faults", faults]);
-    let (summary, stdout) = (&register.summary, &register.stdout);
-    assert!(register.status.success(), "register run failed: {stdout}");
+/// A 20 s `workload` run on `target` under `faults`: clean, each fault injected, enough
+/// acknowledged writes (register) or adds (lock-set) to mean anything.
+fn clean_run(target: &str, workload: &str, faults: &str) -> VerifyRun {
+    let run = gate_run(target, workload, "20", &["--faults", faults]);
+    let (summary, stdout) = (&run.summary, &run.stdout);
+    assert!(run.status.success(), "{workload} run failed: {stdout}");
     assert_eq!(summary["violations"], 0, "{stdout}");
-    assert!(register.faults("db-kill") >= 1, "{stdout}");
+    for fault in faults.split(',') {
+        assert!(run.faults(fault) >= 1, "no {fault}: {stdout}");
+    }
+    let (kind, enough) = match workload {
+        "register" => ("write", 5),
+        _ => ("add", 3),
+    };
     assert!(
-        summary["ops_by_kind"]["write"]["ok"].as_u64().unwrap_or(0) >= 5,
-        "too few acknowledged writes to mean anything: {stdout}"
+        summary["ops_by_kind"][kind]["ok"].as_u64().unwrap_or(0) >= enough,
+        "too few acknowledged {kind}s to mean anything: {stdout}"
     );
+    run
 }
 
-/// A 20 s lock-set run on `target` with `--unsafe-db`: violations found after database
-/// crashes, the rerun command keeping the flag, the report naming `setting`.
-fn unsafe_lock_set(target: &str, setting: &str) -> VerifyRun {
+/// A 20 s lock-set run on `target` with `--unsafe-db` under `faults`: violations found
+/// after the database's crashes or failovers, the rerun command keeping the flag, the
+/// report naming `setting`.
+fn unsafe_lock_set(target: &str, faults: &str, setting: &str) -> VerifyRun {
     let unsafe_db = gate_run(
         target,
         "lock-set",
         "20",
-        &["--faults", "db-kill,pause", "--unsafe-db"],
+        &["--faults", faults, "--unsafe-db"],
     );
     let (summary, stdout) = (&unsafe_db.summary, &unsafe_db.stdout);
     // Exit code 1 means "violations found"; 2 would mean the run itself failed.
@@ -97,7 +109,9 @@ fn unsafe_lock_set(target: &str, setting: &str) -> VerifyRun {
         summary["violations"].as_u64().unwrap_or(0) > 0,
         "{setting} lost nothing: {stdout}"
     );
-    assert!(unsafe_db.faults("db-kill") >= 1, "{stdout}");
+    for fault in faults.split(',') {
+        assert!(unsafe_db.faults(fault) >= 1, "no {fault}: {stdout}");
+    }
     assert!(
         stdout.contains("--unsafe-db`"),
         "the rerun command drops the setting: {stdout}"
@@ -119,9 +133,23 @@ fn the_postgres_gate_holds_under_database_crashes_and_pauses_unless_commits_are_
         "the timeline shows no database fault"
     );
 
-    clean_register("postgres-gate", "db-kill,db-drop,db-delay,pause");
+    clean_run(
+        "postgres-gate",
+        "register",
+        "db-kill,db-drop,db-delay,pause",
+    );
 
-    unsafe_lock_set("postgres-gate", "synchronous_commit");
+    unsafe_lock_set("postgres-gate", "db-kill,pause", "synchronous_commit");
+}
+
+#[test]
+fn the_postgres_gate_survives_a_failover_only_to_a_synchronous_replica() {
+    // A synchronous standby (the preflight's setting): nothing acknowledged is lost.
+    let report = clean_run("postgres-gate", "lock-set", "db-failover,pause").report();
+    assert!(report.contains("synchronous replica cut off"), "{report}");
+    // An asynchronous one (refused by the preflight): what the primary acknowledged while
+    // its replica was cut off is gone after the failover.
+    unsafe_lock_set("postgres-gate", "db-failover", "synchronous_standby_names");
 }
 
 #[test]
@@ -130,7 +158,7 @@ fn the_redis_gate_holds_under_database_crashes_and_pauses_unless_nothing_is_pers
         .report()
         .contains("appendfsync always"));
 
-    let unsafe_db = unsafe_lock_set("redis-gate", "appendonly");
+    let unsafe_db = unsafe_lock_set("redis-gate", "db-kill,pause", "appendonly");
     assert!(
         unsafe_db.summary["lost_updates"].as_u64().unwrap_or(0) > 0,
         "a Redis that persists nothing lost no update across its crashes: {}",
@@ -144,7 +172,7 @@ fn the_sqlite_gate_holds_when_the_process_holding_the_file_is_killed_and_paused(
     assert!(report.contains("synchronous=FULL"), "{report}");
     assert!(report.contains("verify-sqlite-app"), "{report}");
 
-    clean_register("sqlite-gate", "db-kill,db-pause,db-drop,pause");
+    clean_run("sqlite-gate", "register", "db-kill,db-pause,db-drop,pause");
 }
 
 /// Asserts that `palisade verify ARGS` is refused before anything starts (exit code 2),

@@ -191,11 +191,15 @@ pub enum FaultKind {
     DbDrop,
     /// Hold the bytes the gate's application sends its database for a while.
     DbDelay,
+    /// SIGKILL the gate's database and promote its streaming replica (PostgreSQL), which
+    /// the application reaches from then on; a new replica is cloned from it. The run
+    /// starts the replica only when this fault is asked for. Never part of `all`: name it.
+    DbFailover,
 }
 
 impl FaultKind {
     /// Every kind, in the order `--faults` lists them.
-    pub const EVERY: [FaultKind; 13] = [
+    pub const EVERY: [FaultKind; 14] = [
         FaultKind::Pause,
         FaultKind::Kill,
         FaultKind::Delay,
@@ -209,6 +213,7 @@ impl FaultKind {
         FaultKind::DbPause,
         FaultKind::DbDrop,
         FaultKind::DbDelay,
+        FaultKind::DbFailover,
     ];
 
     /// Faults aimed at one worker (its process or its proxy link); every deployment has
@@ -235,6 +240,7 @@ impl FaultKind {
             FaultKind::DbPause => "db-pause",
             FaultKind::DbDrop => "db-drop",
             FaultKind::DbDelay => "db-delay",
+            FaultKind::DbFailover => "db-failover",
         }
     }
 
@@ -244,14 +250,19 @@ impl FaultKind {
 
     /// Parses `pause,kill,...`, `all` or `none` for a deployment whose own faults are
     /// `supported`. `all` means the worker faults plus every supported one except `disk`
-    /// (which finds a known weakness of today's store and must be asked for by name).
+    /// (which finds a known weakness of today's store) and `db-failover` (which changes the
+    /// deployment: a replica beside the database): they must be asked for by name.
     pub fn parse_list(text: &str, supported: &[FaultKind]) -> Result<Vec<FaultKind>, VerifyError> {
         let mut kinds = Vec::new();
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
                 "all" => {
                     kinds.extend(FaultKind::WORKER);
-                    kinds.extend(supported.iter().filter(|k| **k != FaultKind::Disk));
+                    kinds.extend(
+                        supported
+                            .iter()
+                            .filter(|k| !matches!(k, FaultKind::Disk | FaultKind::DbFailover)),
+                    );
                 }
                 "none" => {}
                 _ => match FaultKind::EVERY.iter().find(|k| k.as_str() == word) {
@@ -308,8 +319,8 @@ pub struct VerifyArgs {
     pub workload: Workload,
     /// Faults to inject: a comma-separated list of pause, kill, delay, drop, partition,
     /// etcd-kill, etcd-pause, node-partition (etcd3), disk (embedded), db-kill, db-pause,
-    /// db-drop and db-delay (the gate targets); or `all` (every fault the target has, except
-    /// disk), or `none`.
+    /// db-drop, db-delay (the gate targets) and db-failover (postgres-gate); or `all` (every
+    /// fault the target has, except disk and db-failover), or `none`.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Servers under test: `embedded` (one node) or `etcd3` (three etcd members, three
@@ -342,9 +353,9 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub auth: bool,
     /// Gate targets: run the database with a setting the gate's preflight refuses
-    /// (PostgreSQL: `synchronous_commit=off`; Redis: `appendonly no`). A negative control:
-    /// with `db-kill` among the faults, violations are expected, and the report names the
-    /// setting. Not for sqlite-gate: SQLite's unsafe settings lose commits only when the
+    /// (PostgreSQL: `synchronous_commit=off`, or with `db-failover` an asynchronous replica;
+    /// Redis: `appendonly no`). A negative control: with `db-kill` (or `db-failover`) among
+    /// the faults, violations are expected, and the report names the setting. Not for sqlite-gate: SQLite's unsafe settings lose commits only when the
     /// machine goes down, which a process crash cannot show.
     #[arg(long)]
     pub unsafe_db: bool,
@@ -429,6 +440,16 @@ mod tests {
         expected.sort();
         assert_eq!(FaultKind::parse_list("all", &etcd3).unwrap(), expected);
         assert!(FaultKind::parse_list("disk", &etcd3).is_err());
+        // A replica is started only for db-failover: `all` never asks for one.
+        let postgres = [Kill, DbKill, DbFailover];
+        assert_eq!(
+            FaultKind::parse_list("all", &postgres).unwrap(),
+            vec![Pause, Kill, Delay, Drop, Partition, DbKill]
+        );
+        assert_eq!(
+            FaultKind::parse_list("db-failover", &postgres).unwrap(),
+            vec![DbFailover]
+        );
     }
 
     #[test]

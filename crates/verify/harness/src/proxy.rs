@@ -9,12 +9,13 @@
 //! the partition heals).
 //!
 //! Only the worker-to-server direction is delayed: that is the direction in which a late
-//! request does harm. Answers flow back at once. Everything listens and connects on
-//! 127.0.0.1.
+//! request does harm. Answers flow back at once. A proxy can be pointed at another server
+//! ([`Proxy::retarget`]: an address moved to a promoted replica). Everything listens and
+//! connects on 127.0.0.1.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -78,6 +79,8 @@ impl Link {
 pub struct Proxy {
     addr: SocketAddr,
     link: Arc<Link>,
+    /// Where new connections go ([`Proxy::retarget`]).
+    upstream: Arc<Mutex<SocketAddr>>,
     tasks: JoinSet<()>,
 }
 
@@ -85,9 +88,22 @@ impl Proxy {
     /// Listens on a free loopback port and relays to `upstream`, under `link`'s faults.
     pub async fn start(upstream: SocketAddr, link: Arc<Link>) -> Result<Proxy, VerifyError> {
         let (listener, addr) = crate::procs::loopback_listener("a proxy port").await?;
+        let upstream = Arc::new(Mutex::new(upstream));
         let mut tasks = JoinSet::new();
-        tasks.spawn(accept_loop(listener, upstream, link.clone()));
-        Ok(Proxy { addr, link, tasks })
+        tasks.spawn(accept_loop(listener, upstream.clone(), link.clone()));
+        Ok(Proxy {
+            addr,
+            link,
+            upstream,
+            tasks,
+        })
+    }
+
+    /// Relays new connections to `upstream` from now on, and cuts the open ones: a
+    /// floating address moved to another server (a promoted replica).
+    pub fn retarget(&self, upstream: SocketAddr) {
+        *self.upstream.lock().unwrap_or_else(|e| e.into_inner()) = upstream;
+        self.link.drop_connections();
     }
 
     /// A link with no faults, to share between a worker's proxies.
@@ -110,7 +126,7 @@ impl Proxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, upstream: SocketAddr, link: Arc<Link>) {
+async fn accept_loop(listener: TcpListener, upstream: Arc<Mutex<SocketAddr>>, link: Arc<Link>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -122,6 +138,7 @@ async fn accept_loop(listener: TcpListener, upstream: SocketAddr, link: Arc<Link
                     drop(client);
                     continue;
                 }
+                let upstream = *upstream.lock().unwrap_or_else(|e| e.into_inner());
                 connections.spawn(relay(client, upstream, link.clone()));
             }
             // Reap finished connections so the set does not grow over a long run.
@@ -143,16 +160,35 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: Arc<Link>) {
     let (mut client_rd, mut client_wr) = client.into_split();
     let (mut server_rd, mut server_wr) = server.into_split();
 
-    // Upstream: read at once, stamp each chunk with its release time, forward in order.
+    let up = held(&mut client_rd, &mut server_wr, || link.delay());
+    let down = async {
+        let _ = tokio::io::copy(&mut server_rd, &mut client_wr).await;
+        let _ = client_wr.shutdown().await;
+    };
+    tokio::select! {
+        _ = async { tokio::join!(up, down) } => {}
+        _ = cut.changed() => {}
+    }
+}
+
+/// Relays `from` to `to` in order, each chunk read at once and held for `delay()` (read
+/// when it arrives) before it is written; shuts `to` down once `from` ends.
+async fn held(
+    from: &mut (impl AsyncReadExt + Unpin),
+    to: &mut (impl AsyncWriteExt + Unpin),
+    delay: impl Fn() -> Duration,
+) {
     let (held_tx, mut held_rx) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
-    let read_up = async {
+    let read = async {
         let mut buf = vec![0u8; 16 * 1024];
         loop {
-            match client_rd.read(&mut buf).await {
+            match from.read(&mut buf).await {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let release = Instant::now() + link.delay();
-                    if held_tx.send((release, buf[..n].to_vec())).is_err() {
+                    if held_tx
+                        .send((Instant::now() + delay(), buf[..n].to_vec()))
+                        .is_err()
+                    {
                         break;
                     }
                 }
@@ -160,23 +196,16 @@ async fn relay(client: TcpStream, upstream: SocketAddr, link: Arc<Link>) {
         }
         drop(held_tx);
     };
-    let write_up = async {
+    let write = async {
         while let Some((release, bytes)) = held_rx.recv().await {
             tokio::time::sleep_until(release).await;
-            if server_wr.write_all(&bytes).await.is_err() {
+            if to.write_all(&bytes).await.is_err() {
                 return;
             }
         }
-        let _ = server_wr.shutdown().await;
+        let _ = to.shutdown().await;
     };
-    let down = async {
-        let _ = tokio::io::copy(&mut server_rd, &mut client_wr).await;
-        let _ = client_wr.shutdown().await;
-    };
-    tokio::select! {
-        _ = async { tokio::join!(read_up, write_up, down) } => {}
-        _ = cut.changed() => {}
-    }
+    tokio::join!(read, write);
 }
 
 #[cfg(test)]
@@ -220,5 +249,38 @@ mod tests {
         assert!(round_trip(proxy.addr()).await.is_err());
         proxy.link().heal();
         assert_eq!(round_trip(proxy.addr()).await.unwrap(), b"ping");
+    }
+
+    /// A server that greets every connection with `tag` and keeps it open.
+    async fn tag_server(tag: &'static [u8]) -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let _ = s.write_all(tag).await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                });
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn retargeted_it_relays_to_the_new_upstream_and_cuts_the_old_connections() {
+        let (old, new) = (tag_server(b"old").await, echo_server().await);
+        let proxy = Proxy::start(old, Proxy::new_link()).await.unwrap();
+        let mut open = TcpStream::connect(proxy.addr()).await.unwrap();
+        let mut buf = [0u8; 3];
+        open.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"old");
+
+        proxy.retarget(new);
+        assert_eq!(round_trip(proxy.addr()).await.unwrap(), b"ping");
+        // The connection to the old upstream was cut, not left relaying to it (the old
+        // server would hold it open for a minute).
+        let mut rest = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), open.read_to_end(&mut rest));
+        assert!(matches!(read.await, Ok(Ok(0)) | Ok(Err(_))));
     }
 }

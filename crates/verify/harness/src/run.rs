@@ -46,7 +46,10 @@ fn supported_faults(topology: Topology, target: Target) -> &'static [FaultKind] 
     use FaultKind::*;
     match (topology, target) {
         (Topology::Embedded, Target::Palisade) => &[Kill, Disk],
-        (Topology::Embedded, Target::PostgresGate | Target::RedisGate | Target::SqliteGate) => {
+        (Topology::Embedded, Target::PostgresGate) => {
+            &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbFailover]
+        }
+        (Topology::Embedded, Target::RedisGate | Target::SqliteGate) => {
             &[Kill, DbKill, DbPause, DbDrop, DbDelay]
         }
         (Topology::Embedded, _) => &[Kill],
@@ -152,7 +155,7 @@ pub async fn run(args: VerifyArgs) -> Result<Outcome, VerifyError> {
 
 async fn start(
     args: &VerifyArgs,
-    topology: Topology,
+    plan: &Plan,
     exe: &Path,
     data: &Path,
     out: &Path,
@@ -163,7 +166,7 @@ async fn start(
         Some(auth) => vec!["--auth-file".into(), auth.file.clone().into_os_string()],
         None => Vec::new(),
     };
-    let deployment: Box<dyn Deployment> = match (topology, args.target) {
+    let deployment: Box<dyn Deployment> = match (plan.topology, args.target) {
         (Topology::Embedded, Target::Palisade) => {
             Box::new(EmbeddedServer::start_with(exe, data, &log, serve_flags).await?)
         }
@@ -177,6 +180,7 @@ async fn start(
                 } else {
                     Durability::Safe
                 },
+                replica: plan.kinds.contains(&FaultKind::DbFailover),
             };
             Box::new(GateDeployment::start(setup, exe, data, out).await?)
         }
@@ -189,7 +193,7 @@ async fn start(
         }
         (Topology::Etcd3, _) => Box::new(EtcdLockControl::start(data, out, Check::Nothing).await?),
     };
-    if deployment.faults() != supported_faults(topology, args.target) {
+    if deployment.faults() != supported_faults(plan.topology, args.target) {
         return Err(VerifyError::Internal(format!(
             "{} supports other faults than planned",
             deployment.name()
@@ -240,7 +244,7 @@ async fn run_seeded(args: &VerifyArgs, plan: Plan) -> Result<Outcome, VerifyErro
     } else {
         None
     };
-    let mut deployment = start(args, plan.topology, &exe, data.path(), out, auth.as_ref()).await?;
+    let mut deployment = start(args, &plan, &exe, data.path(), out, auth.as_ref()).await?;
     let result = drive(
         args,
         &plan,

@@ -6,6 +6,9 @@
 //!   ([`pg_server`]), Redis ([`redis_server`]), or for SQLite the application process
 //!   that holds the file ([`app_process`]); `db-kill` SIGKILLs every process of it and
 //!   restarts it on its files, `db-pause` SIGSTOPs them, then SIGCONT;
+//! - for `db-failover` (PostgreSQL), a streaming replica beside the database ([`Standby`]),
+//!   synchronous with safe settings and asynchronous for `--unsafe-db`; the fault cuts it
+//!   off, kills the primary and promotes it;
 //! - a [`Proxy`] between the application and the database (for SQLite, between the
 //!   workers and the process holding the file): `db-drop` cuts every open connection,
 //!   `db-delay` holds what goes through for a while;
@@ -21,16 +24,18 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use palisade_client::{Client, IssuerKeys};
 
 use super::app_process::{self, AppProcess, PythonDb};
-use super::db_process::{DbProcess, Durability};
+use super::db_process::{Database, DbProcess, Durability};
 use super::gate_store::{GateStore, GatedDb};
+use super::pg_server::{self, Replication};
 use super::pg_store::PgStore;
+use super::redis_server;
 use super::redis_store::RedisStore;
-use super::{pg_server, redis_server};
 use super::{Deployment, EmbeddedServer, FaultDone, Hit};
 use crate::args::{FaultKind, GateLang, Target};
 use crate::proxy::Proxy;
@@ -46,6 +51,53 @@ pub struct GateSetup {
     /// The interpreter of [`GateLang::Python`].
     pub python: PathBuf,
     pub durability: Durability,
+    /// A streaming replica beside the database, for `db-failover` (PostgreSQL).
+    pub replica: bool,
+}
+
+/// How long a new replica may take to stream.
+const STANDBY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The replica of a `db-failover` run and its link to the primary.
+struct Standby {
+    db: Database,
+    /// The replica's connection to its primary goes through it (cut before a failover);
+    /// pointed at each new primary.
+    link: Proxy,
+    log: PathBuf,
+    durability: Durability,
+}
+
+impl Standby {
+    /// Clones the primary at `primary` through a new link and waits until the clone
+    /// streams from it.
+    async fn start(
+        primary: SocketAddr,
+        durability: Durability,
+        log: PathBuf,
+    ) -> Result<Standby, VerifyError> {
+        let link = Proxy::start(primary, Proxy::new_link()).await?;
+        Standby::clone_through(link, primary, durability, log).await
+    }
+
+    /// Clones the primary at `primary` (which `link` relays to) and waits until the clone
+    /// streams from it.
+    async fn clone_through(
+        link: Proxy,
+        primary: SocketAddr,
+        durability: Durability,
+        log: PathBuf,
+    ) -> Result<Standby, VerifyError> {
+        let db = pg_server::start_replica(&log, link.addr(), durability).await?;
+        let synchronous = durability == Durability::Safe;
+        pg_server::await_standby(primary, synchronous, STANDBY_TIMEOUT).await?;
+        Ok(Standby {
+            db,
+            link,
+            log,
+            durability,
+        })
+    }
 }
 
 /// Where the application that writes through the gate runs.
@@ -68,6 +120,10 @@ pub struct GateDeployment {
     /// application (db-drop, db-delay).
     db_proxy: Proxy,
     app: Application,
+    /// The primary's address (the database's, without a replica).
+    db_addr: SocketAddr,
+    /// The replica of a `db-failover` run.
+    standby: Option<Standby>,
     /// Where the workers reach the application.
     store_addr: SocketAddr,
     preflight_refusal: Option<String>,
@@ -94,10 +150,20 @@ impl GateDeployment {
         // cut: its proxy stands between the workers and the process holding the file.
         let link = Proxy::new_link();
         let app_log = out.join("app.log");
+        let mut standby = None;
         let (database, db_proxy, (app, store_addr), preflight_refusal) = match (target, lang) {
             (Target::PostgresGate, _) => {
-                let database =
-                    pg_server::start(&out.join("postgres.log"), setup.durability).await?;
+                let replication = match setup.replica {
+                    true => Replication::Standby,
+                    false => Replication::None,
+                };
+                let log = out.join("postgres.log");
+                let database = pg_server::start(&log, setup.durability, replication).await?;
+                // Before the gate's preflight, which counts the connected replicas.
+                if setup.replica {
+                    let log = out.join("postgres-replica.log");
+                    standby = Some(Standby::start(database.addr, setup.durability, log).await?);
+                }
                 let proxy = Proxy::start(database.addr, link).await?;
                 let config = pg_server::client_config(proxy.addr());
                 let (app, refusal) = if lang == GateLang::Python {
@@ -159,6 +225,8 @@ impl GateDeployment {
         Ok(GateDeployment {
             setup,
             locks,
+            db_addr: database.addr,
+            standby,
             db: database.process,
             db_description: database.description,
             db_proxy,
@@ -179,6 +247,51 @@ async fn issuer_keys(addr: SocketAddr) -> Result<Arc<IssuerKeys>, VerifyError> {
 }
 
 impl GateDeployment {
+    /// `db-failover`: cut the replica off its primary for `hit.span` (a partition, or a
+    /// replica fallen behind), SIGKILL the primary, promote the replica, point the
+    /// application's proxy at it, and clone a new replica from it (the old primary's files
+    /// are dropped: it never comes back as a primary). While the replica is cut off, a
+    /// synchronous primary acknowledges no commit; an asynchronous one goes on, and what it
+    /// acknowledged then is not on the replica it fails over to.
+    async fn fail_over(&mut self, hit: Hit) -> Result<FaultDone, VerifyError> {
+        let Standby {
+            db: replica,
+            link,
+            log,
+            durability,
+        } = self.standby.take().ok_or_else(|| {
+            VerifyError::Internal("db-failover in a run started without a replica".into())
+        })?;
+        link.link().partition();
+        tokio::time::sleep(hit.span).await;
+        self.db.crash().await?;
+        link.link().heal();
+        pg_server::promote(replica.addr).await?;
+        self.db_proxy.retarget(replica.addr);
+        // The old primary (reaped by crash()) and its files are dropped here.
+        self.db = replica.process;
+        self.db_addr = replica.addr;
+        link.retarget(replica.addr);
+        let standby = Standby::clone_through(link, replica.addr, durability, log).await?;
+        let detail = format!(
+            "{} replica cut off for {} ms, then the primary SIGKILLed; the replica promoted \
+             at {}, the application pointed at it, a new replica cloned from it at {}",
+            if durability == Durability::Safe {
+                "synchronous"
+            } else {
+                "asynchronous"
+            },
+            hit.span.as_millis(),
+            replica.addr,
+            standby.db.addr
+        );
+        self.standby = Some(standby);
+        Ok(FaultDone {
+            detail,
+            crashed: false,
+        })
+    }
+
     /// The two ends of the link `db-drop` and `db-delay` act on.
     fn db_link(&self) -> (&'static str, &'static str) {
         match self.app {
@@ -232,13 +345,11 @@ impl Deployment for GateDeployment {
     }
 
     fn faults(&self) -> &'static [FaultKind] {
-        &[
-            FaultKind::Kill,
-            FaultKind::DbKill,
-            FaultKind::DbPause,
-            FaultKind::DbDrop,
-            FaultKind::DbDelay,
-        ]
+        use FaultKind::*;
+        match self.setup.target {
+            Target::PostgresGate => &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbFailover],
+            _ => &[Kill, DbKill, DbPause, DbDrop, DbDelay],
+        }
     }
 
     async fn fault(&mut self, kind: FaultKind, hit: Hit) -> Result<FaultDone, VerifyError> {
@@ -287,6 +398,7 @@ impl Deployment for GateDeployment {
                     crashed: false,
                 })
             }
+            FaultKind::DbFailover => self.fail_over(hit).await,
             other => Err(VerifyError::Internal(format!(
                 "{other} is not a fault of the gate targets"
             ))),

@@ -61,6 +61,7 @@ pub(crate) fn fault_colour(kind: FaultKind) -> &'static str {
         FaultKind::DbPause => "#48f",
         FaultKind::DbDrop => "#c6c",
         FaultKind::DbDelay => "#cb3",
+        FaultKind::DbFailover => "#606",
     }
 }
 
