@@ -11,9 +11,11 @@
 //!   acknowledged writes: a crash of the database takes the last commits with it, marks
 //!   included. The report names the setting.
 //!
-//! - `db-failover` (PostgreSQL): the primary killed while its replica is cut off, the
-//!   replica promoted. With a synchronous replica the run must come out clean; with an
-//!   asynchronous one (`--unsafe-db` in that shape) it must lose acknowledged writes.
+//! - `db-failover`: the primary killed while its replica is cut off, the replica
+//!   promoted. With a synchronous PostgreSQL replica, or a Redis gate that waits for its
+//!   replica after every call (`WAIT`), the run must come out clean; with an asynchronous
+//!   PostgreSQL replica, or a Redis gate that does not wait (`--unsafe-db` in that shape),
+//!   it must lose acknowledged writes.
 //!
 //! The runs go one at a time (a lock shared by the tests), so two databases never compete
 //! for the machine. Needs PostgreSQL's server binaries and redis-server
@@ -164,6 +166,18 @@ fn the_redis_gate_holds_under_database_crashes_and_pauses_unless_nothing_is_pers
         "a Redis that persists nothing lost no update across its crashes: {}",
         unsafe_db.stdout
     );
+}
+
+#[test]
+fn the_redis_gate_survives_a_failover_only_when_it_waits_for_its_replica() {
+    let report = clean_run("redis-gate", "lock-set", "db-failover,pause").report();
+    assert!(
+        report.contains("replica (waited for by the gate)"),
+        "{report}"
+    );
+    // Redis replicates asynchronously: without WAIT, what the primary acknowledged while
+    // its replica was cut off is gone after the failover.
+    unsafe_lock_set("redis-gate", "db-failover", "wait_for_replicas");
 }
 
 #[test]

@@ -319,8 +319,8 @@ pub struct VerifyArgs {
     pub workload: Workload,
     /// Faults to inject: a comma-separated list of pause, kill, delay, drop, partition,
     /// etcd-kill, etcd-pause, node-partition (etcd3), disk (embedded), db-kill, db-pause,
-    /// db-drop, db-delay (the gate targets) and db-failover (postgres-gate); or `all` (every
-    /// fault the target has, except disk and db-failover), or `none`.
+    /// db-drop, db-delay (the gate targets) and db-failover (postgres-gate, redis-gate); or
+    /// `all` (every fault the target has, except disk and db-failover), or `none`.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Servers under test: `embedded` (one node) or `etcd3` (three etcd members, three
@@ -354,9 +354,11 @@ pub struct VerifyArgs {
     pub auth: bool,
     /// Gate targets: run the database with a setting the gate's preflight refuses
     /// (PostgreSQL: `synchronous_commit=off`, or with `db-failover` an asynchronous replica;
-    /// Redis: `appendonly no`). A negative control: with `db-kill` (or `db-failover`) among
-    /// the faults, violations are expected, and the report names the setting. Not for sqlite-gate: SQLite's unsafe settings lose commits only when the
-    /// machine goes down, which a process crash cannot show.
+    /// Redis: `appendonly no`, or with `db-failover` a gate that does not `WAIT` for its
+    /// replica). A negative control: with `db-kill` (or `db-failover`) among the faults,
+    /// violations are expected, and the report names the setting. Not for sqlite-gate:
+    /// SQLite's unsafe settings lose commits only when the machine goes down, which a
+    /// process crash cannot show.
     #[arg(long)]
     pub unsafe_db: bool,
     /// Gate targets: the gate the application writes through, `rust` or `python`

@@ -46,12 +46,10 @@ fn supported_faults(topology: Topology, target: Target) -> &'static [FaultKind] 
     use FaultKind::*;
     match (topology, target) {
         (Topology::Embedded, Target::Palisade) => &[Kill, Disk],
-        (Topology::Embedded, Target::PostgresGate) => {
+        (Topology::Embedded, Target::PostgresGate | Target::RedisGate) => {
             &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbFailover]
         }
-        (Topology::Embedded, Target::RedisGate | Target::SqliteGate) => {
-            &[Kill, DbKill, DbPause, DbDrop, DbDelay]
-        }
+        (Topology::Embedded, Target::SqliteGate) => &[Kill, DbKill, DbPause, DbDrop, DbDelay],
         (Topology::Embedded, _) => &[Kill],
         (Topology::Etcd3, Target::Palisade) => &[Kill, EtcdKill, EtcdPause, NodePartition],
         (Topology::Etcd3, _) => &[EtcdKill, EtcdPause],

@@ -219,6 +219,14 @@ pub enum Durability {
     Unsafe,
 }
 
+/// Whether the run has a replica beside the primary (for `db-failover`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replication {
+    None,
+    /// One replica, cloned and kept through the replication link.
+    Standby,
+}
+
 /// A started database: its process, where it listens, and how to describe it.
 pub struct Database {
     pub process: DbProcess,

@@ -6,9 +6,11 @@
 //!   ([`pg_server`]), Redis ([`redis_server`]), or for SQLite the application process
 //!   that holds the file ([`app_process`]); `db-kill` SIGKILLs every process of it and
 //!   restarts it on its files, `db-pause` SIGSTOPs them, then SIGCONT;
-//! - for `db-failover` (PostgreSQL), a streaming replica beside the database ([`Standby`]),
-//!   synchronous with safe settings and asynchronous for `--unsafe-db`; the fault cuts it
-//!   off, kills the primary and promotes it;
+//! - for `db-failover` (PostgreSQL, Redis), a replica beside the database ([`Standby`]):
+//!   for PostgreSQL a streaming standby, synchronous with safe settings and asynchronous
+//!   for `--unsafe-db`; for Redis a replica the gate waits for after every call (`WAIT`),
+//!   or for `--unsafe-db` does not; the fault cuts it off, kills the primary and promotes
+//!   it;
 //! - a [`Proxy`] between the application and the database (for SQLite, between the
 //!   workers and the process holding the file): `db-drop` cuts every open connection,
 //!   `db-delay` holds what goes through for a while;
@@ -30,9 +32,9 @@ use async_trait::async_trait;
 use palisade_client::{Client, IssuerKeys};
 
 use super::app_process::{self, AppProcess, PythonDb};
-use super::db_process::{Database, DbProcess, Durability};
-use super::gate_store::{GateStore, GatedDb};
-use super::pg_server::{self, Replication};
+use super::db_process::{Database, DbProcess, Durability, Replication};
+use super::gate_store::{preflight_refused, GateStore, GatedDb};
+use super::pg_server;
 use super::pg_store::PgStore;
 use super::redis_server;
 use super::redis_store::RedisStore;
@@ -51,7 +53,7 @@ pub struct GateSetup {
     /// The interpreter of [`GateLang::Python`].
     pub python: PathBuf,
     pub durability: Durability,
-    /// A streaming replica beside the database, for `db-failover` (PostgreSQL).
+    /// A replica beside the database, for `db-failover` (PostgreSQL, Redis).
     pub replica: bool,
 }
 
@@ -60,6 +62,8 @@ const STANDBY_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The replica of a `db-failover` run and its link to the primary.
 struct Standby {
+    /// PostgreSQL's or Redis's ([`Target::PostgresGate`], [`Target::RedisGate`]).
+    target: Target,
     db: Database,
     /// The replica's connection to its primary goes through it (cut before a failover);
     /// pointed at each new primary.
@@ -69,34 +73,72 @@ struct Standby {
 }
 
 impl Standby {
-    /// Clones the primary at `primary` through a new link and waits until the clone
-    /// streams from it.
-    async fn start(
+    /// When `setup` asks for a replica: clones the primary at `primary` through a new link
+    /// and waits until the clone streams from it; its log is `<name>-replica.log` in `out`.
+    async fn beside(
+        setup: &GateSetup,
         primary: SocketAddr,
-        durability: Durability,
-        log: PathBuf,
-    ) -> Result<Standby, VerifyError> {
+        out: &Path,
+        name: &str,
+    ) -> Result<Option<Standby>, VerifyError> {
+        if !setup.replica {
+            return Ok(None);
+        }
         let link = Proxy::start(primary, Proxy::new_link()).await?;
-        Standby::clone_through(link, primary, durability, log).await
+        let log = out.join(format!("{name}-replica.log"));
+        let (target, durability) = (setup.target, setup.durability);
+        Ok(Some(
+            Standby::clone_through(target, link, primary, durability, log).await?,
+        ))
     }
 
     /// Clones the primary at `primary` (which `link` relays to) and waits until the clone
     /// streams from it.
     async fn clone_through(
+        target: Target,
         link: Proxy,
         primary: SocketAddr,
         durability: Durability,
         log: PathBuf,
     ) -> Result<Standby, VerifyError> {
-        let db = pg_server::start_replica(&log, link.addr(), durability).await?;
-        let synchronous = durability == Durability::Safe;
-        pg_server::await_standby(primary, synchronous, STANDBY_TIMEOUT).await?;
+        let db = match target {
+            Target::RedisGate => {
+                let db = redis_server::start_replica(&log, link.addr()).await?;
+                redis_server::await_replica(primary, STANDBY_TIMEOUT).await?;
+                db
+            }
+            _ => {
+                let db = pg_server::start_replica(&log, link.addr(), durability).await?;
+                let synchronous = durability == Durability::Safe;
+                pg_server::await_standby(primary, synchronous, STANDBY_TIMEOUT).await?;
+                db
+            }
+        };
         Ok(Standby {
+            target,
             db,
             link,
             log,
             durability,
         })
+    }
+
+    /// Makes the replica a primary.
+    async fn promote(&self) -> Result<(), VerifyError> {
+        match self.target {
+            Target::RedisGate => redis_server::promote(self.db.addr).await,
+            _ => pg_server::promote(self.db.addr).await,
+        }
+    }
+
+    /// How the primary waited for it, as the report says it.
+    fn kind(&self) -> &'static str {
+        match (self.target, self.durability) {
+            (Target::RedisGate, Durability::Safe) => "replica (waited for by the gate)",
+            (Target::RedisGate, Durability::Unsafe) => "replica (not waited for by the gate)",
+            (_, Durability::Safe) => "synchronous replica",
+            (_, Durability::Unsafe) => "asynchronous replica",
+        }
     }
 }
 
@@ -126,7 +168,8 @@ pub struct GateDeployment {
     standby: Option<Standby>,
     /// Where the workers reach the application.
     store_addr: SocketAddr,
-    preflight_refusal: Option<String>,
+    /// Why the gate cannot keep its promise here (a negative control), as the report says it.
+    unsafe_because: Option<String>,
 }
 
 impl GateDeployment {
@@ -151,19 +194,16 @@ impl GateDeployment {
         let link = Proxy::new_link();
         let app_log = out.join("app.log");
         let mut standby = None;
-        let (database, db_proxy, (app, store_addr), preflight_refusal) = match (target, lang) {
+        let replication = match setup.replica {
+            true => Replication::Standby,
+            false => Replication::None,
+        };
+        let (database, db_proxy, (app, store_addr), unsafe_because) = match (target, lang) {
             (Target::PostgresGate, _) => {
-                let replication = match setup.replica {
-                    true => Replication::Standby,
-                    false => Replication::None,
-                };
                 let log = out.join("postgres.log");
                 let database = pg_server::start(&log, setup.durability, replication).await?;
                 // Before the gate's preflight, which counts the connected replicas.
-                if setup.replica {
-                    let log = out.join("postgres-replica.log");
-                    standby = Some(Standby::start(database.addr, setup.durability, log).await?);
-                }
+                standby = Standby::beside(&setup, database.addr, out, "postgres").await?;
                 let proxy = Proxy::start(database.addr, link).await?;
                 let config = pg_server::client_config(proxy.addr());
                 let (app, refusal) = if lang == GateLang::Python {
@@ -176,24 +216,26 @@ impl GateDeployment {
                     let addr = app.database.addr;
                     (
                         (Application::Process(Box::new(app.database.process)), addr),
-                        app.preflight_refusal,
+                        app.preflight_refusal.as_deref().map(preflight_refused),
                     )
                 } else {
                     let keys = issuer_keys(lock_addr).await?;
                     let gated = PgStore::install(config, keys.verifier(), expect_unsafe).await?;
-                    let refusal = gated.preflight_refusal().map(str::to_owned);
+                    let refusal = gated.preflight_refusal().map(preflight_refused);
                     (in_process(Arc::new(gated)).await?, refusal)
                 };
                 (database, proxy, app, refusal)
             }
             (Target::RedisGate, GateLang::Rust) => {
-                let database =
-                    redis_server::start(&out.join("redis.log"), setup.durability).await?;
+                let log = out.join("redis.log");
+                let database = redis_server::start(&log, setup.durability, replication).await?;
+                standby = Standby::beside(&setup, database.addr, out, "redis").await?;
                 let proxy = Proxy::start(database.addr, link).await?;
                 let url = redis_server::client_url(proxy.addr());
                 let keys = issuer_keys(lock_addr).await?;
-                let gated = RedisStore::install(&url, keys.verifier(), expect_unsafe).await?;
-                let refusal = gated.preflight_refusal().map(str::to_owned);
+                let (verifier, replica) = (keys.verifier(), setup.replica);
+                let gated = RedisStore::install(&url, verifier, expect_unsafe, replica).await?;
+                let refusal = gated.unsafe_because().map(str::to_owned);
                 (database, proxy, in_process(Arc::new(gated)).await?, refusal)
             }
             (Target::SqliteGate, _) if !expect_unsafe => {
@@ -232,7 +274,7 @@ impl GateDeployment {
             db_proxy,
             app,
             store_addr,
-            preflight_refusal,
+            unsafe_because,
         })
     }
 }
@@ -248,41 +290,45 @@ async fn issuer_keys(addr: SocketAddr) -> Result<Arc<IssuerKeys>, VerifyError> {
 
 impl GateDeployment {
     /// `db-failover`: cut the replica off its primary for `hit.span` (a partition, or a
-    /// replica fallen behind), SIGKILL the primary, promote the replica, point the
+    /// replica fallen behind), SIGKILL the primary, half a span later promote the replica, point the
     /// application's proxy at it, and clone a new replica from it (the old primary's files
     /// are dropped: it never comes back as a primary). While the replica is cut off, a
     /// synchronous primary acknowledges no commit; an asynchronous one goes on, and what it
     /// acknowledged then is not on the replica it fails over to.
     async fn fail_over(&mut self, hit: Hit) -> Result<FaultDone, VerifyError> {
+        let replica = self.standby.take().ok_or_else(|| {
+            VerifyError::Internal("db-failover in a run started without a replica".into())
+        })?;
+        replica.link.link().partition();
+        tokio::time::sleep(hit.span).await;
+        self.db.crash().await?;
+        // Until a failover manager notices: at least one TTL, so that no holder that read
+        // from the old primary writes to the new one within the same critical section
+        // (which would write back what the replica missed, and hide the loss).
+        let noticed = hit.span / 2;
+        tokio::time::sleep(noticed).await;
+        replica.link.link().heal();
+        replica.promote().await?;
+        let kind = replica.kind();
         let Standby {
-            db: replica,
+            target,
+            db: promoted,
             link,
             log,
             durability,
-        } = self.standby.take().ok_or_else(|| {
-            VerifyError::Internal("db-failover in a run started without a replica".into())
-        })?;
-        link.link().partition();
-        tokio::time::sleep(hit.span).await;
-        self.db.crash().await?;
-        link.link().heal();
-        pg_server::promote(replica.addr).await?;
-        self.db_proxy.retarget(replica.addr);
+        } = replica;
+        self.db_proxy.retarget(promoted.addr);
         // The old primary (reaped by crash()) and its files are dropped here.
-        self.db = replica.process;
-        self.db_addr = replica.addr;
-        link.retarget(replica.addr);
-        let standby = Standby::clone_through(link, replica.addr, durability, log).await?;
+        self.db = promoted.process;
+        self.db_addr = promoted.addr;
+        link.retarget(promoted.addr);
+        let standby = Standby::clone_through(target, link, promoted.addr, durability, log).await?;
         let detail = format!(
-            "{} replica cut off for {} ms, then the primary SIGKILLed; the replica promoted \
-             at {}, the application pointed at it, a new replica cloned from it at {}",
-            if durability == Durability::Safe {
-                "synchronous"
-            } else {
-                "asynchronous"
-            },
+            "{kind} cut off for {} ms, then the primary SIGKILLed; {} ms later the replica \
+             promoted at {}, the application pointed at it, a new replica cloned from it at {}",
             hit.span.as_millis(),
-            replica.addr,
+            noticed.as_millis(),
+            promoted.addr,
             standby.db.addr
         );
         self.standby = Some(standby);
@@ -328,10 +374,8 @@ impl Deployment for GateDeployment {
                 self.store_addr
             ),
         ];
-        if let Some(why) = &self.preflight_refusal {
-            lines.push(format!(
-                "UNSAFE (negative control): the gate's preflight refuses this database: {why}"
-            ));
+        if let Some(why) = &self.unsafe_because {
+            lines.push(format!("UNSAFE (negative control): {why}"));
         }
         lines
     }
@@ -347,7 +391,9 @@ impl Deployment for GateDeployment {
     fn faults(&self) -> &'static [FaultKind] {
         use FaultKind::*;
         match self.setup.target {
-            Target::PostgresGate => &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbFailover],
+            Target::PostgresGate | Target::RedisGate => {
+                &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbFailover]
+            }
             _ => &[Kill, DbKill, DbPause, DbDrop, DbDelay],
         }
     }

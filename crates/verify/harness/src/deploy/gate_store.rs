@@ -86,6 +86,11 @@ impl StoreError {
     }
 }
 
+/// A gate's preflight refusal (`why`), as the report of a negative control says it.
+pub fn preflight_refused(why: &str) -> String {
+    format!("the gate's preflight refuses this database: {why}")
+}
+
 /// A read of the gate's own table that failed: whatever the gate says, nothing was
 /// refused, so it is the database's failure.
 pub fn failed_read(e: AdmitError) -> StoreError {

@@ -30,20 +30,12 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::db_process::{Database, DbProcess, Durability, Launch, Probe};
+use super::db_process::{Database, DbProcess, Durability, Launch, Probe, Replication};
 use crate::procs::free_port;
 use crate::VerifyError;
 
 /// The setting [`Durability::Unsafe`] stands for without a replica, as the report names it.
 pub const UNSAFE_SETTING: &str = "synchronous_commit=off";
-
-/// Whether the run has a streaming replica beside the primary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Replication {
-    None,
-    /// One standby, cloned and kept through the replication link.
-    Standby,
-}
 
 /// The `-c` settings of every server of the run.
 fn settings(durability: Durability, replication: Replication) -> &'static [&'static str] {

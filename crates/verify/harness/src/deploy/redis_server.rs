@@ -1,15 +1,24 @@
-//! Redis for the `redis-gate` target: a throwaway `redis-server` in a [`DbProcess`].
+//! Redis for the `redis-gate` target: a throwaway `redis-server` in a [`DbProcess`], and
+//! for `db-failover` a replica beside it.
 //!
 //! One server on a free loopback port, its files in a temp directory, no RDB snapshots.
 //! [`Durability::Safe`] is what the gate's preflight insists on: `appendonly yes` with
 //! `appendfsync always`, so a script's effects are in the append-only file, fsynced,
 //! before Redis answers.
 //!
-//! [`Durability::Unsafe`] is `appendonly no`: nothing is persisted, and a crash of the
-//! server loses every mark and every value. `appendfsync everysec`, the other setting the
-//! preflight refuses, loses the last second only when the machine itself goes down:
+//! Alone, [`Durability::Unsafe`] is `appendonly no`: nothing is persisted, and a crash of
+//! the server loses every mark and every value. `appendfsync everysec`, the other setting
+//! the preflight refuses, loses the last second only when the machine itself goes down:
 //! Redis `write`s the file before it answers, and the page cache outlives a killed
 //! process, so a process crash (all this harness can inject) cannot show it.
+//!
+//! With a replica ([`Replication::Standby`]), every server persists as the preflight
+//! insists, and [`start_replica`] starts one more with `replicaof` the primary through a
+//! proxy (the replication link); [`promote`] makes it a primary (`REPLICAOF NO ONE`).
+//! Redis replicates asynchronously whatever its settings: what makes a failover safe is
+//! the gate, which with [`Durability::Safe`] waits for the replica after every call
+//! (`RedisFence::wait_for_replicas`, Redis `WAIT`), and with [`Durability::Unsafe`] does
+//! not (see [`super::redis_store`]).
 //!
 //! The binary is `redis-server` on `PATH` (Debian: redis-server).
 
@@ -19,25 +28,49 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::db_process::{Database, DbProcess, Durability, Launch, Probe};
+use super::db_process::{Database, DbProcess, Durability, Launch, Probe, Replication};
 use crate::procs::free_port;
 use crate::VerifyError;
 
-/// The setting [`Durability::Unsafe`] stands for, as the report names it.
+/// The setting [`Durability::Unsafe`] stands for without a replica, as the report names it.
 pub const UNSAFE_SETTING: &str = "appendonly no";
 
+const SAFE: &[&str] = &["--appendonly", "yes", "--appendfsync", "always"];
+
 /// Starts `redis-server`; its output goes to `log`.
-pub async fn start(log: &Path, durability: Durability) -> Result<Database, VerifyError> {
+pub async fn start(
+    log: &Path,
+    durability: Durability,
+    replication: Replication,
+) -> Result<Database, VerifyError> {
+    let settings = match (durability, replication) {
+        (Durability::Unsafe, Replication::None) => &["--appendonly", "no"],
+        _ => SAFE,
+    };
+    serve(log, settings, None, "Redis").await
+}
+
+/// A replica of the primary reached at `primary` (the replication link), with the safe
+/// settings; its output goes to `log`. It copies the primary's data on its own: wait for
+/// it with [`await_replica`].
+pub async fn start_replica(log: &Path, primary: SocketAddr) -> Result<Database, VerifyError> {
+    serve(log, SAFE, Some(primary), "Redis replica").await
+}
+
+/// Runs `redis-server` on a free port with `settings` (a replica of `primary`, if any)
+/// until it answers.
+async fn serve(
+    log: &Path,
+    settings: &'static [&'static str],
+    primary: Option<SocketAddr>,
+    what: &str,
+) -> Result<Database, VerifyError> {
     let dir = tempfile::Builder::new()
         .prefix("palisade-verify-redis-")
         .tempdir()
         .map_err(|e| VerifyError::io("cannot create the Redis folder", e))?;
     let folder = dir.path().to_owned();
     let port = free_port()?;
-    let settings: &'static [&'static str] = match durability {
-        Durability::Safe => &["--appendonly", "yes", "--appendfsync", "always"],
-        Durability::Unsafe => &["--appendonly", "no"],
-    };
     let launch: Launch = Box::new(move || {
         let mut redis = Command::new("redis-server");
         redis
@@ -45,34 +78,33 @@ pub async fn start(log: &Path, durability: Durability) -> Result<Database, Verif
             .arg("--dir")
             .arg(&folder)
             .args(["--save", "", "--protected-mode", "no", "--daemonize", "no"])
+            // A replica's first copy at once, not after the default 5 s wait for others.
+            .args(["--repl-diskless-sync-delay", "0"])
             .args(settings);
+        if let Some(primary) = primary {
+            let (host, port) = (primary.ip().to_string(), primary.port().to_string());
+            redis.args(["--replicaof", &host, &port]);
+        }
         redis
     });
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
     let ready: Probe = Box::new(move || {
-        let url = client_url(addr);
         Box::pin(async move {
-            let ping = async {
-                let client = redis::Client::open(url.as_str()).ok()?;
-                let mut con = client.get_multiplexed_async_connection().await.ok()?;
-                redis::cmd("PING")
-                    .query_async::<String>(&mut con)
-                    .await
-                    .ok()
-            };
+            let ping = query::<String>(addr, redis::cmd("PING"));
             matches!(
                 tokio::time::timeout(Duration::from_secs(2), ping).await,
-                Ok(Some(pong)) if pong == "PONG"
+                Ok(Ok(pong)) if pong == "PONG"
             )
         })
     });
     let description = format!(
-        "Redis at 127.0.0.1:{port}, {}",
+        "{what} at 127.0.0.1:{port}, {}{}",
         settings
             .chunks(2)
             .map(|pair| pair.join(" ").trim_start_matches("--").to_owned())
             .collect::<Vec<_>>()
-            .join(", ")
+            .join(", "),
+        primary.map_or(String::new(), |p| format!(", replica of {p}"))
     );
     let process = DbProcess::start("redis-server", dir, log, libc::SIGTERM, launch, ready)
         .await
@@ -92,6 +124,51 @@ pub async fn start(log: &Path, durability: Durability) -> Result<Database, Verif
         addr,
         description,
     })
+}
+
+/// Waits until the primary at `primary` has a replica online (its initial copy done),
+/// at most `within`.
+pub async fn await_replica(primary: SocketAddr, within: Duration) -> Result<(), VerifyError> {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let mut info = redis::cmd("INFO");
+        info.arg("replication");
+        if let Ok(text) = query::<String>(primary, info).await {
+            if text
+                .lines()
+                .any(|line| line.starts_with("slave") && line.contains("state=online"))
+            {
+                return Ok(());
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(VerifyError::Deploy(format!(
+                "no replica online at the Redis primary {primary} within {within:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Makes the replica at `replica` a primary (`REPLICAOF NO ONE`).
+pub async fn promote(replica: SocketAddr) -> Result<(), VerifyError> {
+    let mut cmd = redis::cmd("REPLICAOF");
+    cmd.arg("NO").arg("ONE");
+    query::<String>(replica, cmd).await.map(drop).map_err(|e| {
+        VerifyError::Deploy(format!(
+            "cannot promote the Redis replica at {replica}: {e}"
+        ))
+    })
+}
+
+/// `cmd`'s answer from the server at `addr`, on a connection of its own.
+async fn query<T: redis::FromRedisValue>(addr: SocketAddr, cmd: redis::Cmd) -> Result<T, String> {
+    let client = redis::Client::open(client_url(addr)).map_err(|e| e.to_string())?;
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    cmd.query_async(&mut con).await.map_err(|e| e.to_string())
 }
 
 /// The URL of a client of the server reached at `addr`.

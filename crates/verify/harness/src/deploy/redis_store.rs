@@ -16,6 +16,13 @@
 //! gate's preflight runs: it passes for the safe settings ([`RedisFence::connect`]), and
 //! for the negative control it must refuse; its reason is kept for the report and the
 //! control goes on with [`RedisFence::unchecked`].
+//!
+//! With a replica (`db-failover`), the preflight passes either way (every server persists
+//! as it insists; it does not look at replication). The safe gate waits for the replica
+//! after every call ([`RedisFence::wait_for_replicas`], at most [`REPLICA_WAIT`]; fewer
+//! acknowledgements in time fail the call, whose outcome is then unknown to the worker);
+//! the negative control does not, so a call the primary acknowledged may be missing from
+//! the replica promoted after it, mark and value alike.
 
 use std::sync::Arc;
 
@@ -27,24 +34,34 @@ use palisade_api::wire::{FenceAnswer, WriteAnswer};
 use palisade_token::Verifier;
 use redis::aio::MultiplexedConnection;
 
-use super::gate_store::{failed_read, Entry, GatedDb, Mutation, StoreError};
+use super::gate_store::{failed_read, preflight_refused, Entry, GatedDb, Mutation, StoreError};
 use crate::VerifyError;
+
+/// How long the safe gate waits for its replica after each call.
+pub const REPLICA_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What makes the negative control with a replica unsafe, as the report says it.
+const NO_WAIT: &str = "the gate does not wait for its replica (RedisFence::wait_for_replicas, \
+     Redis WAIT): Redis replicates asynchronously, so a replica promoted after a failover \
+     can miss calls the primary acknowledged";
 
 /// The gate's store in one Redis.
 pub struct RedisStore {
     client: redis::Client,
     fence: RedisFence,
     verifier: Arc<Verifier>,
-    preflight_refusal: Option<String>,
+    unsafe_because: Option<String>,
 }
 
 impl RedisStore {
     /// Runs the preflight (see the module docs). `expect_unsafe`: the server was started
-    /// with a setting the preflight refuses; anything else is an error.
+    /// with a setting the preflight refuses, or, with `replica`, the gate is not to wait
+    /// for the replica; anything else is an error.
     pub async fn install(
         url: &str,
         verifier: Arc<Verifier>,
         expect_unsafe: bool,
+        replica: bool,
     ) -> Result<RedisStore, VerifyError> {
         let client = redis::Client::open(url)
             .map_err(|e| VerifyError::Deploy(format!("bad Redis URL {url}: {e}")))?;
@@ -52,29 +69,33 @@ impl RedisStore {
             .get_multiplexed_async_connection()
             .await
             .map_err(|e| VerifyError::Deploy(format!("cannot connect to Redis: {e}")))?;
-        let (fence, preflight_refusal) = match RedisFence::connect(&mut con).await {
+        let (fence, unsafe_because) = match RedisFence::connect(&mut con).await {
+            Ok(fence) if replica && expect_unsafe => (fence, Some(NO_WAIT.to_owned())),
+            Ok(fence) if replica => (fence.wait_for_replicas(1, REPLICA_WAIT), None),
             Ok(_) if expect_unsafe => {
                 return Err(VerifyError::Deploy(
                     "the gate's preflight accepted a Redis started with an unsafe setting".into(),
                 ))
             }
             Ok(fence) => (fence, None),
-            Err(AdmitError::UnsafeDatabase(why)) if expect_unsafe => {
-                (RedisFence::unchecked(), Some(why.to_string()))
-            }
+            Err(AdmitError::UnsafeDatabase(why)) if expect_unsafe => (
+                RedisFence::unchecked(),
+                Some(preflight_refused(&why.to_string())),
+            ),
             Err(e) => return Err(VerifyError::Deploy(format!("the gate's preflight: {e}"))),
         };
         Ok(RedisStore {
             client,
             fence,
             verifier,
-            preflight_refusal,
+            unsafe_because,
         })
     }
 
-    /// What the preflight said of the server, when it refused it.
-    pub fn preflight_refusal(&self) -> Option<&str> {
-        self.preflight_refusal.as_deref()
+    /// Why the gate cannot keep its promise here (the negative control): what the
+    /// preflight said of the server, or that the gate does not wait for its replica.
+    pub fn unsafe_because(&self) -> Option<&str> {
+        self.unsafe_because.as_deref()
     }
 
     async fn connect(&self) -> Result<MultiplexedConnection, StoreError> {
