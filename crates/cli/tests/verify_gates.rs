@@ -16,6 +16,10 @@
 //!   replica after every call (`WAIT`), the run must come out clean; with an asynchronous
 //!   PostgreSQL replica, or a Redis gate that does not wait (`--unsafe-db` in that shape),
 //!   it must lose acknowledged writes.
+//! - `db-power-loss` (Redis): the server SIGKILLed and every write no fsync reached
+//!   dropped (its files on a lazy FUSE file system). With `appendfsync always` the run
+//!   must come out clean; with `everysec` (`--unsafe-db` in that shape) it must lose
+//!   acknowledged writes. Needs `/dev/fuse` and root.
 //!
 //! The runs go one at a time (a lock shared by the tests), so two databases never compete
 //! for the machine. Needs PostgreSQL's server binaries and redis-server
@@ -178,6 +182,20 @@ fn the_redis_gate_survives_a_failover_only_when_it_waits_for_its_replica() {
     // Redis replicates asynchronously: without WAIT, what the primary acknowledged while
     // its replica was cut off is gone after the failover.
     unsafe_lock_set("redis-gate", "db-failover", "wait_for_replicas");
+}
+
+#[test]
+fn the_redis_gate_survives_a_power_loss_only_with_appendfsync_always() {
+    // Its files on the lazy file system: a power loss drops what no fsync reached.
+    let report = clean_run("redis-gate", "lock-set", "db-power-loss,pause").report();
+    assert!(report.contains("lazy file system"), "{report}");
+    // appendfsync everysec: Redis answers before it fsyncs, and the last second goes.
+    let unsafe_db = unsafe_lock_set("redis-gate", "db-power-loss", "appendfsync");
+    assert!(
+        unsafe_db.summary["lost_updates"].as_u64().unwrap_or(0) > 0,
+        "everysec lost no update at a power loss: {}",
+        unsafe_db.stdout
+    );
 }
 
 #[test]

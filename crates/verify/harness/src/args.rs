@@ -195,11 +195,16 @@ pub enum FaultKind {
     /// the application reaches from then on; a new replica is cloned from it. The run
     /// starts the replica only when this fault is asked for. Never part of `all`: name it.
     DbFailover,
+    /// SIGKILL the gate's database and drop every write to its files that no fsync
+    /// reached (a machine losing power), then restart it. Its files are then on a lazy
+    /// file system ([`crate::lazy_fs`], FUSE), mounted only when this fault is asked
+    /// for. Never part of `all`: name it.
+    DbPowerLoss,
 }
 
 impl FaultKind {
     /// Every kind, in the order `--faults` lists them.
-    pub const EVERY: [FaultKind; 14] = [
+    pub const EVERY: [FaultKind; 15] = [
         FaultKind::Pause,
         FaultKind::Kill,
         FaultKind::Delay,
@@ -214,6 +219,7 @@ impl FaultKind {
         FaultKind::DbDrop,
         FaultKind::DbDelay,
         FaultKind::DbFailover,
+        FaultKind::DbPowerLoss,
     ];
 
     /// Faults aimed at one worker (its process or its proxy link); every deployment has
@@ -241,7 +247,16 @@ impl FaultKind {
             FaultKind::DbDrop => "db-drop",
             FaultKind::DbDelay => "db-delay",
             FaultKind::DbFailover => "db-failover",
+            FaultKind::DbPowerLoss => "db-power-loss",
         }
+    }
+
+    /// Never part of `all` (see [`FaultKind::parse_list`]).
+    pub fn named_only(self) -> bool {
+        matches!(
+            self,
+            FaultKind::Disk | FaultKind::DbFailover | FaultKind::DbPowerLoss
+        )
     }
 
     pub fn is_worker_fault(self) -> bool {
@@ -250,19 +265,16 @@ impl FaultKind {
 
     /// Parses `pause,kill,...`, `all` or `none` for a deployment whose own faults are
     /// `supported`. `all` means the worker faults plus every supported one except `disk`
-    /// (which finds a known weakness of today's store) and `db-failover` (which changes the
-    /// deployment: a replica beside the database): they must be asked for by name.
+    /// (which finds a known weakness of today's store), `db-failover` and `db-power-loss`
+    /// (which change the deployment: a replica beside the database, its files on FUSE):
+    /// they must be asked for by name.
     pub fn parse_list(text: &str, supported: &[FaultKind]) -> Result<Vec<FaultKind>, VerifyError> {
         let mut kinds = Vec::new();
         for word in text.split(',').map(str::trim).filter(|w| !w.is_empty()) {
             match word {
                 "all" => {
                     kinds.extend(FaultKind::WORKER);
-                    kinds.extend(
-                        supported
-                            .iter()
-                            .filter(|k| !matches!(k, FaultKind::Disk | FaultKind::DbFailover)),
-                    );
+                    kinds.extend(supported.iter().filter(|k| !k.named_only()));
                 }
                 "none" => {}
                 _ => match FaultKind::EVERY.iter().find(|k| k.as_str() == word) {
@@ -319,8 +331,9 @@ pub struct VerifyArgs {
     pub workload: Workload,
     /// Faults to inject: a comma-separated list of pause, kill, delay, drop, partition,
     /// etcd-kill, etcd-pause, node-partition (etcd3), disk (embedded), db-kill, db-pause,
-    /// db-drop, db-delay (the gate targets) and db-failover (postgres-gate, redis-gate); or
-    /// `all` (every fault the target has, except disk and db-failover), or `none`.
+    /// db-drop, db-delay (the gate targets), db-failover (postgres-gate, redis-gate) and
+    /// db-power-loss (redis-gate); or `all` (every fault the target has, except disk,
+    /// db-failover and db-power-loss), or `none`.
     #[arg(long, default_value = "all")]
     pub faults: String,
     /// Servers under test: `embedded` (one node) or `etcd3` (three etcd members, three
@@ -354,8 +367,9 @@ pub struct VerifyArgs {
     pub auth: bool,
     /// Gate targets: run the database with a setting the gate's preflight refuses
     /// (PostgreSQL: `synchronous_commit=off`, or with `db-failover` an asynchronous replica;
-    /// Redis: `appendonly no`, or with `db-failover` a gate that does not `WAIT` for its
-    /// replica). A negative control: with `db-kill` (or `db-failover`) among the faults,
+    /// Redis: `appendonly no`, with `db-failover` a gate that does not `WAIT` for its
+    /// replica, with `db-power-loss` `appendfsync everysec`). A negative control: with
+    /// `db-kill` (or `db-failover`, `db-power-loss`) among the faults,
     /// violations are expected, and the report names the setting. Not for sqlite-gate:
     /// SQLite's unsafe settings lose commits only when the machine goes down, which a
     /// process crash cannot show.
@@ -442,12 +456,14 @@ mod tests {
         expected.sort();
         assert_eq!(FaultKind::parse_list("all", &etcd3).unwrap(), expected);
         assert!(FaultKind::parse_list("disk", &etcd3).is_err());
-        // A replica is started only for db-failover: `all` never asks for one.
-        let postgres = [Kill, DbKill, DbFailover];
+        // A replica is started only for db-failover, a lazy file system only for
+        // db-power-loss: `all` never asks for either.
+        let redis = [Kill, DbKill, DbFailover, DbPowerLoss];
         assert_eq!(
-            FaultKind::parse_list("all", &postgres).unwrap(),
+            FaultKind::parse_list("all", &redis).unwrap(),
             vec![Pause, Kill, Delay, Drop, Partition, DbKill]
         );
+        let postgres = [Kill, DbKill, DbFailover];
         assert_eq!(
             FaultKind::parse_list("db-failover", &postgres).unwrap(),
             vec![DbFailover]

@@ -62,6 +62,7 @@ pub mod deploy;
 pub mod disk;
 mod final_read;
 mod judge;
+pub mod lazy_fs;
 pub mod nemesis;
 pub mod procs;
 pub mod proxy;

@@ -153,7 +153,7 @@ impl Nemesis<'_> {
             _ if !kind.is_worker_fault() => {
                 let (lo, hi) = match kind {
                     FaultKind::Kill | FaultKind::Disk => (0.2, 1.0),
-                    FaultKind::EtcdKill | FaultKind::DbKill => (0.5, 1.5),
+                    FaultKind::EtcdKill | FaultKind::DbKill | FaultKind::DbPowerLoss => (0.5, 1.5),
                     // Long enough for whole lock cycles to commit on the primary while its
                     // replica is cut off: what an asynchronous replica then lacks.
                     FaultKind::DbFailover => (2.0, 4.0),

@@ -17,8 +17,8 @@ use crate::auth::AuthSetup;
 use crate::clock::RunClock;
 use crate::deploy::toy::Check;
 use crate::deploy::{
-    Deployment, Durability, EmbeddedServer, Etcd3, EtcdLockControl, GateDeployment, GateSetup,
-    UnfencedControl,
+    gate, Deployment, Durability, EmbeddedServer, Etcd3, EtcdLockControl, GateDeployment,
+    GateSetup, UnfencedControl,
 };
 use crate::judge::{judge, Collected};
 use crate::nemesis::{Nemesis, Probe};
@@ -41,15 +41,15 @@ pub(crate) struct Plan {
 }
 
 /// The deployment-level faults of each (topology, target); [`Deployment::faults`] of the
-/// deployment started for it says the same (checked at start).
+/// deployment started for it says the same (checked at start); the gate targets' are
+/// [`gate::faults`].
 fn supported_faults(topology: Topology, target: Target) -> &'static [FaultKind] {
     use FaultKind::*;
     match (topology, target) {
         (Topology::Embedded, Target::Palisade) => &[Kill, Disk],
-        (Topology::Embedded, Target::PostgresGate | Target::RedisGate) => {
-            &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbFailover]
+        (Topology::Embedded, Target::PostgresGate | Target::RedisGate | Target::SqliteGate) => {
+            gate::faults(target)
         }
-        (Topology::Embedded, Target::SqliteGate) => &[Kill, DbKill, DbPause, DbDrop, DbDelay],
         (Topology::Embedded, _) => &[Kill],
         (Topology::Etcd3, Target::Palisade) => &[Kill, EtcdKill, EtcdPause, NodePartition],
         (Topology::Etcd3, _) => &[EtcdKill, EtcdPause],
@@ -115,6 +115,13 @@ pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
         ));
     }
     let kinds = FaultKind::parse_list(&args.faults, supported_faults(topology, args.target))?;
+    if kinds.contains(&FaultKind::DbFailover) && kinds.contains(&FaultKind::DbPowerLoss) {
+        return Err(VerifyError::Config(
+            "db-failover and db-power-loss do not run together: the replica's files are not \
+             on the lazy file system, so a power loss after a failover would lose nothing"
+                .into(),
+        ));
+    }
     Ok(Plan {
         topology,
         kinds,
@@ -179,6 +186,7 @@ async fn start(
                     Durability::Safe
                 },
                 replica: plan.kinds.contains(&FaultKind::DbFailover),
+                lazy_disk: plan.kinds.contains(&FaultKind::DbPowerLoss),
             };
             Box::new(GateDeployment::start(setup, exe, data, out).await?)
         }

@@ -6,7 +6,9 @@
 //! a machine losing power or a stopped VM would:
 //! - [`DbProcess::crash`]: SIGKILL to the group; nothing is flushed, and the next start
 //!   recovers from whatever the database had made durable;
-//! - [`DbProcess::freeze`] / [`DbProcess::thaw`]: SIGSTOP / SIGCONT to the group.
+//! - [`DbProcess::freeze`] / [`DbProcess::thaw`]: SIGSTOP / SIGCONT to the group;
+//! - [`DbProcess::lose_power`]: SIGKILL to the group, then every write to its files that
+//!   no fsync reached is dropped, when its files are on a [`LazyFs`] ([`files_in`]).
 //!
 //! Each kind of database (`postgres`, `redis`) says how to start its server (the command,
 //! rebuilt for every start) and how to tell it takes requests (the probe); this type does
@@ -22,6 +24,7 @@ use std::time::Duration;
 use tokio::process::{Child, Command};
 use tokio::time::{timeout, Instant};
 
+use crate::lazy_fs::LazyFs;
 use crate::VerifyError;
 
 /// How long a start (crash recovery included) may take.
@@ -37,6 +40,9 @@ pub type Probe = Box<dyn Fn() -> Pin<Box<dyn Future<Output = bool> + Send>> + Se
 /// One database server process, its folder and its log.
 pub struct DbProcess {
     name: &'static str,
+    /// The lazy file system its files are on, if any ([`DbProcess::keep_disk`]); unmounted
+    /// before `_dir` is removed.
+    disk: Option<LazyFs>,
     /// The database's files; removed when the process is dropped.
     _dir: tempfile::TempDir,
     log: PathBuf,
@@ -59,6 +65,7 @@ impl DbProcess {
     ) -> Result<DbProcess, VerifyError> {
         let mut db = DbProcess {
             name,
+            disk: None,
             _dir: dir,
             log: log.to_owned(),
             launch,
@@ -146,6 +153,23 @@ impl DbProcess {
         Ok(())
     }
 
+    /// Keeps the lazy file system the server's files are on (see [`files_in`]), for
+    /// [`DbProcess::lose_power`].
+    pub fn keep_disk(&mut self, disk: Option<LazyFs>) {
+        self.disk = disk;
+    }
+
+    /// [`DbProcess::crash`], then a power loss: what no fsync reached is gone. Returns how
+    /// many files lost unsynced writes. An error for a server whose files are not on a
+    /// [`LazyFs`]: such a fault would drop nothing.
+    pub async fn lose_power(&mut self) -> Result<usize, VerifyError> {
+        self.crash().await?;
+        let disk = self.disk.as_ref().ok_or_else(|| {
+            VerifyError::Internal(format!("{} has no lazy file system to lose", self.name))
+        })?;
+        Ok(disk.lose_unsynced())
+    }
+
     /// SIGSTOP to every process of the server.
     pub fn freeze(&self) -> Result<(), VerifyError> {
         self.child
@@ -225,6 +249,22 @@ pub enum Replication {
     None,
     /// One replica, cloned and kept through the replication link.
     Standby,
+}
+
+/// Where a database keeps its files, in its folder `dir`: `dir` itself, or with `lazy` a
+/// [`LazyFs`] view of `dir/files` mounted at `dir/mnt` (for `db-power-loss`; hand it to
+/// [`DbProcess::keep_disk`]).
+pub fn files_in(dir: &Path, lazy: bool) -> Result<(PathBuf, Option<LazyFs>), VerifyError> {
+    if !lazy {
+        return Ok((dir.to_owned(), None));
+    }
+    let (files, mnt) = (dir.join("files"), dir.join("mnt"));
+    for folder in [&files, &mnt] {
+        std::fs::create_dir(folder)
+            .map_err(|e| VerifyError::io(format!("cannot create {}", folder.display()), e))?;
+    }
+    let disk = LazyFs::mount(&files, &mnt)?;
+    Ok((mnt, Some(disk)))
 }
 
 /// A started database: its process, where it listens, and how to describe it.

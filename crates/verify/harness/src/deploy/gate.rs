@@ -55,6 +55,8 @@ pub struct GateSetup {
     pub durability: Durability,
     /// A replica beside the database, for `db-failover` (PostgreSQL, Redis).
     pub replica: bool,
+    /// The database's files on a lazy file system, for `db-power-loss` (Redis).
+    pub lazy_disk: bool,
 }
 
 /// How long a new replica may take to stream.
@@ -228,7 +230,8 @@ impl GateDeployment {
             }
             (Target::RedisGate, GateLang::Rust) => {
                 let log = out.join("redis.log");
-                let database = redis_server::start(&log, setup.durability, replication).await?;
+                let (durability, lazy) = (setup.durability, setup.lazy_disk);
+                let database = redis_server::start(&log, durability, replication, lazy).await?;
                 standby = Standby::beside(&setup, database.addr, out, "redis").await?;
                 let proxy = Proxy::start(database.addr, link).await?;
                 let url = redis_server::client_url(proxy.addr());
@@ -276,6 +279,24 @@ impl GateDeployment {
             store_addr,
             unsafe_because,
         })
+    }
+}
+
+/// The deployment-level faults of the gate target `target`.
+pub fn faults(target: Target) -> &'static [FaultKind] {
+    use FaultKind::*;
+    match target {
+        Target::PostgresGate => &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbFailover],
+        Target::RedisGate => &[
+            Kill,
+            DbKill,
+            DbPause,
+            DbDrop,
+            DbDelay,
+            DbFailover,
+            DbPowerLoss,
+        ],
+        _ => &[Kill, DbKill, DbPause, DbDrop, DbDelay],
     }
 }
 
@@ -389,13 +410,7 @@ impl Deployment for GateDeployment {
     }
 
     fn faults(&self) -> &'static [FaultKind] {
-        use FaultKind::*;
-        match self.setup.target {
-            Target::PostgresGate | Target::RedisGate => {
-                &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbFailover]
-            }
-            _ => &[Kill, DbKill, DbPause, DbDrop, DbDelay],
-        }
+        faults(self.setup.target)
     }
 
     async fn fault(&mut self, kind: FaultKind, hit: Hit) -> Result<FaultDone, VerifyError> {
@@ -445,6 +460,19 @@ impl Deployment for GateDeployment {
                 })
             }
             FaultKind::DbFailover => self.fail_over(hit).await,
+            FaultKind::DbPowerLoss => {
+                let files = self.db.lose_power().await?;
+                tokio::time::sleep(hit.span).await;
+                self.db.restart().await?;
+                Ok(FaultDone {
+                    detail: format!(
+                        "database SIGKILL (every process) and power loss: the writes to {files} \
+                         file(s) that no fsync reached dropped; restarted after {} ms",
+                        hit.span.as_millis()
+                    ),
+                    crashed: false,
+                })
+            }
             other => Err(VerifyError::Internal(format!(
                 "{other} is not a fault of the gate targets"
             ))),

@@ -29,7 +29,7 @@ mod embedded;
 pub mod etcd;
 mod etcd3;
 mod etcd_lock;
-mod gate;
+pub mod gate;
 pub mod gate_store;
 pub mod pg_server;
 pub mod pg_store;

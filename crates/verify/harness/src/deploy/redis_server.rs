@@ -10,7 +10,8 @@
 //! the server loses every mark and every value. `appendfsync everysec`, the other setting
 //! the preflight refuses, loses the last second only when the machine itself goes down:
 //! Redis `write`s the file before it answers, and the page cache outlives a killed
-//! process, so a process crash (all this harness can inject) cannot show it.
+//! process. So with its files on a lazy file system (`lazy`, for `db-power-loss`, which
+//! drops what no fsync reached), [`Durability::Unsafe`] is `appendfsync everysec`.
 //!
 //! With a replica ([`Replication::Standby`]), every server persists as the preflight
 //! insists, and [`start_replica`] starts one more with `replicaof` the primary through a
@@ -28,33 +29,35 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::db_process::{Database, DbProcess, Durability, Launch, Probe, Replication};
+use super::db_process::{files_in, Database, DbProcess, Durability, Launch, Probe, Replication};
 use crate::procs::free_port;
 use crate::VerifyError;
 
-/// The setting [`Durability::Unsafe`] stands for without a replica, as the report names it.
-pub const UNSAFE_SETTING: &str = "appendonly no";
-
 const SAFE: &[&str] = &["--appendonly", "yes", "--appendfsync", "always"];
 
-/// Starts `redis-server`; its output goes to `log`.
+/// Starts `redis-server`, its files on a lazy file system if `lazy`; its output goes to
+/// `log`.
 pub async fn start(
     log: &Path,
     durability: Durability,
     replication: Replication,
+    lazy: bool,
 ) -> Result<Database, VerifyError> {
-    let settings = match (durability, replication) {
-        (Durability::Unsafe, Replication::None) => &["--appendonly", "no"],
+    let settings: &'static [&'static str] = match (durability, replication, lazy) {
+        (Durability::Unsafe, Replication::None, false) => &["--appendonly", "no"],
+        (Durability::Unsafe, Replication::None, true) => {
+            &["--appendonly", "yes", "--appendfsync", "everysec"]
+        }
         _ => SAFE,
     };
-    serve(log, settings, None, "Redis").await
+    serve(log, settings, None, "Redis", lazy).await
 }
 
 /// A replica of the primary reached at `primary` (the replication link), with the safe
 /// settings; its output goes to `log`. It copies the primary's data on its own: wait for
 /// it with [`await_replica`].
 pub async fn start_replica(log: &Path, primary: SocketAddr) -> Result<Database, VerifyError> {
-    serve(log, SAFE, Some(primary), "Redis replica").await
+    serve(log, SAFE, Some(primary), "Redis replica", false).await
 }
 
 /// Runs `redis-server` on a free port with `settings` (a replica of `primary`, if any)
@@ -64,12 +67,13 @@ async fn serve(
     settings: &'static [&'static str],
     primary: Option<SocketAddr>,
     what: &str,
+    lazy: bool,
 ) -> Result<Database, VerifyError> {
     let dir = tempfile::Builder::new()
         .prefix("palisade-verify-redis-")
         .tempdir()
         .map_err(|e| VerifyError::io("cannot create the Redis folder", e))?;
-    let folder = dir.path().to_owned();
+    let (folder, disk) = files_in(dir.path(), lazy)?;
     let port = free_port()?;
     let launch: Launch = Box::new(move || {
         let mut redis = Command::new("redis-server");
@@ -98,15 +102,20 @@ async fn serve(
         })
     });
     let description = format!(
-        "{what} at 127.0.0.1:{port}, {}{}",
+        "{what} at 127.0.0.1:{port}, {}{}{}",
         settings
             .chunks(2)
             .map(|pair| pair.join(" ").trim_start_matches("--").to_owned())
             .collect::<Vec<_>>()
             .join(", "),
-        primary.map_or(String::new(), |p| format!(", replica of {p}"))
+        primary.map_or(String::new(), |p| format!(", replica of {p}")),
+        if lazy {
+            ", its files on a lazy file system (unsynced writes lost at a power loss)"
+        } else {
+            ""
+        }
     );
-    let process = DbProcess::start("redis-server", dir, log, libc::SIGTERM, launch, ready)
+    let mut process = DbProcess::start("redis-server", dir, log, libc::SIGTERM, launch, ready)
         .await
         .map_err(|e| match e {
             VerifyError::Io { context, source }
@@ -119,6 +128,7 @@ async fn serve(
             }
             other => other,
         })?;
+    process.keep_disk(disk);
     Ok(Database {
         process,
         addr,

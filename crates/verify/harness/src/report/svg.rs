@@ -62,6 +62,7 @@ pub(crate) fn fault_colour(kind: FaultKind) -> &'static str {
         FaultKind::DbDrop => "#c6c",
         FaultKind::DbDelay => "#cb3",
         FaultKind::DbFailover => "#606",
+        FaultKind::DbPowerLoss => "#c06",
     }
 }
 
