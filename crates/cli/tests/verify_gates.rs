@@ -77,10 +77,17 @@ fn clean_lock_set(target: &str) -> VerifyRun {
     clean
 }
 
-/// A 20 s `workload` run on `target` under `faults`: clean, each fault injected, enough
-/// acknowledged writes (register) or adds (lock-set) to mean anything.
+/// A 20 s `workload` run on `target` under `faults` (30 s with `db-failover`, whose
+/// faults take most of a run: cut-off, failover and the new replica's clone): clean, each
+/// fault injected, enough acknowledged writes (register) or adds (lock-set) to mean
+/// anything.
 fn clean_run(target: &str, workload: &str, faults: &str) -> VerifyRun {
-    let run = gate_run(target, workload, "20", &["--faults", faults]);
+    let time = if faults.contains("db-failover") {
+        "30"
+    } else {
+        "20"
+    };
+    let run = gate_run(target, workload, time, &["--faults", faults]);
     let (summary, stdout) = (&run.summary, &run.stdout);
     assert!(run.status.success(), "{workload} run failed: {stdout}");
     assert_eq!(summary["violations"], 0, "{stdout}");
@@ -207,6 +214,15 @@ fn the_sqlite_gate_holds_when_the_process_holding_the_file_is_killed_and_paused(
     clean_run("sqlite-gate", "register", "db-kill,db-pause,db-drop,pause");
 }
 
+#[test]
+fn the_sqlite_gate_survives_a_power_loss_only_with_synchronous_full() {
+    let report = clean_run("sqlite-gate", "lock-set", "db-power-loss,pause").report();
+    assert!(report.contains("synchronous=FULL"), "{report}");
+    assert!(report.contains("lazy file system"), "{report}");
+    // synchronous=OFF: the commits were never fsynced, and the power loss takes them.
+    unsafe_lock_set("sqlite-gate", "db-power-loss", "synchronous=OFF");
+}
+
 /// Asserts that `palisade verify ARGS` is refused before anything starts (exit code 2),
 /// saying `why`.
 fn refused(args: &[&str], why: &str) {
@@ -221,12 +237,21 @@ fn gate_flags_are_checked_before_anything_starts() {
         &["--target", "postgres-gate", "--workload", "tokens"],
         "lock-set and register",
     );
-    refused(&["--unsafe-db"], "postgres-gate and redis-gate only");
+    refused(&["--unsafe-db"], "the gate targets only");
     // No control that could not fail: a SQLite process crash loses nothing, whatever
-    // the settings.
+    // the settings; only a power loss can show synchronous=OFF.
     refused(
         &["--target", "sqlite-gate", "--unsafe-db"],
-        "machine goes down",
+        "needs db-power-loss",
+    );
+    refused(
+        &[
+            "--target",
+            "redis-gate",
+            "--faults",
+            "db-failover,db-power-loss",
+        ],
+        "do not run together",
     );
     refused(&["--gate-lang", "python"], "postgres-gate and sqlite-gate");
     refused(

@@ -332,7 +332,7 @@ pub struct VerifyArgs {
     /// Faults to inject: a comma-separated list of pause, kill, delay, drop, partition,
     /// etcd-kill, etcd-pause, node-partition (etcd3), disk (embedded), db-kill, db-pause,
     /// db-drop, db-delay (the gate targets), db-failover (postgres-gate, redis-gate) and
-    /// db-power-loss (redis-gate); or `all` (every fault the target has, except disk,
+    /// db-power-loss (redis-gate, sqlite-gate); or `all` (every fault the target has, except disk,
     /// db-failover and db-power-loss), or `none`.
     #[arg(long, default_value = "all")]
     pub faults: String,
@@ -368,11 +368,11 @@ pub struct VerifyArgs {
     /// Gate targets: run the database with a setting the gate's preflight refuses
     /// (PostgreSQL: `synchronous_commit=off`, or with `db-failover` an asynchronous replica;
     /// Redis: `appendonly no`, with `db-failover` a gate that does not `WAIT` for its
-    /// replica, with `db-power-loss` `appendfsync everysec`). A negative control: with
-    /// `db-kill` (or `db-failover`, `db-power-loss`) among the faults,
-    /// violations are expected, and the report names the setting. Not for sqlite-gate:
-    /// SQLite's unsafe settings lose commits only when the machine goes down, which a
-    /// process crash cannot show.
+    /// replica, with `db-power-loss` `appendfsync everysec`; SQLite: `synchronous=OFF`,
+    /// with `db-power-loss` only, since SQLite's unsafe settings lose commits only when
+    /// the machine goes down). A negative control: with `db-kill` (or `db-failover`,
+    /// `db-power-loss`) among the faults, violations are expected, and the report names
+    /// the setting.
     #[arg(long)]
     pub unsafe_db: bool,
     /// Gate targets: the gate the application writes through, `rust` or `python`

@@ -81,16 +81,17 @@ pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
             args.target.as_str()
         )));
     }
-    if args.unsafe_db && !matches!(args.target, Target::PostgresGate | Target::RedisGate) {
-        return Err(VerifyError::Config(format!(
-            "--unsafe-db applies to postgres-gate and redis-gate only{}",
-            if args.target == Target::SqliteGate {
-                ": SQLite's unsafe settings (synchronous=OFF, or NORMAL in WAL mode) lose \
-                 commits only when the machine goes down, which a process crash cannot show"
-            } else {
-                ""
-            }
-        )));
+    if args.unsafe_db
+        && !matches!(
+            args.target,
+            Target::PostgresGate | Target::RedisGate | Target::SqliteGate
+        )
+    {
+        return Err(VerifyError::Config(
+            "--unsafe-db applies to the gate targets only (postgres-gate, redis-gate, \
+             sqlite-gate)"
+                .into(),
+        ));
     }
     if args.gate_lang == GateLang::Python
         && !matches!(args.target, Target::PostgresGate | Target::SqliteGate)
@@ -115,6 +116,17 @@ pub(crate) fn plan(args: &VerifyArgs) -> Result<Plan, VerifyError> {
         ));
     }
     let kinds = FaultKind::parse_list(&args.faults, supported_faults(topology, args.target))?;
+    if args.unsafe_db
+        && args.target == Target::SqliteGate
+        && !kinds.contains(&FaultKind::DbPowerLoss)
+    {
+        return Err(VerifyError::Config(
+            "--unsafe-db for sqlite-gate needs db-power-loss among the faults: SQLite's unsafe \
+             settings (synchronous=OFF, or NORMAL in WAL mode) lose commits only when the \
+             machine goes down, which a process crash cannot show"
+                .into(),
+        ));
+    }
     if kinds.contains(&FaultKind::DbFailover) && kinds.contains(&FaultKind::DbPowerLoss) {
         return Err(VerifyError::Config(
             "db-failover and db-power-loss do not run together: the replica's files are not \

@@ -13,12 +13,11 @@
 //! - [`python`] starts `gate_app.py` (embedded in this binary, written into the run's
 //!   folder) over `gate.sqlite3` or a PostgreSQL connection string.
 //!
-//! There is no [`super::Durability::Unsafe`] for SQLite: the settings that make a SQLite
-//! commit unsafe (`synchronous = OFF`, or `NORMAL` in WAL mode) lose commits only when the
-//! machine goes down; SQLite `write`s every commit before it returns, and the page cache
-//! outlives a killed process, so a process crash (all this harness can inject) cannot
-//! show them. `--unsafe-db` is refused for `sqlite-gate` rather than run a control that
-//! could not fail.
+//! The settings that make a SQLite commit unsafe (`synchronous = OFF`, or `NORMAL` in WAL
+//! mode) lose commits only when the machine goes down; SQLite `write`s every commit before
+//! it returns, and the page cache outlives a killed process. So the SQLite file can be
+//! kept on a lazy file system (`lazy`, for `db-power-loss`), and only there is
+//! [`Synchronous::Off`] (`--unsafe-db`) a control that can fail.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -27,8 +26,9 @@ use std::time::Duration;
 
 use tokio::process::Command;
 
-use super::db_process::{Database, DbProcess, Launch, Probe};
-use super::sqlite_store::SETTINGS;
+use super::db_process::{files_in, Database, DbProcess, Launch, Probe};
+use super::sqlite_store::Synchronous;
+use crate::lazy_fs::LazyFs;
 use crate::procs::free_port;
 use crate::VerifyError;
 
@@ -41,7 +41,7 @@ const GATE_APP: &str = include_str!("gate_app.py");
 
 /// The database a Python application writes to.
 pub enum PythonDb {
-    Sqlite,
+    Sqlite(Synchronous),
     /// A PostgreSQL connection string; `unsafe_db`: the preflight must refuse it.
     Postgres {
         dsn: String,
@@ -56,23 +56,31 @@ pub struct AppProcess {
     pub preflight_refusal: Option<String>,
 }
 
-/// `palisade verify-sqlite-app` over a SQLite file; its output goes to `log`.
+/// `palisade verify-sqlite-app` over a SQLite file (on a lazy file system if `lazy`);
+/// its output goes to `log`.
 pub async fn rust_sqlite(
     exe: &Path,
     log: &Path,
     lock_addr: SocketAddr,
+    synchronous: Synchronous,
+    lazy: bool,
 ) -> Result<AppProcess, VerifyError> {
     let dir = folder("palisade-verify-sqlite-")?;
+    let (files, disk) = files_in(dir.path(), lazy)?;
     let args = vec![
         "verify-sqlite-app".into(),
         "--file".into(),
-        dir.path().join(SQLITE_FILE).into(),
+        files.join(SQLITE_FILE).into(),
+        "--synchronous".into(),
+        synchronous.pragma().to_lowercase().into(),
     ];
     let what = format!(
-        "SQLite ({SETTINGS}), {SQLITE_FILE} held by one application process \
-         (palisade verify-sqlite-app)"
+        "SQLite ({}), {SQLITE_FILE}{} held by one application process \
+         (palisade verify-sqlite-app)",
+        synchronous.settings(),
+        on_disk(&disk)
     );
-    let database = start(exe.to_owned(), args, dir, log, lock_addr, what).await?;
+    let database = start(exe.to_owned(), args, (dir, disk), log, lock_addr, what).await?;
     Ok(AppProcess {
         database,
         preflight_refusal: None,
@@ -87,20 +95,25 @@ pub async fn python(
     log: &Path,
     db: PythonDb,
     lock_addr: SocketAddr,
+    lazy: bool,
 ) -> Result<AppProcess, VerifyError> {
     let script = out.join("gate_app.py");
     std::fs::write(&script, GATE_APP)
         .map_err(|e| VerifyError::io(format!("cannot write {}", script.display()), e))?;
     let dir = folder("palisade-verify-app-")?;
     let refusal = dir.path().join(REFUSAL_FILE);
+    let (files, disk) = files_in(dir.path(), lazy)?;
     let mut args: Vec<OsString> = vec![script.into()];
     let what = match &db {
-        PythonDb::Sqlite => {
+        PythonDb::Sqlite(synchronous) => {
             args.extend(["--db".into(), "sqlite".into(), "--file".into()]);
-            args.push(dir.path().join(SQLITE_FILE).into());
+            args.push(files.join(SQLITE_FILE).into());
+            args.extend(["--synchronous".into(), synchronous.pragma().into()]);
             format!(
-                "SQLite ({SETTINGS}), {SQLITE_FILE} held by one Python application process \
-                 (gate_app.py)"
+                "SQLite ({}), {SQLITE_FILE}{} held by one Python application process \
+                 (gate_app.py)",
+                synchronous.settings(),
+                on_disk(&disk)
             )
         }
         PythonDb::Postgres { dsn, unsafe_db } => {
@@ -115,7 +128,7 @@ pub async fn python(
             "the Python application (gate_app.py)".to_owned()
         }
     };
-    let database = start(python.to_owned(), args, dir, log, lock_addr, what)
+    let database = start(python.to_owned(), args, (dir, disk), log, lock_addr, what)
         .await
         .map_err(|e| match e {
             VerifyError::Io { context, source }
@@ -148,6 +161,14 @@ pub async fn python(
     })
 }
 
+/// How the description says where the file is.
+fn on_disk(disk: &Option<LazyFs>) -> &'static str {
+    match disk {
+        Some(_) => " on a lazy file system (unsynced writes lost at a power loss)",
+        None => "",
+    }
+}
+
 fn folder(prefix: &str) -> Result<tempfile::TempDir, VerifyError> {
     tempfile::Builder::new()
         .prefix(prefix)
@@ -160,7 +181,7 @@ fn folder(prefix: &str) -> Result<tempfile::TempDir, VerifyError> {
 async fn start(
     program: PathBuf,
     args: Vec<OsString>,
-    dir: tempfile::TempDir,
+    (dir, disk): (tempfile::TempDir, Option<LazyFs>),
     log: &Path,
     lock_addr: SocketAddr,
     what: String,
@@ -183,7 +204,8 @@ async fn start(
         })
     });
     let name = "the gate's application";
-    let process = DbProcess::start(name, dir, log, libc::SIGTERM, launch, ready).await?;
+    let mut process = DbProcess::start(name, dir, log, libc::SIGTERM, launch, ready).await?;
+    process.keep_disk(disk);
     Ok(Database {
         process,
         addr,

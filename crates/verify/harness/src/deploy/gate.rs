@@ -38,6 +38,7 @@ use super::pg_server;
 use super::pg_store::PgStore;
 use super::redis_server;
 use super::redis_store::RedisStore;
+use super::sqlite_store::Synchronous;
 use super::{Deployment, EmbeddedServer, FaultDone, Hit};
 use crate::args::{FaultKind, GateLang, Target};
 use crate::proxy::Proxy;
@@ -55,7 +56,7 @@ pub struct GateSetup {
     pub durability: Durability,
     /// A replica beside the database, for `db-failover` (PostgreSQL, Redis).
     pub replica: bool,
-    /// The database's files on a lazy file system, for `db-power-loss` (Redis).
+    /// The database's files on a lazy file system, for `db-power-loss` (Redis, SQLite).
     pub lazy_disk: bool,
 }
 
@@ -214,7 +215,8 @@ impl GateDeployment {
                         unsafe_db: expect_unsafe,
                     };
                     let python = &setup.python;
-                    let app = app_process::python(python, out, &app_log, dsn, lock_addr).await?;
+                    let app =
+                        app_process::python(python, out, &app_log, dsn, lock_addr, false).await?;
                     let addr = app.database.addr;
                     (
                         (Application::Process(Box::new(app.database.process)), addr),
@@ -241,18 +243,31 @@ impl GateDeployment {
                 let refusal = gated.unsafe_because().map(str::to_owned);
                 (database, proxy, in_process(Arc::new(gated)).await?, refusal)
             }
-            (Target::SqliteGate, _) if !expect_unsafe => {
+            // Unsafe only on a lazy file system (see app_process).
+            (Target::SqliteGate, _) if !expect_unsafe || setup.lazy_disk => {
+                let (synchronous, unsafe_because) = match expect_unsafe {
+                    false => (Synchronous::Full, None),
+                    true => (Synchronous::Off, Some(SQLITE_OFF.to_owned())),
+                };
+                let lazy = setup.lazy_disk;
                 let AppProcess { database, .. } = match lang {
-                    GateLang::Rust => app_process::rust_sqlite(exe, &app_log, lock_addr).await?,
-                    GateLang::Python => {
-                        let python = &setup.python;
-                        app_process::python(python, out, &app_log, PythonDb::Sqlite, lock_addr)
+                    GateLang::Rust => {
+                        app_process::rust_sqlite(exe, &app_log, lock_addr, synchronous, lazy)
                             .await?
+                    }
+                    GateLang::Python => {
+                        let (python, db) = (&setup.python, PythonDb::Sqlite(synchronous));
+                        app_process::python(python, out, &app_log, db, lock_addr, lazy).await?
                     }
                 };
                 let proxy = Proxy::start(database.addr, link).await?;
                 let addr = proxy.addr();
-                (database, proxy, (Application::Database, addr), None)
+                (
+                    database,
+                    proxy,
+                    (Application::Database, addr),
+                    unsafe_because,
+                )
             }
             (other, lang) => {
                 return Err(VerifyError::Internal(format!(
@@ -282,6 +297,11 @@ impl GateDeployment {
     }
 }
 
+/// What makes the SQLite control unsafe, as the report says it (SQLite has no preflight to
+/// quote: `docs/protecting-your-database.md` asks for `synchronous = FULL`).
+const SQLITE_OFF: &str = "synchronous=OFF: SQLite acknowledges a commit it never fsyncs \
+     (the gate's durability needs synchronous=FULL), so a power loss takes it back";
+
 /// The deployment-level faults of the gate target `target`.
 pub fn faults(target: Target) -> &'static [FaultKind] {
     use FaultKind::*;
@@ -296,7 +316,7 @@ pub fn faults(target: Target) -> &'static [FaultKind] {
             DbFailover,
             DbPowerLoss,
         ],
-        _ => &[Kill, DbKill, DbPause, DbDrop, DbDelay],
+        _ => &[Kill, DbKill, DbPause, DbDrop, DbDelay, DbPowerLoss],
     }
 }
 

@@ -190,7 +190,7 @@ class SqliteStore(Store):
     read_sql = "SELECT value, revision, epoch FROM verify_kv WHERE lock = ? AND key = ?"
     list_sql = "SELECT key FROM verify_kv WHERE lock = ? AND substr(key, 1, length(?2)) = ?2 ORDER BY key"
 
-    def __init__(self, verifier: Verifier, path: str) -> None:
+    def __init__(self, verifier: Verifier, path: str, synchronous: str) -> None:
         from palisade.gates import sqlite
 
         super().__init__(verifier)
@@ -199,7 +199,9 @@ class SqliteStore(Store):
         # time.
         self.conn = sqlite3.connect(path, timeout=DEADLINE_S, isolation_level=None, check_same_thread=False)
         self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=FULL")
+        # FULL: a commit is durable when acknowledged; OFF only for the negative control of
+        # a power loss.
+        self.conn.execute(f"PRAGMA synchronous={synchronous}")
         self.conn.executescript(SQLITE_SCHEMA)
         sqlite.migrate(self.conn)
         self.mutex = threading.Lock()
@@ -368,6 +370,7 @@ def main() -> None:
     parser.add_argument("--db", choices=["postgres", "sqlite"], required=True)
     parser.add_argument("--dsn", help="PostgreSQL connection string")
     parser.add_argument("--file", help="the SQLite file")
+    parser.add_argument("--synchronous", choices=["FULL", "OFF"], default="FULL", help="PRAGMA synchronous of the SQLite file")
     parser.add_argument("--listen", required=True, help="host:port to serve on")
     parser.add_argument("--lock-url", required=True, help="the Palisade server whose keys verify tokens")
     parser.add_argument("--unsafe", action="store_true", help="the preflight must refuse the database")
@@ -379,7 +382,7 @@ def main() -> None:
     if args.db == "postgres":
         Handler.store = PgStore(verifier, args.dsn, args.unsafe, args.refusal_file)
     else:
-        Handler.store = SqliteStore(verifier, args.file)
+        Handler.store = SqliteStore(verifier, args.file, args.synchronous)
     host, port = args.listen.rsplit(":", 1)
     Server((host, int(port)), Handler).serve_forever()
 

@@ -13,7 +13,9 @@
 //! issuer's keys, the lock's mark compared and raised in `palisade_fence`), then the
 //! write to `verify_kv` with the next revision of `verify_revision`, then `COMMIT`. A
 //! refused admit rolls everything back. The file is in WAL mode with `synchronous = FULL`:
-//! a commit is acknowledged once its log frames are fsynced. One connection serves the
+//! a commit is acknowledged once its log frames are fsynced. (`--synchronous off`, the
+//! negative control of `db-power-loss`, never fsyncs: a power loss takes every commit
+//! since the file was made.) One connection serves the
 //! process (SQLite has one writer per file anyway); its calls run on tokio's blocking
 //! pool, one at a time.
 
@@ -35,8 +37,32 @@ use super::gate_store::{
 };
 use crate::VerifyError;
 
-/// The settings every start applies: a commit is durable when acknowledged.
-pub const SETTINGS: &str = "journal_mode=WAL, synchronous=FULL";
+/// `PRAGMA synchronous` of the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Synchronous {
+    /// A commit is durable when acknowledged (its log frames fsynced).
+    Full,
+    /// Nothing is ever fsynced (the negative control of `db-power-loss`).
+    Off,
+}
+
+impl Synchronous {
+    /// The settings every start applies, as the report says them.
+    pub fn settings(self) -> &'static str {
+        match self {
+            Synchronous::Full => "journal_mode=WAL, synchronous=FULL",
+            Synchronous::Off => "journal_mode=WAL, synchronous=OFF",
+        }
+    }
+
+    /// The value of `PRAGMA synchronous`.
+    pub fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Off => "OFF",
+        }
+    }
+}
 
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS verify_kv (
@@ -80,6 +106,9 @@ pub struct SqliteAppArgs {
     /// The Palisade server whose keys verify the tokens (`GET /v1/keys`).
     #[arg(long)]
     pub lock_url: String,
+    /// `PRAGMA synchronous` of the file.
+    #[arg(long, value_enum, default_value_t = Synchronous::Full)]
+    pub synchronous: Synchronous,
 }
 
 /// The process holding the file: opens it, fetches the issuer's keys, serves the store
@@ -90,7 +119,7 @@ pub async fn run_app(args: SqliteAppArgs) -> Result<(), VerifyError> {
     let keys = IssuerKeys::fetch(client, VERIFIER_CACHE)
         .await
         .map_err(|e| VerifyError::Deploy(format!("cannot fetch the issuer's keys: {e}")))?;
-    let store = SqliteStore::open(&args.file, keys.verifier())?;
+    let store = SqliteStore::open(&args.file, keys.verifier(), args.synchronous)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| VerifyError::io(format!("cannot listen on {}", args.listen), e))?;
@@ -105,15 +134,20 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    /// Opens `path` with [`SETTINGS`] and installs the gate's table and the store's.
-    pub fn open(path: &Path, verifier: Arc<Verifier>) -> Result<SqliteStore, VerifyError> {
+    /// Opens `path` with [`Synchronous::settings`] and installs the gate's table and the
+    /// store's.
+    pub fn open(
+        path: &Path,
+        verifier: Arc<Verifier>,
+        synchronous: Synchronous,
+    ) -> Result<SqliteStore, VerifyError> {
         let deploy = |what: &str, e: rusqlite::Error| {
             VerifyError::Deploy(format!("{what} {}: {e}", path.display()))
         };
         let conn = Connection::open(path).map_err(|e| deploy("cannot open", e))?;
         conn.busy_timeout(DEADLINE)
             .and_then(|()| conn.pragma_update(None, "journal_mode", "WAL"))
-            .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
+            .and_then(|()| conn.pragma_update(None, "synchronous", synchronous.pragma()))
             .and_then(|()| conn.execute_batch(SCHEMA))
             .map_err(|e| deploy("cannot set up", e))?;
         sqlite::migrate(&conn)
