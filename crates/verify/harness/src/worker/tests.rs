@@ -126,7 +126,9 @@ async fn answers_503_are_never_acknowledged_in_any_workload() {
 #[tokio::test]
 async fn an_acquisition_answered_503_is_unknown() {
     let addrs = [scripted_node(false).await, scripted_node(false).await];
-    let ops = run_against(Workload::Tokens, &addrs, 300).await;
+    // Long enough for a worker started on a loaded machine (its clients take a while to
+    // build) to try at least once: the window counts from before it starts.
+    let ops = run_against(Workload::Tokens, &addrs, 2_000).await;
     assert!(!ops.is_empty());
     for op in &ops {
         assert_eq!(
