@@ -97,6 +97,7 @@ def test_a_lease_released_behind_its_back_is_lost_and_refuses_the_next_call(
     client.release(lease.lease_id)  # the server forgets it; the next renewal hears so
     assert lease.wait_lost(timeout=5) is True
     assert "expired or was released" in (lease.lost_reason or "")
+    assert lease.safe_for == 0.0  # the lease is over at the server: no time left to act
     with pytest.raises(LeaseLostError):
         lease.kv.put("k", b"v")
     with pytest.raises(LeaseLostError):
@@ -111,9 +112,14 @@ def test_a_lease_without_renewals_is_lost_at_its_deadline(client: Client, lock_n
     lease_client = Client(f"http://127.0.0.1:{free_port()}")  # nothing listens: renewals fail
     from palisade import Lease
 
-    lease = Lease(lease_client, grant, time.monotonic())
+    sent = time.monotonic()
+    lease = Lease(lease_client, grant, sent)
+    assert lease.renew_deadline == pytest.approx(sent + 0.2 * 2 / 3)
+    assert lease.safe_until == pytest.approx(sent + 0.2 * 0.99)
     assert lease.wait_lost(timeout=5) is True
-    assert "deadline" in (lease.lost_reason or "")
+    # Given up at the renewal deadline, before the safe deadline.
+    assert time.monotonic() < lease.safe_until + 0.05
+    assert "renewal deadline" in (lease.lost_reason or "")
     with pytest.raises(LeaseLostError):
         lease.kv.put("k", b"v")
     lease_client.close()

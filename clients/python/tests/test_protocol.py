@@ -34,7 +34,7 @@ from palisade._errors import decode_error
 from palisade._paths import key_path, normalise_base, segment
 from palisade import _failover
 from palisade._failover import Failure, Retry, may_try_next
-from palisade._renewal import Renewal
+from palisade._renewal import Deadlines, Renewal
 
 
 def decode(status: int, body: object) -> Exception:
@@ -231,28 +231,46 @@ def test_acquire_sends_wait_and_a_longer_timeout() -> None:
 # ---- the renewal schedule ------------------------------------------------------------
 
 
-def test_renewals_are_due_every_third_of_the_ttl_and_extend_the_deadline() -> None:
+def test_renewals_are_due_every_third_of_the_ttl_and_move_both_deadlines() -> None:
     r = Renewal(900, sent_at=100.0)
-    assert (r.due(), r.deadline) == pytest.approx((100.3, 100.9))
+    assert (r.due(), r.renew_by, r.safe_until) == pytest.approx((100.3, 100.6, 100.891))
     r.renewed(sent_at=100.3, ttl_ms=900)
-    assert (r.due(), r.deadline) == pytest.approx((100.6, 101.2))
-    assert not r.is_lost(101.1) and r.is_lost(101.2)
+    assert (r.due(), r.renew_by, r.safe_until) == pytest.approx((100.6, 100.9, 101.191))
+    assert not r.is_lost(100.89) and r.is_lost(100.9)
 
 
-def test_the_deadline_counts_from_the_send_and_never_trusts_a_longer_ttl() -> None:
+def test_the_deadlines_count_from_the_send_and_never_trust_a_longer_ttl() -> None:
     r = Renewal(900, sent_at=0.0)
     r.renewed(sent_at=0.3, ttl_ms=60_000)  # a server granting more is not believed
-    assert r.deadline == pytest.approx(1.2)
+    assert (r.renew_by, r.safe_until) == pytest.approx((0.9, 1.191))
 
 
-def test_failed_renewals_retry_quickly_until_the_deadline() -> None:
-    r = Renewal(1000, sent_at=0.0)
-    r.failed(now=0.34)
-    assert r.due() == pytest.approx(0.44)
+def test_failed_renewals_retry_quickly_until_the_renewal_deadline() -> None:
+    r = Renewal(1500, sent_at=0.0)
+    r.failed(now=0.5)
+    assert r.due() == pytest.approx(0.65)
     r.failed(now=0.95)
-    assert r.due() == pytest.approx(1.0)  # never past the deadline
-    assert r.reason(1.0) == "no renewal succeeded before the lease's deadline"
+    assert r.due() == pytest.approx(1.0)  # never past the renewal deadline
+    assert r.reason(1.0) == "no renewal succeeded before the renewal deadline"
     assert r.timeout(0.95) == pytest.approx(0.05)
+    # Given up, but what already runs may go on until the safe deadline.
+    assert r.safe_until == pytest.approx(1.485)
+
+
+def test_a_lease_known_to_have_ended_is_safe_no_longer() -> None:
+    r = Renewal(1000, sent_at=0.0)
+    r.lose("the server says the lease expired or was released", ended_by=0.4)
+    assert r.safe_until == 0.4
+    r.lose("later", ended_by=0.7)  # never moves later
+    assert r.safe_until == 0.4
+
+
+def test_the_deadlines_follow_the_settings_and_refuse_what_cannot_hold() -> None:
+    r = Renewal(1000, sent_at=0.0, deadlines=Deadlines(renew_deadline=0.5, clock_drift=0.1))
+    assert (r.renew_by, r.safe_until) == pytest.approx((0.5, 0.9))
+    for renew, drift in [(1 / 3, 0.01), (1.0, 0.01), (0.7, 0.6), (0.7, -0.1), (float("nan"), 0.01)]:
+        with pytest.raises(ValueError):
+            Deadlines(renew_deadline=renew, clock_drift=drift)
 
 
 def test_lost_is_final() -> None:

@@ -1,17 +1,28 @@
 //! `palisade lock run LOCK -- COMMAND...`: hold a lock for as long as a command runs.
 //!
 //! The lease is a [`palisade_client::LeaseGuard`]: renewed every `ttl / 3` in the
-//! background, and "lost" once the server says it expired or no renewal succeeded within
-//! a TTL. COMMAND runs in its own process group, so that stopping it reaches the processes
-//! it started too; SIGINT, SIGTERM and SIGHUP sent to `palisade` are passed on to that
-//! group.
+//! background, and lost once the server says it expired or no renewal succeeded before
+//! the renewal deadline (2/3 of the TTL after the last confirmed renewal's send, by
+//! default; [`palisade_client::Deadlines`]). COMMAND runs in its own process group, so that
+//! stopping it reaches the processes it started too; SIGINT, SIGTERM and SIGHUP sent to
+//! `palisade` are passed on to that group.
+//!
+//! When the lease is lost, COMMAND gets SIGTERM at once and SIGKILL at the lease's safe
+//! deadline (the TTL less the clock-drift margin after the last confirmed renewal's
+//! send), or `--kill-grace-ms` after the SIGTERM if that is sooner; at once if the safe
+//! deadline has passed (the server said the lease expired). So a command that ignores
+//! SIGTERM is killed before the server can end the lease and grant the lock to another
+//! holder, within the drift margin; tested in `crates/cli/tests/lock_run.rs` with a
+//! command that ignores SIGTERM and a server stopped with SIGSTOP.
 //!
 //! ## What it does not do
-//! Stopping the command when the lease is lost is a courtesy, not the protection: the
-//! command may be paused, or its requests already in flight, when the lease runs out.
-//! What protects the resource is the token it carries (PALISADE_TOKEN), refused by the
-//! resource once a newer holder has written (S10). With `--fence` the namespace of the
-//! built-in store is fenced before the command starts.
+//! Stopping the command is a courtesy, not the protection: the deadlines narrow the window
+//! in which it can still act, they do not close it. Its requests already in flight, a
+//! pause of this process, or clocks that drift apart faster than `--clock-drift`, can
+//! still reach a resource after the lease ended. What protects the resource is the token
+//! the command carries (PALISADE_TOKEN), refused by the resource once a newer holder has
+//! written (S10). With `--fence` the namespace of the built-in store is fenced before the
+//! command starts.
 
 use std::ffi::OsString;
 use std::process::ExitStatus;
@@ -33,8 +44,9 @@ pub struct RunArgs {
     pub lock: String,
     #[command(flatten)]
     pub acquire: AcquireArgs,
-    /// After the lease is lost: how long COMMAND gets to exit after SIGTERM before it is
-    /// sent SIGKILL (ms).
+    /// After the lease is lost: at most how long COMMAND gets to exit after SIGTERM before
+    /// it is sent SIGKILL (ms). SIGKILL comes sooner when the lease's safe deadline is
+    /// nearer.
     #[arg(long, default_value_t = 5_000)]
     pub kill_grace_ms: u64,
     /// Fence the lock's namespace in the built-in store (the barrier) before starting
@@ -128,11 +140,16 @@ pub async fn run(target: Connected, args: RunArgs) -> anyhow::Result<u8> {
             Ok(exit_code(status))
         }
         Ending::LeaseLost => {
-            let grace = Duration::from_millis(args.kill_grace_ms);
+            // SIGTERM now (the renewal deadline, or the server's word), SIGKILL before the
+            // lease can end at the server.
+            let grace = guard
+                .safe_for()
+                .min(Duration::from_millis(args.kill_grace_ms));
             eprintln!(
                 "palisade: the lease on {} was lost; stopping the command (SIGTERM, then \
-                 SIGKILL after {} ms)",
-                args.lock, args.kill_grace_ms
+                 SIGKILL after {} ms, before the lease can end)",
+                args.lock,
+                grace.as_millis()
             );
             pass_on(group, Signal::SIGTERM);
             if tokio::time::timeout(grace, child.wait()).await.is_err() {

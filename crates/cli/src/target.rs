@@ -5,7 +5,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::exit::{client_failure, Failure};
+use palisade_client::Deadlines;
+
+use crate::exit::{client_failure, Exit, Failure};
 
 /// Which server a client command talks to, and how it connects.
 #[derive(Debug, Args)]
@@ -52,6 +54,16 @@ pub struct Connection {
         requires = "client_cert"
     )]
     pub client_key: Option<PathBuf>,
+    /// For commands that hold a lease (`lock run`): when the client gives the lease up if
+    /// no renewal has succeeded, as a fraction of the TTL after the last confirmed renewal
+    /// was sent (more than 1/3, at most 1 - --clock-drift; default 2/3).
+    #[arg(long, global = true, value_name = "FRACTION", default_value_t = Deadlines::DEFAULT_RENEW_DEADLINE, hide_default_value = true)]
+    pub renew_deadline: f64,
+    /// For commands that hold a lease: the largest clock-rate difference assumed between
+    /// this host and the server, as a fraction (0.01 = 1 %). A lease's safe deadline is its
+    /// TTL less this share, counted from the last confirmed renewal's send.
+    #[arg(long, global = true, value_name = "FRACTION", default_value_t = Deadlines::DEFAULT_CLOCK_DRIFT)]
+    pub clock_drift: f64,
 }
 
 /// A client and the URL it talks to, for error messages.
@@ -79,7 +91,13 @@ impl Connection {
     /// request).
     pub fn connect(self, server: &str) -> Result<Connected, Failure> {
         let base = server.trim_end_matches('/').to_owned();
-        let mut builder = palisade_client::Client::builder(server);
+        let deadlines = Deadlines::new(self.renew_deadline, self.clock_drift).map_err(|e| {
+            Failure::new(
+                Exit::Usage,
+                format!("--renew-deadline / --clock-drift: {e}"),
+            )
+        })?;
+        let mut builder = palisade_client::Client::builder(server).deadlines(deadlines);
         if let Some(ca) = self.ca_file {
             builder = builder.ca_file(ca);
         }
@@ -98,7 +116,7 @@ impl Connection {
             }),
             // Settings refused before any request: name the flag, not a server's code.
             Err(palisade_client::Error::BadRequest(why)) => Err(Failure::new(
-                crate::exit::Exit::Usage,
+                Exit::Usage,
                 format!("--server (PALISADE_SERVER): {why}"),
             )),
             Err(e) => Err(client_failure(e, &base)),

@@ -1,6 +1,7 @@
 //! `palisade lock run LOCK -- COMMAND` end to end: the command gets the lease in its
 //! environment and can write with it, its exit status comes back, the lock is released
-//! after it, and a lost lease stops it (SIGTERM, then SIGKILL) with exit code 6.
+//! after it, and a lost lease stops it (SIGTERM at the renewal deadline, SIGKILL before the
+//! lease can end at the server) with exit code 6.
 
 mod common;
 
@@ -144,16 +145,33 @@ fn a_lost_lease_stops_the_command_with_sigterm() {
         "trap 'echo yes > {}; exit 0' TERM; while :; do sleep 0.05; done",
         terminated.display()
     );
-    let (child, lease, pid) = start_holder(&server, dir.path(), &tail, "20000");
-    // Someone else ends the lease: the next renewal is refused, and the command stops.
-    let out = palisade(&server, &["lock", "release", &lease]);
-    assert!(out.status.success(), "{out:?}");
+    let (child, _lease, pid) = start_holder(&server, dir.path(), &tail, "20000");
+    // The server goes away: no renewal succeeds, the client gives the lease up at the
+    // renewal deadline (400 ms of 600) and the command has until the safe deadline.
+    drop(server);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(6), "{stderr}");
     assert!(stderr.contains("was lost"), "{stderr}");
     // It was asked to stop (the trap ran), not killed; exiting 0 does not hide the loss.
     assert_eq!(read(&terminated), "yes");
+    assert!(!alive(pid));
+}
+
+#[test]
+fn a_lease_ended_at_the_server_stops_the_command_at_once() {
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let (child, lease, pid) =
+        start_holder(&server, dir.path(), "trap '' TERM; exec sleep 600", "20000");
+    // Someone else ends the lease: the next renewal is refused, the lock may already be
+    // another holder's, so there is no grace to give.
+    let out = palisade(&server, &["lock", "release", &lease]);
+    assert!(out.status.success(), "{out:?}");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("SIGKILL after 0 ms"), "{stderr}");
     assert!(!alive(pid));
 }
 
@@ -169,4 +187,136 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(6), "{out:?}");
     assert!(!alive(pid), "the command survived");
+}
+
+/// Nanoseconds since the Unix epoch, the clock `date +%s%N` reads.
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The lines of `path` as numbers.
+fn stamps(path: &Path) -> Vec<u128> {
+    read(path)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_command_that_ignores_sigterm_is_dead_before_the_lease_can_end() {
+    const TTL_MS: u64 = 1_500;
+    let server = Server::start(&[]);
+    let http = common::Http::new(&server.url);
+    let dir = tempfile::tempdir().unwrap();
+    let (writes, termed) = (dir.path().join("writes"), dir.path().join("termed"));
+    // The command notes SIGTERM and goes on writing timestamps (its `sleep` dies of the
+    // TERM, the loop does not). The grace of a minute would keep it alive long past the
+    // lease: only the safe deadline can stop it in time. A 5 % drift margin (75 ms) so
+    // that a busy test machine's scheduling delay is not taken for a late kill.
+    let script = format!(
+        "trap 'date +%s%N > {termed}' TERM; while :; do date +%s%N >> {writes}; sleep 0.02; done",
+        termed = termed.display(),
+        writes = writes.display()
+    );
+    let ttl = TTL_MS.to_string();
+    let child = lock_run(
+        &server,
+        &[
+            "paused",
+            "--ttl-ms",
+            &ttl,
+            "--kill-grace-ms",
+            "60000",
+            "--clock-drift",
+            "0.05",
+        ],
+        &script,
+    )
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    wait_for_file(&writes);
+
+    // Stop the server just after it confirmed a renewal, so that no renewal can come
+    // between reading its deadline and the stop: renewals come every TTL/3 = 500 ms.
+    let give_up = std::time::Instant::now() + Duration::from_secs(10);
+    let lease_end_ns = loop {
+        assert!(
+            std::time::Instant::now() < give_up,
+            "the lease was never seen just renewed"
+        );
+        let sent = now_ns();
+        let status: serde_json::Value = http
+            .client
+            .get(format!("{}/v1/locks/paused", server.url))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let remaining = status["remaining_ms"].as_u64().unwrap_or(0);
+        if remaining + 100 >= TTL_MS {
+            server.signal(nix::sys::signal::Signal::SIGSTOP);
+            // The server counted `remaining` from its handling, after `sent`.
+            break sent + u128::from(remaining) * 1_000_000;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    let stopped_ns = now_ns();
+
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    server.signal(nix::sys::signal::Signal::SIGCONT);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(6), "{stderr}");
+    assert!(stderr.contains("was lost"), "{stderr}");
+
+    let term_ns = *stamps(&termed)
+        .first()
+        .expect("the command never got SIGTERM");
+    let last_ns = *stamps(&writes).last().unwrap();
+    // SIGTERM came after the stop (at the renewal deadline), the command went on
+    // writing after it, and it was dead before the server could end the lease.
+    assert!(term_ns > stopped_ns, "SIGTERM before the server stopped");
+    assert!(last_ns > term_ns, "the command did not outlive its SIGTERM");
+    assert!(
+        last_ns < lease_end_ns,
+        "the command wrote {} ms after the lease could end",
+        (last_ns - lease_end_ns) / 1_000_000
+    );
+}
+
+#[test]
+fn deadlines_that_cannot_hold_are_refused_before_anything_runs() {
+    let server = Server::start(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    for bad in [
+        ["--clock-drift", "0.9"],
+        ["--renew-deadline", "0.2"],
+        ["--renew-deadline", "1.0"],
+    ] {
+        let out = run(
+            &server,
+            &["deadlines", bad[0], bad[1]],
+            &format!("touch {}", marker.display()),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {stderr}");
+        assert!(
+            stderr.contains("--renew-deadline / --clock-drift"),
+            "{stderr}"
+        );
+        assert!(!marker.exists(), "the command ran with {bad:?}");
+    }
+    // Nothing was acquired either.
+    let status = palisade(&server, &["lock", "status", "deadlines"]);
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    assert_eq!(status["epoch"], 0, "{status}");
 }

@@ -30,7 +30,7 @@ use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use crate::client::{Client, CONNECT_TIMEOUT};
 use crate::failover::Endpoints;
 use crate::paths::normalise_base;
-use crate::{Error, REQUEST_TIMEOUT};
+use crate::{Deadlines, Error, REQUEST_TIMEOUT};
 
 /// How long an unused pooled connection is kept.
 const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
@@ -51,6 +51,7 @@ pub struct ClientBuilder {
     ca_file: Option<PathBuf>,
     identity: Option<(PathBuf, PathBuf)>,
     key: Option<Key>,
+    deadlines: Deadlines,
 }
 
 impl ClientBuilder {
@@ -61,7 +62,16 @@ impl ClientBuilder {
             ca_file: None,
             identity: None,
             key: None,
+            deadlines: Deadlines::default(),
         }
+    }
+
+    /// How this client's leases and sessions derive their safe deadline and renewal
+    /// deadline from the TTL (default: [`Deadlines::default`], 2/3 of the TTL and 1 %
+    /// clock drift).
+    pub fn deadlines(mut self, deadlines: Deadlines) -> Self {
+        self.deadlines = deadlines;
+        self
     }
 
     /// Another node of the same deployment (the stateless nodes of an etcd topology): a
@@ -175,6 +185,7 @@ impl ClientBuilder {
         Ok(Client {
             http,
             endpoints: Arc::new(Endpoints::new(bases)),
+            deadlines: self.deadlines,
         })
     }
 }

@@ -13,8 +13,8 @@ use crate::lease::LeaseGuard;
 use crate::paths::segment;
 use crate::types::FenceStatus;
 use crate::{
-    AcquireOptions, ClientBuilder, Error, FencedKv, KeepaliveInfo, Kv, Lease, LockStatus,
-    PublicKey, TokenCheck,
+    AcquireOptions, ClientBuilder, Deadlines, Error, FencedKv, KeepaliveInfo, Kv, Lease,
+    LockStatus, PublicKey, TokenCheck,
 };
 use palisade_api::wire::{
     AcquireRequest, GateReport, GateReportAnswer, KeysAnswer, LockList, TokenCheckRequest,
@@ -40,6 +40,8 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Client {
     pub(crate) http: reqwest::Client,
     pub(crate) endpoints: Arc<Endpoints>,
+    /// How leases and sessions derive their deadlines from the TTL.
+    pub(crate) deadlines: Deadlines,
 }
 
 /// Saturating conversion: the server rejects out-of-range values with a clear message.

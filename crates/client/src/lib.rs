@@ -58,8 +58,10 @@
 //!   normalisation (a `.` or `..` segment) is refused locally, never sent altered.
 //! - Every request has a timeout ([`REQUEST_TIMEOUT`], or `wait` + [`WAIT_MARGIN`] for a
 //!   queued acquire), so no call hangs forever.
-//! - A lease is reported lost no later than its local deadline (send time of the last
-//!   successful renewal + TTL), even if a renewal request is stuck.
+//! - A lease is reported lost no later than its renewal deadline (send time of the last
+//!   successful renewal + 2/3 of the TTL by default), even if a renewal request is stuck,
+//!   and [`LeaseGuard::safe_until`] never lies beyond that send time + the TTL less the
+//!   clock-drift margin ([`Deadlines`]; tested in `lease::tests`).
 //! - The guard never re-acquires behind the caller's back: a new lease is a new epoch,
 //!   and the caller must see that.
 //!
@@ -83,6 +85,7 @@
 mod backup;
 mod builder;
 mod client;
+mod deadlines;
 mod decode;
 pub mod election;
 mod error;
@@ -99,6 +102,7 @@ pub mod watch;
 pub use backup::{BackupFile, BACKUP_TIMEOUT};
 pub use builder::ClientBuilder;
 pub use client::{Client, REQUEST_TIMEOUT, WAIT_MARGIN};
+pub use deadlines::Deadlines;
 pub use election::{Election, Leader, LeaderInfo, Observer};
 pub use error::Error;
 pub use fenced::FencedKv;

@@ -11,13 +11,11 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::client::millis;
 use crate::failover::Retry;
-use crate::lease::{is_lost, lost, renew, LeaseState};
+use crate::lease::{renewal_methods, Renewing};
 use crate::paths::segment;
 use crate::types::encode_value;
 use crate::{AcquireOptions, Client, Error, Lease, Proclaimed, SessionInfo};
@@ -94,29 +92,23 @@ impl Client {
 pub struct SessionGuard {
     client: Client,
     info: SessionInfo,
-    state: watch::Receiver<LeaseState>,
-    task: JoinHandle<()>,
+    renewing: Renewing,
 }
 
 impl SessionGuard {
     fn start(client: Client, info: SessionInfo, sent_at: Instant) -> SessionGuard {
         let ttl = Duration::from_millis(info.ttl_ms);
-        let (tx, state) = watch::channel(LeaseState {
-            deadline: sent_at + ttl,
-            lost: false,
-        });
         let renewer = client.clone();
         let id = info.session_id.clone();
         let keepalive = move || {
             let (renewer, id) = (renewer.clone(), id.clone());
             async move { renewer.keepalive_session(&id).await }
         };
-        let task = tokio::spawn(renew(keepalive, ttl, sent_at, tx));
+        let renewing = Renewing::start(keepalive, ttl, client.deadlines, sent_at);
         SessionGuard {
             client,
             info,
-            state,
-            task,
+            renewing,
         }
     }
 
@@ -129,16 +121,8 @@ impl SessionGuard {
         Duration::from_millis(self.info.ttl_ms)
     }
 
-    /// True once the session is known or presumed lost (and with it every lock in it).
-    pub fn is_lost(&self) -> bool {
-        is_lost(&self.state)
-    }
-
-    /// Resolves when the session is lost: the server answered `session_expired`, or no
-    /// renewal succeeded before the local deadline. Cancel-safe.
-    pub async fn lost(&self) {
-        lost(&self.state).await
-    }
+    // A session's deadlines are its locks' deadlines: every lock in it ends with it.
+    renewal_methods!();
 
     /// Acquires `lock` in this session (`opts.ttl` is ignored: the session's applies).
     /// The lock needs no renewal of its own.
@@ -167,14 +151,8 @@ impl SessionGuard {
     /// Stops the renewals and closes the session: every lock in it is released at once
     /// (no lock-delay). Answers what was released.
     pub async fn close(self) -> Result<SessionInfo, Error> {
-        self.task.abort();
+        self.renewing.stop();
         self.client.close_session(&self.info.session_id).await
-    }
-}
-
-impl Drop for SessionGuard {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

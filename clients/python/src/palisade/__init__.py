@@ -48,6 +48,7 @@ from ._errors import *  # noqa: F403 - every error class is part of the surface
 from ._errors import __all__ as _error_names
 from ._protocol import CONNECT_TIMEOUT, LIST_LIMIT, REQUEST_TIMEOUT, WAIT_MARGIN
 from ._election import Election, Leader, LeaderInfo, Observer
+from ._renewal import Deadlines
 from ._events import *  # noqa: F403 - the event classes
 from ._events import EventStream
 from ._events import __all__ as _event_names
@@ -60,6 +61,7 @@ from ._version import __version__
 __all__ = [
     "__version__",
     *_client_names,
+    "Deadlines",
     "Election",
     "Leader",
     "LeaderInfo",

@@ -10,7 +10,7 @@ from typing import ContextManager, Optional
 
 from ._attrs import Forward
 from ._errors import LeaseLostError
-from ._renewal import Renewal
+from ._renewal import Deadlines, Renewal
 from ._types import Grant
 
 
@@ -22,8 +22,8 @@ class Scheduled:
     whose task runs on the caller's loop.
     """
 
-    def __init__(self, ttl_ms: int, sent_at: float, guard: ContextManager[object]) -> None:
-        self._renewal = Renewal(ttl_ms, sent_at)
+    def __init__(self, ttl_ms: int, sent_at: float, guard: ContextManager[object], deadlines: Deadlines) -> None:
+        self._renewal = Renewal(ttl_ms, sent_at, deadlines)
         self._guard = guard
 
     def _name(self) -> str:
@@ -35,6 +35,27 @@ class Scheduled:
         ``False`` is not permission to write: the process can pause right after asking."""
         with self._guard:
             return self._renewal.is_lost(time.monotonic())
+
+    @property
+    def safe_until(self) -> float:
+        """Until when the holder may act, on the ``time.monotonic()`` clock: the send time of
+        the last renewal the server confirmed plus the TTL less the clock-drift margin
+        (:class:`Deadlines`). In the past once the server said it ended. After the client
+        gave up at the renewal deadline it still says how long what already runs may go on."""
+        with self._guard:
+            return self._renewal.safe_until
+
+    @property
+    def safe_for(self) -> float:
+        """Seconds from now the holder may still act: 0 once ``safe_until`` has passed."""
+        return max(0.0, self.safe_until - time.monotonic())
+
+    @property
+    def renew_deadline(self) -> float:
+        """When the client gives up unless a renewal succeeds first (``time.monotonic()``
+        clock): the last confirmed renewal's send plus ``renew_deadline`` of the TTL."""
+        with self._guard:
+            return self._renewal.renew_by
 
     @property
     def lost_reason(self) -> Optional[str]:
@@ -52,8 +73,8 @@ class Scheduled:
 class LeaseBase(Scheduled):
     """A granted lease and its renewal schedule."""
 
-    def __init__(self, grant: Grant, sent_at: float, guard: ContextManager[object]) -> None:
-        super().__init__(grant.ttl_ms, sent_at, guard)
+    def __init__(self, grant: Grant, sent_at: float, guard: ContextManager[object], deadlines: Deadlines) -> None:
+        super().__init__(grant.ttl_ms, sent_at, guard, deadlines)
         self._grant = grant
         self._seq = itertools.count(1)
 

@@ -25,7 +25,7 @@ from ._failover import Call, Endpoints, Op
 from ._lease import LeaseBase, Scheduled
 from ._paths import normalise_bases
 from ._protocol import CertArg, WriteOptions
-from ._renewal import Renewal
+from ._renewal import Deadlines, Renewal
 from ._types import (
     Entry,
     FenceStatus,
@@ -162,8 +162,10 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT, ContextT]):
         timeout: float = proto.REQUEST_TIMEOUT,
         connect_timeout: float = proto.CONNECT_TIMEOUT,
         transport: Optional[TransportT] = None,
+        deadlines: Deadlines = Deadlines(),
     ) -> None:
         self._endpoints = Endpoints(normalise_bases(url))
+        self._deadlines = deadlines
         self._authenticated = key is not None or cert is not None
         settings = proto.http_settings(key, ca, cert, timeout, connect_timeout)
         self._http = self._open(transport, settings)
@@ -189,7 +191,7 @@ class ClientOps(Generic[HttpT, TransportT, LeaseT, SessionT, ContextT]):
 
     def _stop_all(self) -> None:
         for lease in list(self._leases):
-            lease._stop_renewing("the client was closed")
+            lease._stop_renewing("the client was closed", ended=False)
 
     # ---- locks and leases ------------------------------------------------------------
 
@@ -481,7 +483,7 @@ class HeldOps(LeaseBase):
     def _run(self, op: Op[T]) -> Any:
         return self._client._run(op)  # type: ignore[attr-defined]
 
-    def _stop_renewing(self, reason: str) -> None:
+    def _stop_renewing(self, reason: str, ended: bool = True) -> None:
         raise NotImplementedError
 
     def _fence(self, *, seq: Optional[int] = None) -> Op[int]:
@@ -511,7 +513,7 @@ class SessionOps(Scheduled, Generic[LockT]):
     """The operations of :class:`palisade.Session` and ``palisade.aio.Session``."""
 
     def __init__(self, client: "ClientOps[Any, Any, Any, Any, Any]", info: SessionInfo, sent_at: float, guard: Any) -> None:
-        super().__init__(info.ttl_ms, sent_at, guard)
+        super().__init__(info.ttl_ms, sent_at, guard, client._deadlines)
         self._client = client
         self._info = info
 
@@ -524,7 +526,7 @@ class SessionOps(Scheduled, Generic[LockT]):
     def _adopt(self, grant: Grant) -> LockT:
         raise NotImplementedError
 
-    def _stop_renewing(self, reason: str) -> None:
+    def _stop_renewing(self, reason: str, ended: bool = True) -> None:
         raise NotImplementedError
 
     session_id = Forward[str]("_info")
@@ -566,7 +568,7 @@ class SessionLockOps(HeldOps, Generic[S]):
 
     def __init__(self, session: "SessionOps[Any]", grant: Grant) -> None:
         # The session's schedule is this lock's: one keepalive for all of them.
-        super().__init__(grant, time.monotonic(), session._guard)
+        super().__init__(grant, time.monotonic(), session._guard, session._renewal.deadlines)
         self._renewal = session._renewal
         self._session: Any = session
         self._client = session._client
@@ -576,7 +578,7 @@ class SessionLockOps(HeldOps, Generic[S]):
         result: S = self._session
         return result
 
-    def _stop_renewing(self, reason: str) -> None:
+    def _stop_renewing(self, reason: str, ended: bool = True) -> None:
         """A write through this lock was refused as stale: only this lock is lost, but
         the schedule is the session's, so nothing is stopped here."""
 
@@ -588,7 +590,7 @@ def waiting(renewal: Renewal, end: Optional[float]) -> Tuple[Optional[bool], flo
     now = time.monotonic()
     if renewal.is_lost(now):
         return True, 0.0
-    wait = renewal.deadline - now
+    wait = renewal.renew_by - now
     if end is not None:
         if now >= end:
             return False, 0.0

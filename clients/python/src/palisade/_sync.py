@@ -59,6 +59,9 @@ class Client(ClientOps[httpx.Client, httpx.BaseTransport, "Lease", "Session", "L
     sent as ``Authorization: Bearer <key>``, the CA file that signed the servers'
     certificates, and a client certificate (one PEM file, or a ``(cert, key)`` pair).
 
+    ``deadlines`` (:class:`Deadlines`) sets how its leases and sessions derive their
+    renewal deadline and safe deadline from the TTL (default: 2/3 of the TTL, 1 % drift).
+
     Thread-safe; close it (or use it as a context manager) to release its connections and
     stop the renewals of the leases it still holds.
     """
@@ -166,7 +169,7 @@ def _renew(
             ttl_ms = keepalive(timeout)
         except LeaseLostError as e:
             with cond:
-                renewal.lose(lost_reason(e))
+                renewal.lose(lost_reason(e), ended_by=sent)
                 cond.notify_all()
             return
         except Exception:  # noqa: BLE001 - any failure leaves the lease possibly alive
@@ -191,10 +194,10 @@ def _start(
     return thread
 
 
-def _halt(stop: threading.Event, cond: threading.Condition, renewal: Renewal, reason: str) -> None:
+def _halt(stop: threading.Event, cond: threading.Condition, renewal: Renewal, reason: str, ended: bool) -> None:
     stop.set()
     with cond:
-        renewal.lose(reason)
+        renewal.lose(reason, time.monotonic() if ended else None)
         cond.notify_all()
 
 
@@ -225,7 +228,7 @@ class Lease(Scoped, _Held):
 
     def __init__(self, client: Client, grant: Grant, sent_at: float) -> None:
         self._cond = threading.Condition()
-        super().__init__(grant, sent_at, self._cond)
+        super().__init__(grant, sent_at, self._cond, client._deadlines)
         self._client = client
         keepalive = _lease_keepalive(client, grant.lease_id)
         self._stop = threading.Event()
@@ -244,8 +247,8 @@ class Lease(Scoped, _Held):
                     return verdict
                 self._cond.wait(wait)
 
-    def _stop_renewing(self, reason: str) -> None:
-        _halt(self._stop, self._cond, self._renewal, reason)
+    def _stop_renewing(self, reason: str, ended: bool = True) -> None:
+        _halt(self._stop, self._cond, self._renewal, reason, ended)
 
     check = blocking(HeldOps._check)
 
@@ -311,8 +314,8 @@ class Session(Scoped, SessionOps["SessionLock"]):
     def _adopt(self, grant: Grant) -> "SessionLock":
         return SessionLock(self, grant)
 
-    def _stop_renewing(self, reason: str) -> None:
-        _halt(self._stop, self._cond, self._renewal, reason)
+    def _stop_renewing(self, reason: str, ended: bool = True) -> None:
+        _halt(self._stop, self._cond, self._renewal, reason, ended)
 
     acquire = blocking(SessionOps._acquire)
     info = blocking(SessionOps._session_info)

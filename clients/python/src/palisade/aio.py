@@ -171,7 +171,7 @@ async def _renew(
             try:
                 ttl_ms = await keepalive(renewal.timeout(sent))
             except LeaseLostError as e:
-                renewal.lose(lost_reason(e))
+                renewal.lose(lost_reason(e), ended_by=sent)
                 return
             except Exception:  # noqa: BLE001 - any failure leaves the lease possibly alive
                 renewal.failed(time.monotonic())
@@ -198,9 +198,9 @@ class _Renewed:
         self._task = loop.create_task(_renew(keepalive, self._renewal, self._changed))
         weakref.finalize(self, _cancel, loop, self._task)
 
-    def _stop_renewing(self, reason: str) -> None:
+    def _stop_renewing(self, reason: str, ended: bool = True) -> None:
         self._task.cancel()
-        self._renewal.lose(reason)
+        self._renewal.lose(reason, time.monotonic() if ended else None)
         self._changed.set()
 
 
@@ -221,7 +221,7 @@ class Lease(AsyncScoped, _Renewed, _Held):
     :class:`palisade.Lease` for what it does and does not promise."""
 
     def __init__(self, client: Client, grant: Grant, sent_at: float) -> None:
-        super().__init__(grant, sent_at, contextlib.nullcontext())
+        super().__init__(grant, sent_at, contextlib.nullcontext(), client._deadlines)
         self._client = client
         lease_id = grant.lease_id
 
