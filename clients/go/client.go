@@ -30,6 +30,8 @@ type Client struct {
 	timeout        time.Duration
 	connectTimeout time.Duration
 	tls            tlsSettings
+	// deadlines: how its leases and sessions derive their deadlines (WithDeadlines).
+	deadlines Deadlines
 	// err is a setting that did not check out (New): every call returns it.
 	err error
 }
@@ -69,8 +71,8 @@ func New(baseURL string, opts ...Option) *Client {
 // (docs/go.md). With several endpoints, every fenced write and barrier carries an
 // Idempotency-Key (a fresh one unless the caller gave one), so that a resent write is
 // never applied twice. It refuses a URL that is not http(s)://host[:port] (with no query
-// or fragment), repeated URLs, a TLS option with an http:// URL, and a CA or certificate
-// file that does not load.
+// or fragment), repeated URLs, a TLS option with an http:// URL, a CA or certificate
+// file that does not load, and Deadlines that cannot hold (WithDeadlines).
 func NewClient(baseURLs []string, opts ...Option) (*Client, error) {
 	c := build(baseURLs, opts)
 	if c.err != nil {
@@ -80,7 +82,7 @@ func NewClient(baseURLs []string, opts ...Option) (*Client, error) {
 }
 
 func build(baseURLs []string, opts []Option) *Client {
-	c := &Client{timeout: 30 * time.Second, connectTimeout: 3 * time.Second}
+	c := &Client{timeout: 30 * time.Second, connectTimeout: 3 * time.Second, deadlines: DefaultDeadlines()}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -92,6 +94,10 @@ func build(baseURLs []string, opts []Option) *Client {
 	}
 	if c.timeout <= 0 || c.connectTimeout <= 0 {
 		c.err = badRequest("timeouts must be positive")
+		return c
+	}
+	if err := c.deadlines.check(); err != nil {
+		c.err = err
 		return c
 	}
 	c.err = c.setUpTransport(bases)

@@ -166,14 +166,22 @@ func TestAGuardRenewsUntilReleased(t *testing.T) {
 }
 
 // A guard whose lease was taken away (released by someone else here) says so: Lost is
-// closed, Err is the server's lease_expired, and Context is cancelled with it as cause.
+// closed, Err is the server's lease_expired, Context is cancelled with it as cause, and
+// the holder is safe no longer (SafeUntil moved back to the refused renewal's send).
 func TestAGuardSaysWhenItsLeaseIsLost(t *testing.T) {
 	c, ctx := server(t), context.Background()
 	guard := holdGuard(t, c, "jobs", AcquireOptions{Holder: "a", TTL: 600 * time.Millisecond})
+	if guard.SafeFor() <= 0 || !guard.SafeUntil().After(guard.RenewDeadline()) {
+		t.Fatalf("a fresh guard: safe for %v, until %v after its renewal deadline", guard.SafeFor(), guard.SafeUntil().Sub(guard.RenewDeadline()))
+	}
 	if err := c.Release(ctx, guard.Lease.LeaseID); err != nil {
 		t.Fatal(err)
 	}
 	awaitLoss(t, guard.Lost(), guard.Err, "lease_expired")
+	// Moved back to the send of the renewal refused, which came before the renewal deadline.
+	if guard.SafeFor() != 0 || !guard.SafeUntil().Before(guard.RenewDeadline()) || guard.SafeUntil().After(time.Now()) {
+		t.Fatalf("a lease over at the server: safe for %v, until %v before the renewal deadline", guard.SafeFor(), guard.RenewDeadline().Sub(guard.SafeUntil()))
+	}
 	select {
 	case <-guard.Context().Done():
 	default:
@@ -202,6 +210,9 @@ func TestReleasingAGuardCancelsItsContext(t *testing.T) {
 	if work.Err() == nil || !errors.Is(context.Cause(work), ErrReleased) {
 		t.Fatalf("after the release: %v %v", work.Err(), context.Cause(work))
 	}
+	if guard.SafeFor() != 0 || guard.SafeUntil().After(time.Now()) {
+		t.Fatalf("a released guard is safe for %v", guard.SafeFor())
+	}
 	select {
 	case <-guard.Lost():
 		t.Fatal("a release is not a loss")
@@ -216,10 +227,11 @@ func TestReleasingAGuardCancelsItsContext(t *testing.T) {
 	}
 }
 
-// A guard whose server is gone presumes its lease lost at its local deadline: the time
-// its last successful renewal was sent plus the TTL, so no later than one TTL after the
-// server died. Err says no renewal succeeded.
-func TestAGuardPresumesItsLeaseLostAtItsDeadline(t *testing.T) {
+// A guard whose server is gone gives its lease up at its renewal deadline: the time its
+// last successful renewal was sent plus 2/3 of the TTL (by default), so no later than
+// that after the server died, and before its safe deadline (the TTL less 1 %), which
+// giving up does not move. Err says no renewal succeeded.
+func TestAGuardGivesItsLeaseUpAtTheRenewalDeadline(t *testing.T) {
 	base, process := serveProcess(t)
 	c := New(base, WithTimeout(time.Second))
 	ttl := 900 * time.Millisecond
@@ -233,14 +245,27 @@ func TestAGuardPresumesItsLeaseLostAtItsDeadline(t *testing.T) {
 	select {
 	case <-guard.Lost():
 	case <-time.After(5 * ttl):
-		t.Fatal("never presumed lost")
+		t.Fatal("never given up")
 	}
-	if late := time.Since(killed); late > ttl+150*time.Millisecond {
-		t.Fatalf("presumed lost %v after the server died, more than the TTL", late)
+	lostAt := time.Now()
+	if late := lostAt.Sub(killed); late > ttl*2/3+150*time.Millisecond {
+		t.Fatalf("given up %v after the server died, more than 2/3 of the TTL", late)
+	}
+	// Both deadlines count from the same send, the last confirmed renewal's: 600 ms and
+	// 891 ms after it.
+	renewBy, safeUntil := guard.RenewDeadline(), guard.SafeUntil()
+	if safeUntil.Sub(renewBy) != 291*time.Millisecond {
+		t.Fatalf("safe until %v after the renewal deadline, not 291 ms", safeUntil.Sub(renewBy))
+	}
+	if lostAt.Before(renewBy) || !lostAt.Before(safeUntil) {
+		t.Fatalf("given up %v after the renewal deadline, %v before the safe deadline", lostAt.Sub(renewBy), safeUntil.Sub(lostAt))
+	}
+	if got := guard.SafeFor(); got > 291*time.Millisecond {
+		t.Fatalf("safe for %v after giving up", got)
 	}
 	var api *APIError
 	if !errors.As(guard.Err(), &api) || api.Code != "lease_expired" || api.Status != 0 ||
-		!strings.Contains(api.Message, "no renewal succeeded") {
+		!strings.Contains(api.Message, "no renewal succeeded before the renewal deadline") {
 		t.Fatalf("%#v", guard.Err())
 	}
 	if !errors.As(context.Cause(guard.Context()), &api) {
@@ -249,8 +274,8 @@ func TestAGuardPresumesItsLeaseLostAtItsDeadline(t *testing.T) {
 }
 
 // A Hold that waited in line longer than its TTL renews once before it returns, so its
-// local deadline counts from that renewal, not from the send: without it, the guard
-// would presume its fresh lease lost at once.
+// deadlines count from that renewal, not from the send: without it, the guard would give
+// its fresh lease up at once.
 func TestAHoldThatWaitedRenewsBeforeReturning(t *testing.T) {
 	c, ctx := server(t), context.Background()
 	first, err := c.Acquire(ctx, "queue", AcquireOptions{Holder: "a", TTL: 5 * time.Second})
@@ -264,6 +289,9 @@ func TestAHoldThatWaitedRenewsBeforeReturning(t *testing.T) {
 	ttl := 600 * time.Millisecond
 	guard := holdGuard(t, c, "queue", AcquireOptions{Holder: "b", TTL: ttl, Wait: 10 * time.Second})
 	defer guard.Release(ctx)
+	if !guard.RenewDeadline().After(time.Now()) || guard.SafeFor() <= 0 {
+		t.Fatalf("a Hold that waited: renewal deadline %v ago, safe for %v", time.Since(guard.RenewDeadline()), guard.SafeFor())
+	}
 	time.Sleep(2 * ttl)
 	if guard.Err() != nil {
 		t.Fatalf("lost after its wait: %v", guard.Err())

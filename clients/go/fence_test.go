@@ -99,8 +99,8 @@ func TestTheIssuerChecksTokens(t *testing.T) {
 }
 
 // Writes through a guard carry its token; a stale refusal through it loses the guard at
-// once (its context is cancelled with that refusal as the cause), and calls through a
-// lost guard are refused before anything is sent.
+// once (its context is cancelled with that refusal as the cause, and it is safe no
+// longer), and calls through a lost guard are refused before anything is sent.
 func TestAGuardFencedOffIsLost(t *testing.T) {
 	c, ctx := server(t), context.Background()
 	// A TTL long enough that no renewal comes before the stale write: that write alone
@@ -130,6 +130,9 @@ func TestAGuardFencedOffIsLost(t *testing.T) {
 	}
 	if cause := context.Cause(guard.Context()); cause != err || guard.Err() != err {
 		t.Fatalf("cause %#v, Err %#v", cause, guard.Err())
+	}
+	if guard.SafeFor() != 0 || guard.SafeUntil().After(time.Now()) {
+		t.Fatalf("a guard fenced off is safe for %v", guard.SafeFor())
 	}
 	select {
 	case <-guard.Lost():

@@ -41,7 +41,8 @@ func (h *Held) NextSeq() uint64 {
 
 // Lost is closed when the lease is lost: a renewal was refused (lease_expired), a write
 // through it was refused as stale (a newer epoch exists), or no renewal succeeded before
-// its deadline. For a lock in a session: when the session is lost.
+// its renewal deadline and the client gave it up. For a lock in a session: when the
+// session is lost.
 func (h *Held) Lost() <-chan struct{} { return h.life.lost }
 
 // Err is why the lease was lost (nil while it is held): the server's lease_expired or
@@ -72,7 +73,8 @@ func (h *Held) fenced(err error) {
 		return
 	}
 	if h.own {
-		h.life.lose(err)
+		// Over at the server since a newer epoch wrote: safe no longer from now on.
+		h.life.lose(err, time.Now())
 		return
 	}
 	h.mu.Lock()
@@ -131,16 +133,18 @@ func (h *Held) Check(ctx context.Context) (*TokenCheck, error) {
 // Guard holds a lease and renews it in the background, every third of its TTL (a failed
 // renewal retried every tenth), until Release, or until it is lost (Lost is closed,
 // Context cancelled). Its Held gives the Lease and the calls through it (Lost, Err,
-// Context, Put, Delete, Fence, Proclaim, Check). A guard does not stop the work it
-// protects by itself: give that work Context, and let the resource's gate refuse the
-// late writes fencing exists for.
+// Context, Put, Delete, Fence, Proclaim, Check); SafeUntil, SafeFor and RenewDeadline
+// say until when the holder may act and when the client gives the lease up (Deadlines).
+// A guard does not stop the work it protects by itself: give that work Context, and let
+// the resource's gate refuse the late writes fencing exists for.
 type Guard struct {
 	*Held
 }
 
-// Hold acquires lock and starts renewing it. The lease's local deadline counts from
-// before the acquisition was sent; one that waited in line longer than a third of its
-// TTL is renewed once before Hold returns, so its deadline counts from that renewal.
+// Hold acquires lock and starts renewing it. The lease's deadlines (SafeUntil,
+// RenewDeadline) count from before the acquisition was sent; one that waited in line
+// longer than a third of its TTL is renewed once before Hold returns, so its deadlines
+// count from that renewal.
 func (c *Client) Hold(ctx context.Context, lock string, opts AcquireOptions) (*Guard, error) {
 	if opts.Session != "" {
 		return nil, badRequest("a lock in a session is renewed by its session: use SessionGuard.Acquire")
@@ -161,7 +165,7 @@ func (c *Client) Hold(ctx context.Context, lock string, opts AcquireOptions) (*G
 	}
 	held := &Held{Lease: lease, client: c, own: true}
 	id := lease.LeaseID
-	held.life = startLife(fmt.Sprintf("lease %s on lock %q", id, lease.Lock), "lease_expired", ttl, sent,
+	held.life = startLife(fmt.Sprintf("lease %s on lock %q", id, lease.Lock), "lease_expired", ttl, c.deadlines, sent,
 		func(ctx context.Context) (time.Duration, error) {
 			info, err := c.KeepAlive(ctx, id)
 			if err != nil {
@@ -172,10 +176,41 @@ func (c *Client) Hold(ctx context.Context, lock string, opts AcquireOptions) (*G
 	return &Guard{held}, nil
 }
 
-// Release stops the renewals, cancels Context (cause ErrReleased) and releases the lease:
-// the next in line gets the lock at once. It asks the server even after a loss (a lease
-// presumed lost may still be live there); *APIError lease_expired when it had ended.
+// Release stops the renewals, cancels Context (cause ErrReleased), ends SafeUntil at once
+// and releases the lease: the next in line gets the lock at once. It asks the server even
+// after a loss (a lease presumed lost may still be live there); *APIError lease_expired
+// when it had ended.
 func (g *Guard) Release(ctx context.Context) error {
 	g.life.halt()
 	return g.client.Release(ctx, g.Lease.LeaseID)
 }
+
+// SafeUntil is until when the holder may act: the time the last renewal the server
+// confirmed was sent (at first, the acquisition's send) plus the TTL granted with it less
+// the clock-drift margin (Deadlines.ClockDrift). As long as this host's clock runs no more
+// than ClockDrift slower than the server's, the lease is alive at the server until then.
+// It never moves later than a confirmed renewal allows; it moves to the moment the lease
+// is known to have ended when the server says so (at the send of the renewal it
+// answered), a write through the guard is refused as stale, or the guard is released.
+// After the client gave the lease up at RenewDeadline it still says how long what already
+// runs may go on. It keeps its monotonic clock reading: compare it with time.Now().
+//
+// What it does not promise: the deadlines narrow the window in which an old holder can
+// still act, they do not close it. A process that pauses after checking SafeFor, a
+// request already on its way, or clocks that drift apart faster than ClockDrift still
+// reach the resource after the lease ended; only the token, checked at the resource,
+// closes the window (docs/guarantees.md).
+func (g *Guard) SafeUntil() time.Time { return g.life.safeUntil() }
+
+// SafeFor is how long from now the holder may still act (SafeUntil less now): 0 once
+// SafeUntil has passed. A positive answer is no permission to write after a pause: see
+// SafeUntil.
+func (g *Guard) SafeFor() time.Duration { return g.life.safeFor() }
+
+// RenewDeadline is when the client gives the lease up unless a renewal succeeds first:
+// the time the last renewal the server confirmed was sent plus Deadlines.RenewDeadline of
+// the TTL granted with it (2/3 by default), as Kubernetes' leader election does at its
+// renewDeadline. Then Lost is closed and Context cancelled, even if a renewal request is
+// still in flight (none may take longer than this), and the holder has until SafeUntil to
+// stop.
+func (g *Guard) RenewDeadline() time.Time { return g.life.renewDeadline() }

@@ -91,8 +91,9 @@ func (c *Client) CloseSession(ctx context.Context, sessionID string) (*Session, 
 
 // SessionGuard holds a session and renews it in the background, every third of its TTL
 // (the schedule of a Guard), until Close or until it is lost: the server answers
-// session_expired, or no renewal succeeded before its deadline. Then every lock in it is
-// gone at once, Lost is closed and Context cancelled.
+// session_expired, or no renewal succeeded before its renewal deadline and the client
+// gave it up. Then every lock in it is gone at once, Lost is closed and Context
+// cancelled. Its SafeUntil, SafeFor and RenewDeadline are those of every lock in it.
 type SessionGuard struct {
 	// Session is the session as created.
 	Session *Session
@@ -108,7 +109,7 @@ func (c *Client) HoldSession(ctx context.Context, opts SessionOptions) (*Session
 		return nil, err
 	}
 	id := s.SessionID
-	life := startLife("session "+id, "session_expired", time.Duration(s.TTLMs)*time.Millisecond, sent,
+	life := startLife("session "+id, "session_expired", time.Duration(s.TTLMs)*time.Millisecond, c.deadlines, sent,
 		func(ctx context.Context) (time.Duration, error) {
 			info, err := c.KeepAliveSession(ctx, id)
 			if err != nil {
@@ -129,9 +130,32 @@ func (s *SessionGuard) Err() error { return s.life.Err() }
 // (ErrReleased).
 func (s *SessionGuard) Context() context.Context { return s.life.ctx }
 
+// SafeUntil is until when the session's holder may act, with every lock in it: the time
+// the last keepalive the server confirmed was sent (at first, the creation's send) plus
+// the session's TTL less the clock-drift margin (Deadlines.ClockDrift). It never moves
+// later than a confirmed keepalive allows; it moves to the moment the session is known to
+// have ended when the server answers session_expired (at the send of that keepalive) or
+// the guard closes it. After the client gave the session up at RenewDeadline it still
+// says how long what already runs may go on. It keeps its monotonic clock reading.
+//
+// What it does not promise: the deadlines narrow the window in which an old holder can
+// still act, they do not close it (a pause after checking SafeFor, a request in flight,
+// clocks drifting apart faster than ClockDrift); only the token, checked at the resource,
+// closes it (docs/guarantees.md). A lock released, or fenced off, alone does not move it.
+func (s *SessionGuard) SafeUntil() time.Time { return s.life.safeUntil() }
+
+// SafeFor is how long from now the session's holder may still act: 0 once SafeUntil has
+// passed.
+func (s *SessionGuard) SafeFor() time.Duration { return s.life.safeFor() }
+
+// RenewDeadline is when the client gives the session up unless a keepalive succeeds
+// first: the last confirmed keepalive's send plus Deadlines.RenewDeadline of the TTL.
+func (s *SessionGuard) RenewDeadline() time.Time { return s.life.renewDeadline() }
+
 // SessionLock is a lock held in a session: renewed by the session, ended with it. Its
 // Held gives the Lease and the calls through it (Put, Delete, Fence, Proclaim, Check);
-// its Lost, Err and Context are the session's. A stale write through it, or its Release,
+// its Lost, Err and Context are the session's, and so are its deadlines (Session's
+// SafeUntil, SafeFor and RenewDeadline). A stale write through it, or its Release,
 // ends only this lock (calls through it are refused from then on).
 type SessionLock struct {
 	*Held
@@ -164,8 +188,9 @@ func (s *SessionGuard) Info(ctx context.Context) (*Session, error) {
 	return s.client.SessionInfo(ctx, s.Session.SessionID)
 }
 
-// Close stops the renewals, cancels Context (cause ErrReleased) and closes the session:
-// every lock in it is released at once (no lock-delay). It answers the released locks.
+// Close stops the renewals, cancels Context (cause ErrReleased), ends SafeUntil at once
+// and closes the session: every lock in it is released at once (no lock-delay). It
+// answers the released locks.
 func (s *SessionGuard) Close(ctx context.Context) (*Session, error) {
 	s.life.halt()
 	return s.client.CloseSession(ctx, s.Session.SessionID)

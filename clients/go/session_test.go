@@ -48,6 +48,10 @@ func TestASessionHoldsManyLocksWithOneKeepalive(t *testing.T) {
 	if err != nil || len(info.Leases) != 2 {
 		t.Fatalf("%+v %v", info, err)
 	}
+	// Renewed: both deadlines count from a keepalive's send, not from the creation.
+	if ahead := time.Until(session.RenewDeadline()); ahead <= 0 || ahead > ttl*2/3 || session.SafeFor() <= ahead {
+		t.Fatalf("renewal deadline in %v, safe for %v", ahead, session.SafeFor())
+	}
 	work := session.Context()
 	closed, err := session.Close(ctx)
 	if err != nil {
@@ -64,6 +68,9 @@ func TestASessionHoldsManyLocksWithOneKeepalive(t *testing.T) {
 	if !errors.Is(context.Cause(work), ErrReleased) {
 		t.Fatalf("cause %v", context.Cause(work))
 	}
+	if session.SafeFor() != 0 || session.SafeUntil().After(time.Now()) {
+		t.Fatalf("a closed session is safe for %v", session.SafeFor())
+	}
 	// Free at once, though lock a chose a lock-delay: a close has none.
 	for _, lock := range []string{"a", "b"} {
 		if _, err := c.Acquire(ctx, lock, AcquireOptions{Holder: "next", TTL: time.Second}); err != nil {
@@ -76,8 +83,8 @@ func TestASessionHoldsManyLocksWithOneKeepalive(t *testing.T) {
 }
 
 // A session ended behind the guard's back is lost: Lost closes, Err is the server's
-// session_expired, the context is cancelled with it, its locks are free, and calls
-// through them are refused before anything is sent.
+// session_expired, the context is cancelled with it, the holder is safe no longer, its
+// locks are free, and calls through them are refused before anything is sent.
 func TestALostSessionCancelsItsContext(t *testing.T) {
 	c, ctx := server(t), context.Background()
 	session, err := c.HoldSession(ctx, SessionOptions{Holder: "worker", TTL: 600 * time.Millisecond})
@@ -92,6 +99,9 @@ func TestALostSessionCancelsItsContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	awaitLoss(t, session.Lost(), session.Err, "session_expired")
+	if session.SafeFor() != 0 || session.SafeUntil().After(time.Now()) {
+		t.Fatalf("a session over at the server is safe for %v", session.SafeFor())
+	}
 	if lock.Context().Err() == nil || context.Cause(lock.Context()) != session.Err() || lock.Err() != session.Err() {
 		t.Fatalf("the lock's context: %v", context.Cause(lock.Context()))
 	}

@@ -29,7 +29,7 @@ import {
   proclaim,
   release,
 } from "./locks.js";
-import { Held } from "./renewal.js";
+import { type Deadlines, Held, checkDeadlines } from "./renewal.js";
 import { type TlsOptions, tlsDispatcher, tlsFetch } from "./tls.js";
 import { type Session, type SessionOptions, SessionGuard, closeSession, createSession, getSession, keepAliveSession } from "./session.js";
 import type { KeyListing } from "./token.js";
@@ -50,6 +50,11 @@ export interface ClientOptions extends TlsOptions {
   /** How long one request may take, in milliseconds (30,000 by default); an acquisition
    * that waits in line gets its `waitMs` on top. */
   timeoutMs?: number;
+  /** How the client's guards and session guards derive their renewal deadline and safe
+   * deadline from the TTL (renewal.ts); each field left out takes its default
+   * (DEFAULT_DEADLINES: 2/3 of the TTL, 1 % clock drift). Deadlines that cannot hold are
+   * a RangeError from the constructor. */
+  deadlines?: Partial<Deadlines>;
 }
 
 /** A client of one Palisade deployment: one server, or several endpoints of it (the nodes
@@ -57,6 +62,8 @@ export interface ClientOptions extends TlsOptions {
 export class Client {
   /** The first endpoint's base URL. */
   readonly baseUrl: string;
+  /** The deadlines of every Guard and SessionGuard this client makes (ClientOptions). */
+  readonly deadlines: Deadlines;
   readonly #endpoints: Endpoints;
   readonly #key: string | undefined;
   readonly #fetch: Fetch;
@@ -67,6 +74,7 @@ export class Client {
    * endpoints listed, in order of preference. */
   constructor(baseUrl: string | readonly string[], options: ClientOptions = {}) {
     const bases = (typeof baseUrl === "string" ? [baseUrl] : [...baseUrl]).map(checkBase);
+    this.deadlines = checkDeadlines(options.deadlines);
     this.#endpoints = new Endpoints(bases);
     this.baseUrl = bases[0]!;
     this.#key = options.key;
@@ -178,7 +186,8 @@ export class Client {
   }
 
   /** Acquires `lock` and keeps it: the Guard renews the lease every third of its TTL
-   * until released, or until a renewal is refused. */
+   * until released, until a renewal is refused, or until the renewal deadline passes
+   * without a renewal that worked. */
   async hold(lock: string, options: AcquireOptions): Promise<Guard> {
     const asked = performance.now(); // the lease runs from its grant, which is later
     const lease = await this.acquire(lock, options);
@@ -206,11 +215,12 @@ export class Client {
   }
 
   /** Opens a session and keeps it: the SessionGuard renews it every third of its TTL
-   * until closed, or until a renewal is refused. */
+   * until closed, until a renewal is refused, or until the renewal deadline passes
+   * without a renewal that worked. */
   async holdSession(options: SessionOptions): Promise<SessionGuard> {
     const asked = performance.now();
     const session = await createSession(this, options);
-    return new SessionGuard(this, session, asked);
+    return new SessionGuard(this, session, asked, this.deadlines);
   }
 
   /** A live stream of the server's events, of one lock, of a prefix, or of all locks;
@@ -321,18 +331,23 @@ function checkBase(baseUrl: string): string {
 }
 
 /** A lease held and renewed in the background, every third of its TTL, until
- * {@link Guard.release}, or until a renewal is refused or has failed for a whole TTL
- * (counted from the sending of the last renewal that worked; renewal.ts): then `signal`
- * aborts, with the reason as its `reason`. A guard does not stop the work it protects by
- * itself: give `signal` to that work, and let the resource's gate refuse the late writes
- * fencing exists for. The renewal timer does not keep the process alive. Made by
- * {@link Client.hold}; `await using` releases it at the end of the block. */
+ * {@link Guard.release}, until a renewal is refused, or until no renewal has succeeded by
+ * the renewal deadline (2/3 of the TTL after the sending of the last renewal that worked,
+ * by default; renewal.ts), when the client gives the lease up itself: then `signal`
+ * aborts, with the reason as its `reason`. `safeUntil` and `safeForMs` say until when
+ * the holder may act (the TTL less a clock-drift margin), `renewDeadline` when it is given
+ * up; they narrow the window in which an old holder can still act, and do not close it
+ * (see Held). A guard does not stop the work it protects by itself: give `signal` to that
+ * work, and let the resource's gate refuse the late writes fencing exists for. The
+ * renewal timer does not keep the process alive. Made by {@link Client.hold}; `await
+ * using` releases it at the end of the block. */
 export class Guard extends Held<void> {
   readonly lease: Lease;
 
-  /** Starts renewing `lease`, granted after the monotonic time `askedAt`. */
+  /** Starts renewing `lease`, whose acquisition was sent at the monotonic time `askedAt`
+   * (performance.now()), on the client's deadlines. */
   constructor(client: Client, lease: Lease, askedAt: number) {
-    super(lease.ttlMs, askedAt, (signal) => client.keepAlive(lease.leaseId, { signal }), (options) => client.release(lease.leaseId, options));
+    super(lease.ttlMs, askedAt, client.deadlines, (signal) => client.keepAlive(lease.leaseId, { signal }), (options) => client.release(lease.leaseId, options));
     this.lease = lease;
   }
 

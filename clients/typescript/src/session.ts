@@ -1,13 +1,13 @@
 // Sessions (docs/api.md, "Sessions"): one keepalive for many locks. create, get,
 // keepAlive and close on the wire, and SessionGuard, a session renewed in the background
-// on the schedule Guard uses (renewal.ts), whose AbortSignal aborts when the session is
-// lost. Leases join a session through AcquireOptions.session.
+// on the schedule Guard uses, with the same deadlines (renewal.ts), whose AbortSignal
+// aborts when the session is lost. Leases join a session through AcquireOptions.session.
 
 import { type Caller, CALL, segment, str, wholeMs } from "./http.js";
 import { safeInteger } from "./json.js";
 import type { CallOptions } from "./kv.js";
 import { leaseRef } from "./locks.js";
-import { Held } from "./renewal.js";
+import { DEFAULT_DEADLINES, type Deadlines, Held } from "./renewal.js";
 
 /** A lease in a session. */
 export interface SessionLease {
@@ -68,15 +68,20 @@ export function closeSession(client: Caller, id: string, options: CallOptions): 
 }
 
 /** A session renewed in the background, every third of its TTL, until
- * {@link SessionGuard.close}, or until a renewal is refused or has failed for a whole TTL
- * (counted from the sending of the last renewal that worked): then `signal` aborts, with
- * the reason as its `reason`, and every lease in the session is gone with it. Made by
- * Client.holdSession; `await using` closes it at the end of the block. */
+ * {@link SessionGuard.close}, until a renewal is refused, or until no renewal has
+ * succeeded by the renewal deadline (renewal.ts), when the client gives the session up
+ * itself: then `signal` aborts, with the reason as its `reason`, and every lease in the
+ * session is gone with it. The session's deadlines (`safeUntil`, `safeForMs`,
+ * `renewDeadline`, as a Guard's; see Held for what they do not promise) are those of every
+ * lease in it. Made by Client.holdSession; `await using` closes it at the end of the
+ * block. */
 export class SessionGuard extends Held<Session> {
   readonly session: Session;
 
-  constructor(client: Caller, session: Session, askedAt: number) {
-    super(session.ttlMs, askedAt, (signal) => keepAliveSession(client, session.sessionId, { signal }), (options) => closeSession(client, session.sessionId, options));
+  /** Starts renewing `session`, whose creation was sent at the monotonic time `askedAt`
+   * (performance.now()), on `deadlines` (Client.holdSession gives the client's). */
+  constructor(client: Caller, session: Session, askedAt: number, deadlines: Deadlines = DEFAULT_DEADLINES) {
+    super(session.ttlMs, askedAt, deadlines, (signal) => keepAliveSession(client, session.sessionId, { signal }), (options) => closeSession(client, session.sessionId, options));
     this.session = session;
   }
 

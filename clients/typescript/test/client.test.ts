@@ -1,7 +1,9 @@
 // Tests of the lock client (src/client.ts) against a real `palisade serve` per test: the
 // fencing story (a late write refused with both epochs, a held lock with its holder), a
 // wait in line, guards that renew, release, and notice a lost lease, the server's tokens
-// verified offline, the request headers, and the README's example run as written.
+// verified offline, the request headers, and the README's example run as written; and,
+// with answers made here, guards whose renewals fail, hang, or answer late (their
+// renewal deadline and safe deadline, src/renewal.ts).
 
 import assert from "node:assert/strict";
 import { execFile } from "node:child_process";
@@ -84,7 +86,11 @@ test("a guard keeps its lease past four TTLs, and releases it", async (t) => {
   assert.ok(probes >= 8);
   assert.equal(guard.lost, false);
   assert.equal(guard.error, undefined);
+  // Renewed: safe for a while yet, at most the TTL less 1 % from the last renewal's send.
+  near(guard.safeUntil - guard.renewDeadline, ttlMs * 0.99 - (ttlMs * 2) / 3);
+  assert.ok(guard.safeForMs > 0 && guard.safeForMs <= ttlMs * 0.99, `${guard.safeForMs} ms`);
   await guard.release();
+  assert.equal(guard.safeForMs, 0); // released: no time left to act
   await guard.release(); // once released, again is the same outcome
   const next = await c.acquire("jobs", { holder: "b", ttlMs });
   assert.ok(next.epoch > guard.lease.epoch);
@@ -98,6 +104,9 @@ test("a guard notices its lease was taken away: its signal aborts", async (t) =>
   assert.ok(guard.lost);
   assert.ok(guard.signal.reason instanceof LeaseExpiredError, String(guard.signal.reason));
   assert.equal(guard.signal.reason.code, "lease_expired");
+  // The lease ended at the server before that answer: safe no longer.
+  assert.equal(guard.safeForMs, 0);
+  assert.ok(guard.safeUntil <= performance.now());
   await assert.rejects(guard.release(), (err) => err === guard.signal.reason);
 });
 
@@ -154,28 +163,91 @@ test("requests carry the bearer key and the fencing token, through a custom fetc
   assert.equal(seen.length, 3);
 });
 
-test("a guard whose renewals fail keeps trying, and gives the lease up after a whole TTL", async () => {
+test("a guard whose renewals fail retries every tenth of the TTL, and gives the lease up at the renewal deadline", async () => {
   // No server: the acquisition is answered here, and every keepalive by a proxy's error page.
   const ttlMs = 300;
   const keepalives: number[] = [];
   const c = new Client("http://palisade.invalid", {
-    fetch: (input) => {
-      if (new URL(input).pathname.endsWith("/acquire")) {
-        const lease = `{"lock":"jobs","holder":"a","epoch":9007199254740993,"token":"t","lease_id":"l1","ttl_ms":${ttlMs},"lock_delay_ms":0}`;
-        return Promise.resolve(new Response(lease, { status: 200 }));
-      }
+    fetch: answering(ttlMs, () => {
       keepalives.push(performance.now());
       return Promise.resolve(new Response("<html>502 Bad Gateway</html>", { status: 502, headers: { "content-type": "text/html" } }));
-    },
+    }),
   });
   const asked = performance.now();
   const guard = await c.hold("jobs", { holder: "a", ttlMs });
+  const held = performance.now();
   assert.equal(guard.lease.epoch, 9007199254740993n); // read exactly
+  // From the acquisition's send: given up at 2/3 of the TTL, safe until 99 % of it.
+  assert.ok(guard.renewDeadline >= asked + 200 && guard.renewDeadline <= held + 200, `${guard.renewDeadline - asked} ms`);
+  near(guard.safeUntil - guard.renewDeadline, 297 - 200);
   await aborted(guard.signal);
-  assert.ok(guard.signal.reason instanceof DecodeError, String(guard.signal.reason));
-  assert.ok(keepalives.length >= 2, `${keepalives.length} keepalives`);
-  assert.ok(performance.now() - asked >= ttlMs);
-  await assert.rejects(guard.release(), DecodeError);
+  assert.ok(performance.now() >= guard.renewDeadline);
+  const reason = guard.signal.reason as unknown;
+  assert.ok(reason instanceof DOMException && reason.name === "TimeoutError", String(reason));
+  assert.equal(reason.message, "no renewal succeeded before the renewal deadline");
+  assert.ok(reason.cause instanceof DecodeError, String(reason.cause)); // the last failure
+  // Sent from 1/3 of the TTL on, retried after a tenth of it (not a third), none after
+  // the renewal deadline: the last may be sent a timer's tick before it and reach the stub
+  // just after, a retry after it would come a tenth of the TTL (30 ms) later.
+  assert.ok(keepalives.length >= 3, `${keepalives.length} keepalives`);
+  assert.ok(keepalives.every((at) => at < guard.renewDeadline + 5), keepalives.map((at) => at - guard.renewDeadline).join(", "));
+  // Given up, the holder still has until the safe deadline to stop what runs.
+  assert.ok(guard.safeForMs <= 97);
+  await assert.rejects(guard.release(), (err) => err === reason);
+});
+
+test("a renewal that hangs is given up at the renewal deadline of the client's settings", async () => {
+  // No server: the keepalive never answers, and ignores its signal.
+  const ttlMs = 300;
+  let keepalives = 0;
+  const c = new Client("http://palisade.invalid", {
+    deadlines: { renewDeadline: 0.5, clockDrift: 0.1 },
+    fetch: answering(ttlMs, () => {
+      keepalives++;
+      return new Promise<Response>(() => undefined);
+    }),
+  });
+  const asked = performance.now();
+  const guard = await c.hold("jobs", { holder: "a", ttlMs });
+  const held = performance.now();
+  assert.ok(guard.renewDeadline >= asked + 150 && guard.renewDeadline <= held + 150, `${guard.renewDeadline - asked} ms`);
+  near(guard.safeUntil - guard.renewDeadline, 270 - 150);
+  await aborted(guard.signal);
+  assert.ok(performance.now() >= guard.renewDeadline);
+  assert.equal(guard.lost, true);
+  const reason = guard.error;
+  assert.ok(reason instanceof DOMException && reason.name === "TimeoutError", String(reason));
+  assert.equal(reason.message, "no renewal succeeded before the renewal deadline");
+  assert.equal(keepalives, 1); // sent at a third of the TTL, abandoned at half of it
+  await assert.rejects(guard.release(), (err) => err === reason);
+});
+
+test("a guard's deadlines count from each renewal's send, not its answer, and never trust a longer TTL", async () => {
+  // No server: each keepalive is answered 50 ms after it was sent, granting 60 s.
+  const ttlMs = 600;
+  const sent: number[] = [];
+  const c = new Client("http://palisade.invalid", {
+    fetch: answering(ttlMs, async () => {
+      sent.push(performance.now());
+      await delay(50);
+      return new Response(`{"lease_id":"l1","lock":"jobs","epoch":1,"ttl_ms":60000}`, { status: 200 });
+    }),
+  });
+  const guard = await c.hold("jobs", { holder: "a", ttlMs });
+  const first = guard.renewDeadline;
+  const until = performance.now() + 10_000;
+  while (guard.renewDeadline === first) {
+    assert.ok(performance.now() < until, "no renewal was confirmed");
+    await delay(5);
+  }
+  const renewal = sent[0]!;
+  // 2/3 of the granted TTL, but of the first (600 ms), from the send: counting from the
+  // answer would put it at least 50 ms later.
+  assert.ok(guard.renewDeadline <= renewal + 400 && guard.renewDeadline > renewal + 375, `${guard.renewDeadline - renewal} ms`);
+  near(guard.safeUntil - guard.renewDeadline, 594 - 400);
+  assert.equal(guard.lost, false);
+  await guard.release();
+  assert.equal(guard.safeForMs, 0);
 });
 
 test("a success whose fields sit under a __proto__ name is a DecodeError, not a lease", async () => {
@@ -202,6 +274,25 @@ test("the README's example runs as written", async (t) => {
   const { stdout } = await promisify(execFile)(process.execPath, [file]);
   assert.equal(stdout, "wrote revision 1 under epoch 1\n");
 });
+
+/** A fetch with no server behind it: it grants a lease of `ttlMs` to an acquisition,
+ * answers a release, and leaves every keepalive to `keepalive`. */
+function answering(ttlMs: number, keepalive: () => Promise<Response>): (input: string) => Promise<Response> {
+  return (input) => {
+    const path = new URL(input).pathname;
+    if (path.endsWith("/acquire")) {
+      const lease = `{"lock":"jobs","holder":"a","epoch":9007199254740993,"token":"t","lease_id":"l1","ttl_ms":${ttlMs},"lock_delay_ms":0}`;
+      return Promise.resolve(new Response(lease, { status: 200 }));
+    }
+    if (path.endsWith("/release")) return Promise.resolve(new Response("{}", { status: 200 }));
+    return keepalive();
+  };
+}
+
+/** `actual` is `expected`, give or take floating-point rounding. */
+function near(actual: number, expected: number): void {
+  assert.ok(Math.abs(actual - expected) < 1e-6, `${actual}, not ${expected}`);
+}
 
 /** Resolves when `signal` aborts; rejects if it has not within 10 s. */
 function aborted(signal: AbortSignal): Promise<void> {

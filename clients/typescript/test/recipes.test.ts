@@ -206,7 +206,10 @@ test("a session guard keeps two leases past four TTLs and releases both on close
     await delay(ttlMs / 4);
   }
   assert.equal(guard.lost, false);
+  assert.ok(guard.safeForMs > 0 && guard.safeForMs <= ttlMs * 0.99, `${guard.safeForMs} ms`);
+  assert.ok(guard.renewDeadline < guard.safeUntil);
   const closed = await guard.close();
+  assert.equal(guard.safeForMs, 0); // closed: no time left to act under any of its leases
   assert.deepEqual(closed.leases.map((l) => l.leaseId).sort(), [x.leaseId, y.leaseId].sort());
   assert.equal(await guard.close(), closed); // the same outcome again
   assert.ok((await c.acquire("x", { holder: "b", ttlMs })).epoch > x.epoch);
@@ -221,6 +224,7 @@ test("a session guard notices its session was closed; `await using` closes it", 
     guard.signal.addEventListener("abort", () => (clearTimeout(timer), resolve()));
   });
   assert.ok(guard.error instanceof SessionExpiredError, String(guard.error));
+  assert.equal(guard.safeForMs, 0); // the session ended at the server before that answer
   await assert.rejects(guard.close(), SessionExpiredError);
   let id: string;
   {

@@ -47,7 +47,8 @@ public final class Election {
     AcquireOptions options = AcquireOptions.ttl(ttl).holder(candidate).value(value).waitUpTo(ROUND);
     while (true) {
       try {
-        return new Leader(client, name, new LeaseGuard(client, client.acquire(name, options)));
+        long sentAt = System.nanoTime();
+        return new Leader(client, name, client.guard(client.acquire(name, options), sentAt));
       } catch (PalisadeException.LockHeld round) {
         // One round of waiting ended with somebody else still leading: wait again.
       }

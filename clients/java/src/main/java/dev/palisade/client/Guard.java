@@ -2,6 +2,7 @@
 package dev.palisade.client;
 
 import java.io.IOException;
+import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 
 /**
@@ -14,11 +15,14 @@ abstract class Guard implements AutoCloseable {
   private final Renewal.End end;
 
   /**
-   * Starts renewing on the thread {@code thread}; {@code what} names the held thing in an
+   * Starts renewing on the thread {@code thread} what a request sent at {@code sentAt}
+   * ({@link System#nanoTime()}) was granted; {@code what} names the held thing in an
    * interrupt's message, and {@code end} ends it on close.
    */
-  Guard(String thread, long ttlMs, Renewal.Renew renew, String what, Renewal.End end) {
-    this.renewal = new Renewal(thread, ttlMs, renew);
+  Guard(
+      String thread, long ttlMs, long sentAt, Deadlines deadlines, Renewal.Renew renew, String what,
+      Renewal.End end) {
+    this.renewal = new Renewal(thread, ttlMs, sentAt, deadlines, renew);
     this.what = what;
     this.end = end;
   }
@@ -31,9 +35,37 @@ abstract class Guard implements AutoCloseable {
     return renewal.lost();
   }
 
-  /** Whether the held lease or session is known lost. */
+  /**
+   * Whether the held lease or session is known or presumed lost: a renewal was refused, or
+   * none succeeded before the renewal deadline and the client gave it up.
+   */
   public boolean isLost() {
     return renewal.isLost();
+  }
+
+  /**
+   * Until when the holder may act, on the {@link System#nanoTime()} clock: the send time of
+   * the last renewal the server confirmed plus the TTL less the clock-drift margin ({@link
+   * Deadlines}). In the past once the server said it ended or it was closed. After the client
+   * gave up at the renewal deadline it still says how long what already runs may go on. It
+   * narrows the window in which a late write can happen; only the token closes it.
+   */
+  public long safeUntilNanos() {
+    return renewal.safeUntil();
+  }
+
+  /** How long from now the holder may still act: zero once {@link #safeUntilNanos()} passed. */
+  public Duration safeFor() {
+    return Duration.ofNanos(Math.max(0, renewal.safeUntil() - System.nanoTime()));
+  }
+
+  /**
+   * When the client gives up unless a renewal succeeds first ({@link System#nanoTime()}
+   * clock): the last confirmed renewal's send plus {@link Deadlines#renewDeadline()} of the
+   * TTL.
+   */
+  public long renewDeadlineNanos() {
+    return renewal.renewDeadline();
   }
 
   /**

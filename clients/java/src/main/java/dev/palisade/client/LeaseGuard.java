@@ -3,8 +3,9 @@ package dev.palisade.client;
 
 /**
  * Holds a lease and renews it on a daemon thread every third of its TTL, until {@link
- * #close()}, which releases it, or until a renewal is refused or has failed for a whole TTL
- * (counted from the sending of the last renewal that worked): then the lease is lost and
+ * #close()}, which releases it, or until a renewal is refused or none has succeeded before
+ * the renewal deadline ({@link Deadlines}, counted from the sending of the last renewal that
+ * worked): then the lease is lost and
  * {@link #lost()} completes with why. A guard does not stop the work it protects by itself:
  * watch {@link #lost()}, and let the resource's gate refuse the late writes fencing exists
  * for.
@@ -18,11 +19,16 @@ package dev.palisade.client;
 public final class LeaseGuard extends Guard {
   private final Lease lease;
 
-  LeaseGuard(PalisadeClient client, Lease lease) {
+  LeaseGuard(PalisadeClient client, Lease lease, long sentAt) {
     super(
         "palisade-lease-" + lease.lock(),
         lease.ttlMs(),
-        timeout -> client.keepAlive(lease.leaseId(), timeout),
+        sentAt,
+        client.deadlines(),
+        timeout -> {
+          client.keepAlive(lease.leaseId(), timeout);
+          return lease.ttlMs(); // a lease is renewed for its own TTL
+        },
         "lease " + lease.leaseId(),
         () -> client.release(lease.leaseId()));
     this.lease = lease;

@@ -47,6 +47,7 @@ public final class PalisadeClient {
 
   private final Transport transport;
   private final Duration timeout;
+  private final Deadlines deadlines;
 
   private PalisadeClient(Builder b) {
     HttpClient http = b.http;
@@ -63,6 +64,12 @@ public final class PalisadeClient {
     }
     this.transport = new Transport(bases, http, b.key);
     this.timeout = b.timeout;
+    this.deadlines = b.deadlines;
+  }
+
+  /** How this client's guards derive their deadlines from the TTL. */
+  public Deadlines deadlines() {
+    return deadlines;
   }
 
   /** A client of the server at {@code baseUrl} ({@code http://127.0.0.1:7070}, say). */
@@ -77,6 +84,7 @@ public final class PalisadeClient {
     private SSLContext ssl;
     private String key;
     private Duration timeout = Duration.ofSeconds(30);
+    private Deadlines deadlines = Deadlines.DEFAULT;
 
     private Builder(String baseUrl) {
       urls.add(Objects.requireNonNull(baseUrl, "baseUrl"));
@@ -130,6 +138,15 @@ public final class PalisadeClient {
     /** How long a request may take, beyond any wait in line it asks for (default 30 s). */
     public Builder timeout(Duration timeout) {
       this.timeout = Objects.requireNonNull(timeout, "timeout");
+      return this;
+    }
+
+    /**
+     * How this client's guards derive their safe deadline and renewal deadline from the TTL
+     * (default {@link Deadlines#DEFAULT}: 2/3 of the TTL, 1 % clock drift).
+     */
+    public Builder deadlines(Deadlines deadlines) {
+      this.deadlines = Objects.requireNonNull(deadlines, "deadlines");
       return this;
     }
 
@@ -193,7 +210,21 @@ public final class PalisadeClient {
    * lease is lost: use it in try-with-resources.
    */
   public LeaseGuard hold(String lock, AcquireOptions options) throws IOException, InterruptedException {
-    return new LeaseGuard(this, acquire(lock, options));
+    long sentAt = System.nanoTime(); // the lease runs from a moment after this
+    return guard(acquire(lock, options), sentAt);
+  }
+
+  /**
+   * The guard of a lease whose acquisition was sent at {@code sentAt}. After a wait in line
+   * the grant may have come long after the send, and deadlines counted from the send may be
+   * (nearly) over already: the lease is renewed once first, so they count from that renewal.
+   */
+  LeaseGuard guard(Lease lease, long sentAt) throws IOException, InterruptedException {
+    if (System.nanoTime() - sentAt > lease.ttlMs() * 1_000_000 / 3) {
+      sentAt = System.nanoTime();
+      keepAlive(lease.leaseId());
+    }
+    return new LeaseGuard(this, lease, sentAt);
   }
 
   /** {@code lock}'s status: its epoch, holder, value and waiters. */
@@ -251,7 +282,8 @@ public final class PalisadeClient {
    * closes the session) or the session is lost.
    */
   public SessionGuard holdSession(String holder, Duration ttl) throws IOException, InterruptedException {
-    return new SessionGuard(this, createSession(holder, ttl));
+    long sentAt = System.nanoTime();
+    return new SessionGuard(this, createSession(holder, ttl), sentAt);
   }
 
   // ---- the fenced store and the barrier -----------------------------------------------

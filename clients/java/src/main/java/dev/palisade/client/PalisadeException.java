@@ -165,9 +165,12 @@ public class PalisadeException extends IOException {
       super(base);
     }
 
-    /** The loss the client decides on its own: no renewal worked within the TTL. */
+    /**
+     * The loss the client decides on its own: no renewal worked before the renewal deadline
+     * ({@link Deadlines}).
+     */
     static LeaseLost presumed(String what, IOException lastFailure) {
-      LeaseLost lost = new LeaseLost(new Base(0, "lease_expired", "no renewal of " + what + " worked within its TTL"));
+      LeaseLost lost = new LeaseLost(new Base(0, "lease_expired", "no renewal of " + what + " worked before its renewal deadline"));
       lost.initCause(lastFailure);
       return lost;
     }

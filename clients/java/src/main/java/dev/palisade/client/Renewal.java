@@ -1,4 +1,4 @@
-// The background renewal both guards share: a daemon thread, and the loss as a future.
+// The background renewal both guards share: a daemon thread following a Schedule, and the loss as a future.
 package dev.palisade.client;
 
 import java.io.IOException;
@@ -8,16 +8,16 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 /**
- * Renews something with a TTL (a lease, a session) on a daemon thread every third of the
- * TTL until {@link #stop}, or until a renewal is refused (a {@link PalisadeException}: final)
- * or has failed for a whole TTL counted from the sending of the last renewal that worked (a
- * {@link PalisadeException.LeaseLost} whose cause is the last failure): then {@link #lost}
+ * Renews something with a TTL (a lease, a session) on a daemon thread, following its {@link
+ * Schedule}, until {@link #stop}, or until a renewal is refused (a {@link PalisadeException}:
+ * final) or none has succeeded before the renewal deadline (a {@link
+ * PalisadeException.LeaseLost} whose cause is the last failure): then {@link #lost}
  * completes with why.
  */
 final class Renewal {
-  /** One renewal, bounded by {@code timeout}. */
+  /** One renewal, bounded by {@code timeout}; answers the TTL granted, in milliseconds. */
   interface Renew {
-    void renew(Duration timeout) throws IOException, InterruptedException;
+    long renew(Duration timeout) throws IOException, InterruptedException;
   }
 
   private final CompletableFuture<IOException> lost = new CompletableFuture<>();
@@ -25,10 +25,13 @@ final class Renewal {
   private final Thread thread;
 
   private final String name;
+  private final Schedule schedule; // guarded by this
 
-  Renewal(String name, long ttlMs, Renew renew) {
+  /** Starts renewing what a request sent at {@code sentAt} (nanoTime) was granted. */
+  Renewal(String name, long ttlMs, long sentAt, Deadlines deadlines, Renew renew) {
     this.name = name;
-    thread = new Thread(() -> run(ttlMs, renew), name);
+    this.schedule = new Schedule(ttlMs, sentAt, deadlines);
+    thread = new Thread(() -> run(renew), name);
     thread.setDaemon(true);
     thread.start();
   }
@@ -44,7 +47,19 @@ final class Renewal {
   }
 
   boolean isLost() {
-    return lost.isDone();
+    return lost.isDone() || givenUp(System.nanoTime());
+  }
+
+  synchronized long safeUntil() {
+    return schedule.safeUntil();
+  }
+
+  synchronized long renewDeadline() {
+    return schedule.renewBy();
+  }
+
+  private synchronized boolean givenUp(long now) {
+    return schedule.givenUp(now);
   }
 
   /**
@@ -60,6 +75,9 @@ final class Renewal {
       if (lost.isDone()) {
         throw lost.join();
       }
+      synchronized (this) {
+        schedule.ended(System.nanoTime()); // from here on it is being ended
+      }
       end.run();
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
@@ -67,23 +85,42 @@ final class Renewal {
     }
   }
 
-  private void run(long ttlMs, Renew renew) {
-    Duration every = Duration.ofMillis(Math.max(1, ttlMs / 3));
-    long renewedAt = System.nanoTime();
+  private void run(Renew renew) {
+    IOException lastFailure = null;
     try {
-      while (!stop.await(every.toMillis(), TimeUnit.MILLISECONDS)) {
+      while (true) {
+        long wait;
+        synchronized (this) {
+          wait = schedule.due() - System.nanoTime();
+        }
+        if (stop.await(Math.max(0, wait), TimeUnit.NANOSECONDS)) {
+          return;
+        }
         long sentAt = System.nanoTime();
+        Duration timeout;
+        synchronized (this) {
+          if (schedule.givenUp(sentAt)) {
+            lost.complete(PalisadeException.LeaseLost.presumed(name, lastFailure));
+            return;
+          }
+          timeout = Duration.ofNanos(schedule.timeoutNanos(sentAt));
+        }
         try {
-          renew.renew(every);
-          renewedAt = sentAt; // the TTL runs from a moment after the sending
+          long granted = renew.renew(timeout);
+          synchronized (this) {
+            schedule.renewed(sentAt, granted);
+          }
         } catch (PalisadeException refused) {
+          synchronized (this) {
+            schedule.ended(sentAt); // over at the server, since before this answer
+          }
           lost.complete(refused); // a refusal is final
           return;
         } catch (IOException failed) {
-          // A failed request is retried until the TTL is spent.
-          if (System.nanoTime() - renewedAt >= TimeUnit.MILLISECONDS.toNanos(ttlMs)) {
-            lost.complete(PalisadeException.LeaseLost.presumed(name, failed));
-            return;
+          // Possibly alive still: retried until the renewal deadline.
+          lastFailure = failed;
+          synchronized (this) {
+            schedule.failed(System.nanoTime());
           }
         }
       }

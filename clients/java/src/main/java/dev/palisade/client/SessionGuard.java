@@ -4,8 +4,9 @@ package dev.palisade.client;
 /**
  * Holds a session and renews it (and with it every lease in it) on a daemon thread every
  * third of its TTL, until {@link #close()}, which closes the session and releases its
- * leases, or until a renewal is refused or has failed for a whole TTL: then {@link #lost()}
- * completes with why, and every lease in the session may have ended.
+ * leases, or until a renewal is refused or none has succeeded before the renewal deadline
+ * ({@link Deadlines}): then {@link #lost()} completes with why, and every lease in the
+ * session may have ended.
  *
  * <pre>{@code
  * try (SessionGuard session = client.holdSession("worker-1", Duration.ofSeconds(10))) {
@@ -18,11 +19,13 @@ package dev.palisade.client;
 public final class SessionGuard extends Guard {
   private final Session session;
 
-  SessionGuard(PalisadeClient client, Session session) {
+  SessionGuard(PalisadeClient client, Session session, long sentAt) {
     super(
         "palisade-session-" + session.sessionId(),
         session.ttlMs(),
-        timeout -> client.keepAliveSession(session.sessionId(), timeout),
+        sentAt,
+        client.deadlines(),
+        timeout -> client.keepAliveSession(session.sessionId(), timeout).ttlMs(),
         "session " + session.sessionId(),
         () -> client.closeSession(session.sessionId()));
     this.session = session;

@@ -88,6 +88,25 @@ class ClientTest extends ServerTest {
     IOException why = guard.lost().get(10, TimeUnit.SECONDS);
     assertTrue(why instanceof PalisadeException.LeaseLost p && p.code().equals("lease_expired"), String.valueOf(why));
     assertTrue(guard.isLost());
+    assertEquals(Duration.ZERO, guard.safeFor()); // over at the server: no time left to act
     assertThrows(PalisadeException.class, guard::close);
+  }
+
+  /** With its server gone, a guard gives its lease up at the renewal deadline, before the safe one. */
+  @Test
+  void aGuardWithoutRenewalsGivesItsLeaseUpAtTheRenewalDeadline() throws Exception {
+    int port;
+    try (java.net.ServerSocket free = new java.net.ServerSocket(0)) {
+      port = free.getLocalPort(); // nothing listens there once it is closed: renewals fail
+    }
+    PalisadeClient nowhere = PalisadeClient.builder("http://127.0.0.1:" + port).build();
+    long sent = System.nanoTime();
+    Lease lease = client.acquire("alone", as("a", Duration.ofMillis(600)));
+    LeaseGuard guard = new LeaseGuard(nowhere, lease, sent);
+    assertEquals(400 * 1_000_000L, guard.renewDeadlineNanos() - sent, 1_000);
+    assertEquals(594 * 1_000_000L, guard.safeUntilNanos() - sent, 1_000);
+    IOException why = guard.lost().get(10, TimeUnit.SECONDS);
+    assertTrue(why.getMessage().contains("renewal deadline"), why.getMessage());
+    assertTrue(guard.isLost());
   }
 }
