@@ -40,6 +40,11 @@ impl LeaseState {
             lost: false,
         }
     }
+
+    /// Lost by the server's word, or given up: the renewal deadline has passed.
+    fn is_lost(&self) -> bool {
+        self.lost || Instant::now() >= self.renew_by
+    }
 }
 
 /// A successful renewal's answer: how long from its handling the lease now runs.
@@ -92,15 +97,14 @@ impl Renewing {
     }
 
     pub(crate) fn is_lost(&self) -> bool {
-        let state = *self.state.borrow();
-        state.lost || Instant::now() >= state.renew_by
+        self.state.borrow().is_lost()
     }
 
     pub(crate) async fn lost(&self) {
         let mut state = self.state.clone();
         loop {
             let current = *state.borrow_and_update();
-            if current.lost || Instant::now() >= current.renew_by {
+            if current.is_lost() {
                 return;
             }
             tokio::select! {
